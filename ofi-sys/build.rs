@@ -40,7 +40,8 @@ fn main() {
     }
 
     // bindgen panics when libclang cannot be loaded; turn that into an actionable message.
-    let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()));
+    let generated =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()));
     let bindings = match generated {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => fail(&format!(

@@ -14,7 +14,12 @@
 //! C enums are generated as plain integer constants (never Rust enums), so an unexpected
 //! value from a newer libfabric cannot be undefined behaviour.
 
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(clippy::all)]
 
 mod generated {

@@ -1,0 +1,144 @@
+//! Completion queues: where every operation reports that it finished.
+
+use crate::error::{Error, Result};
+use crate::fabric::Domain;
+use crate::raw::{self, CqFid};
+pub use crate::raw::{Completion, CompletionError};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// How a thread may sleep until completions arrive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitObject {
+    /// No wait object: poll only.
+    None,
+    /// Whatever the provider prefers; enables [`CompletionQueue::sread`].
+    Unspec,
+    /// A file descriptor ([`CompletionQueue::wait_fd`]), for `poll`/`epoll` with other fds.
+    Fd,
+}
+
+/// A completion queue in `FI_CQ_FORMAT_TAGGED`. Keeps its domain open.
+#[derive(Clone)]
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+pub(crate) struct CqInner {
+    pub(crate) fid: CqFid,
+    domain: Domain,
+    wait: WaitObject,
+}
+
+impl CompletionQueue {
+    /// Opens a CQ with room for `size` entries (0: provider default).
+    ///
+    /// # Errors
+    /// `fi_cq_open` failures, e.g. a provider without support for the wait object.
+    pub fn open(domain: &Domain, size: usize, wait: WaitObject) -> Result<CompletionQueue> {
+        let obj = match wait {
+            WaitObject::None => ofi_sys::FI_WAIT_NONE,
+            WaitObject::Unspec => ofi_sys::FI_WAIT_UNSPEC,
+            WaitObject::Fd => ofi_sys::FI_WAIT_FD,
+        };
+        let fid = raw::open_cq(&domain.inner.fid, size, obj)?;
+        Ok(CompletionQueue {
+            inner: Arc::new(CqInner {
+                fid,
+                domain: domain.clone(),
+                wait,
+            }),
+        })
+    }
+
+    /// Reads ready completions into `out` without blocking; `Ok(0)` when there are none.
+    /// Reading is also what progresses providers with manual progress.
+    ///
+    /// # Errors
+    /// [`Error::Completion`] for an error completion (read with `fi_cq_readerr`; the entry is
+    /// consumed), `Error::Call` for a failing CQ.
+    #[inline]
+    pub fn read(&self, out: &mut [Completion]) -> Result<usize> {
+        self.inner.fid.read(out)
+    }
+
+    /// Blocks up to `timeout_ms` (`None`: forever) for completions on the wait object.
+    ///
+    /// # Errors
+    /// As [`CompletionQueue::read`]; `InvalidArgument` if the CQ has no wait object.
+    pub fn sread(&self, out: &mut [Completion], timeout_ms: Option<u32>) -> Result<usize> {
+        if self.inner.wait == WaitObject::None {
+            return Err(Error::InvalidArgument("CQ opened without a wait object"));
+        }
+        let t = timeout_ms.map_or(-1, |t| t.min(i32::MAX as u32) as i32);
+        match self.inner.fid.sread(out, t) {
+            Err(e) if e.errno() == Some(ofi_sys::FI_ETIMEDOUT as i32) => Ok(0),
+            Err(e) if e.errno() == Some(ofi_sys::FI_EINTR as i32) => Ok(0),
+            r => r,
+        }
+    }
+
+    /// The wait object's file descriptor, when the CQ was opened with [`WaitObject::Fd`].
+    /// Before sleeping on it, call [`CompletionQueue::trywait`].
+    pub fn wait_fd(&self) -> Option<RawFd> {
+        if self.inner.wait == WaitObject::None {
+            return None;
+        }
+        self.inner.fid.wait_fd()
+    }
+
+    /// `fi_trywait`: `Ok(true)` when it is safe to sleep on [`CompletionQueue::wait_fd`]
+    /// (nothing is pending that only a CQ read would progress).
+    ///
+    /// # Errors
+    /// `fi_trywait` failures.
+    pub fn trywait(&self) -> Result<bool> {
+        self.inner
+            .domain
+            .inner
+            .fabric
+            .inner
+            .fid
+            .trywait(&self.inner.fid)
+    }
+
+    /// Wakes a thread blocked in [`CompletionQueue::sread`].
+    ///
+    /// # Errors
+    /// `fi_cq_signal` failures.
+    pub fn signal(&self) -> Result<()> {
+        self.inner.fid.signal()
+    }
+
+    /// Runs `post` until it stops returning `-FI_EAGAIN`, reading the CQ between attempts so
+    /// the provider can make room; completions read meanwhile go to `on_completion`, none is
+    /// lost. Returns how many times `post` was refused.
+    ///
+    /// # Errors
+    /// The first error of `post` other than `-FI_EAGAIN`, or a CQ read error.
+    pub fn retry_on_again(
+        &self,
+        mut post: impl FnMut() -> Result<()>,
+        mut on_completion: impl FnMut(Result<Completion>),
+    ) -> Result<u64> {
+        let mut refusals = 0;
+        loop {
+            match post() {
+                Ok(()) => return Ok(refusals),
+                Err(e) if e.is_again() => {
+                    refusals += 1;
+                    let mut buf = [Completion::default(); 16];
+                    match self.read(&mut buf) {
+                        Ok(n) => buf[..n].iter().for_each(|c| on_completion(Ok(*c))),
+                        Err(e @ Error::Completion(_)) => on_completion(Err(e)),
+                        Err(e) => return Err(e),
+                    }
+                    if refusals % 1024 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Reliable datagram (RDM) endpoints and the operations posted on them.
+
+use crate::av::{AddressVector, FiAddr};
+use crate::cq::CompletionQueue;
+use crate::error::Result;
+use crate::fabric::Domain;
+use crate::info::Attributes;
+use crate::mr::{Buf, MemoryRegion};
+use crate::raw::{self, EpFid};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Options for [`Endpoint::open`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EndpointOptions {
+    /// For multi-receive buffers: release a buffer once less than this many bytes are free
+    /// (`FI_OPT_MIN_MULTI_RECV`). `None` keeps the provider's default.
+    pub min_multi_recv: Option<usize>,
+}
+
+/// An enabled RDM endpoint bound to one CQ (send and receive) and one address vector.
+/// Cheap to clone; all operations take `&self` and may be called from any thread.
+#[derive(Clone)]
+pub struct Endpoint {
+    inner: Arc<EpInner>,
+}
+
+struct EpInner {
+    // Declared first: the endpoint is closed before the objects it is bound to, and before the
+    // memory that its operations may still be using.
+    fid: EpFid,
+    cq: CompletionQueue,
+    av: AddressVector,
+    domain: Domain,
+    address: Vec<u8>,
+    id: u64,
+    /// Every region an operation was posted on, kept until the endpoint is closed.
+    pinned: Mutex<Vec<MemoryRegion>>,
+}
+
+static NEXT_EP_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Endpoint {
+    /// Opens, binds (to `cq` for transmit and receive, and to `av`) and enables an endpoint.
+    ///
+    /// # Errors
+    /// `fi_endpoint`, `fi_ep_bind`, `fi_setopt` or `fi_enable` failures (e.g. the domain's
+    /// `ep_cnt` is exhausted).
+    pub fn open(
+        domain: &Domain,
+        cq: &CompletionQueue,
+        av: &AddressVector,
+        options: EndpointOptions,
+    ) -> Result<Endpoint> {
+        let fid = raw::open_endpoint(
+            &domain.inner.fid,
+            &domain.inner.info.raw,
+            &cq.inner.fid,
+            &av.inner.fid,
+            options.min_multi_recv,
+        )?;
+        let address = fid.name()?;
+        Ok(Endpoint {
+            inner: Arc::new(EpInner {
+                fid,
+                cq: cq.clone(),
+                av: av.clone(),
+                domain: domain.clone(),
+                address,
+                id: NEXT_EP_ID.fetch_add(1, Ordering::Relaxed),
+                pinned: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// This endpoint's fabric address, to hand to peers for their address vectors.
+    pub fn address(&self) -> &[u8] {
+        &self.inner.address
+    }
+
+    /// The completion queue the endpoint reports to.
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.inner.cq
+    }
+
+    /// The address vector the endpoint resolves peers with.
+    pub fn av(&self) -> &AddressVector {
+        &self.inner.av
+    }
+
+    /// The negotiated attributes of the endpoint's domain.
+    pub fn attributes(&self) -> &Attributes {
+        self.inner.domain.attributes()
+    }
+
+    /// Keeps `buf`'s region alive for as long as this endpoint: the provider may still be
+    /// using the memory when the application drops its last handle.
+    #[inline(always)]
+    fn pin(&self, buf: &Buf<'_>) {
+        let mr = &buf.region.inner;
+        if mr.pinned_by.load(Ordering::Relaxed) == self.inner.id {
+            return;
+        }
+        self.pin_slow(buf.region);
+    }
+
+    #[cold]
+    fn pin_slow(&self, region: &MemoryRegion) {
+        let mut pinned = self.inner.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if !pinned.iter().any(|r| Arc::ptr_eq(&r.inner, &region.inner)) {
+            pinned.push(region.clone());
+        }
+        region
+            .inner
+            .pinned_by
+            .store(self.inner.id, Ordering::Relaxed);
+    }
+
+    /// Sends a tagged message of at most `inject_size` bytes; `data` may be reused at once
+    /// and no completion is reported.
+    ///
+    /// # Errors
+    /// `-FI_EAGAIN` ([`crate::Error::is_again`]) when the provider has no room; other errors.
+    #[inline]
+    pub fn inject_tagged(&self, data: &[u8], dest: FiAddr, tag: u64) -> Result<()> {
+        self.inner.fid.tinject(data, None, dest.0, tag)
+    }
+
+    /// As [`Endpoint::inject_tagged`], with remote CQ data.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn inject_tagged_data(
+        &self,
+        data: &[u8],
+        cq_data: u64,
+        dest: FiAddr,
+        tag: u64,
+    ) -> Result<()> {
+        self.inner.fid.tinject(data, Some(cq_data), dest.0, tag)
+    }
+
+    /// Untagged inject.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn inject(&self, data: &[u8], dest: FiAddr) -> Result<()> {
+        self.inner.fid.inject(data, None, dest.0)
+    }
+
+    /// Untagged inject with remote CQ data.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn inject_data(&self, data: &[u8], cq_data: u64, dest: FiAddr) -> Result<()> {
+        self.inner.fid.inject(data, Some(cq_data), dest.0)
+    }
+
+    /// Posts a tagged send of `buf`; completion (with `context`) says the buffer is free.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn send_tagged(&self, buf: Buf<'_>, dest: FiAddr, tag: u64, context: u64) -> Result<()> {
+        self.pin(&buf);
+        self.inner.fid.tsend(buf.io, None, dest.0, tag, context)
+    }
+
+    /// Tagged send with remote CQ data.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn send_tagged_data(
+        &self,
+        buf: Buf<'_>,
+        cq_data: u64,
+        dest: FiAddr,
+        tag: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.pin(&buf);
+        self.inner
+            .fid
+            .tsend(buf.io, Some(cq_data), dest.0, tag, context)
+    }
+
+    /// Untagged send (optionally with remote CQ data).
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn send(
+        &self,
+        buf: Buf<'_>,
+        cq_data: Option<u64>,
+        dest: FiAddr,
+        context: u64,
+    ) -> Result<()> {
+        self.pin(&buf);
+        self.inner.fid.send(buf.io, cq_data, dest.0, context)
+    }
+
+    /// Posts a tagged receive matching `tag` on the bits not set in `ignore`, from `src`
+    /// ([`FiAddr::UNSPEC`]: anyone).
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn recv_tagged(
+        &self,
+        buf: Buf<'_>,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.pin(&buf);
+        self.inner.fid.trecv(buf.io, src.0, tag, ignore, context)
+    }
+
+    /// Posts an untagged receive of one message.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn recv(&self, buf: Buf<'_>, src: FiAddr, context: u64) -> Result<()> {
+        self.pin(&buf);
+        self.inner.fid.recv(buf.io, src.0, false, context)
+    }
+
+    /// Posts `buf` as an untagged multi-receive buffer (`FI_MULTI_RECV`): each message gets a
+    /// completion pointing into the buffer; the completion carrying the `FI_MULTI_RECV` flag
+    /// says the provider has released the buffer, which may then be posted again.
+    ///
+    /// In libfabric 1.17 multi-receive is defined for untagged receives only.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn recv_multi(&self, buf: Buf<'_>, context: u64) -> Result<()> {
+        self.pin(&buf);
+        self.inner.fid.recv(buf.io, FiAddr::UNSPEC.0, true, context)
+    }
+
+    /// RMA write of `buf` into the peer's registered memory at `remote_addr` with `key`.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`]; unsupported without `FI_RMA`.
+    #[inline]
+    pub fn write(
+        &self,
+        buf: Buf<'_>,
+        dest: FiAddr,
+        remote_addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.pin(&buf);
+        self.inner
+            .fid
+            .rma_write(buf.io, dest.0, remote_addr, key, context)
+    }
+
+    /// Cancels the posted receive with `context`; it completes with `FI_ECANCELED`.
+    ///
+    /// # Errors
+    /// `fi_cancel` failures.
+    pub fn cancel(&self, context: u64) -> Result<()> {
+        self.inner.fid.cancel(context)
+    }
+}

@@ -1,0 +1,92 @@
+//! Fabric and domain: the roots of every other object.
+
+use crate::error::Result;
+use crate::info::{Attributes, Info};
+use crate::raw::{self, DomainFid, FabricFid};
+use std::sync::Arc;
+
+/// An open fabric (`fi_fabric`). Cheap to clone; closed when the last clone and every child
+/// object are gone.
+#[derive(Clone)]
+pub struct Fabric {
+    pub(crate) inner: Arc<FabricInner>,
+}
+
+pub(crate) struct FabricInner {
+    pub(crate) fid: FabricFid,
+    pub(crate) info: Info,
+}
+
+impl Fabric {
+    /// Opens the fabric that `info` describes.
+    ///
+    /// # Errors
+    /// `fi_fabric` failures.
+    pub fn open(info: &Info) -> Result<Fabric> {
+        let fid = raw::open_fabric(&info.raw)?;
+        Ok(Fabric {
+            inner: Arc::new(FabricInner {
+                fid,
+                info: info.clone(),
+            }),
+        })
+    }
+
+    /// The provider information this fabric was opened with.
+    pub fn info(&self) -> &Info {
+        &self.inner.info
+    }
+}
+
+/// An open access domain (`fi_domain`). Keeps its fabric open.
+#[derive(Clone)]
+pub struct Domain {
+    pub(crate) inner: Arc<DomainInner>,
+}
+
+pub(crate) struct DomainInner {
+    // Declared first: closed before the fabric reference below is released.
+    pub(crate) fid: DomainFid,
+    pub(crate) fabric: Fabric,
+    pub(crate) info: Info,
+}
+
+impl Domain {
+    /// Opens the domain that `info` describes, on `fabric`.
+    ///
+    /// # Errors
+    /// `fi_domain` failures.
+    pub fn open(fabric: &Fabric, info: &Info) -> Result<Domain> {
+        let fid = raw::open_domain(&fabric.inner.fid, &info.raw)?;
+        Ok(Domain {
+            inner: Arc::new(DomainInner {
+                fid,
+                fabric: fabric.clone(),
+                info: info.clone(),
+            }),
+        })
+    }
+
+    /// Opens fabric and domain for `info` in one step.
+    ///
+    /// # Errors
+    /// As [`Fabric::open`] and [`Domain::open`].
+    pub fn open_info(info: &Info) -> Result<Domain> {
+        Domain::open(&Fabric::open(info)?, info)
+    }
+
+    /// Negotiated attributes.
+    pub fn attributes(&self) -> &Attributes {
+        self.inner.info.attributes()
+    }
+
+    /// The provider information.
+    pub fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    /// The fabric this domain belongs to.
+    pub fn fabric(&self) -> &Fabric {
+        &self.inner.fabric
+    }
+}

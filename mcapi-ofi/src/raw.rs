@@ -1,0 +1,944 @@
+//! The only module of this crate with `unsafe` code: owned libfabric handles and the calls made
+//! on them.
+//!
+//! Every handle type here owns exactly one libfabric object and closes it on Drop. The safe
+//! types in the rest of the crate keep parents alive (an endpoint holds its CQ, AV and domain)
+//! so that Drop always closes children before parents. Functions here check what the C API
+//! cannot: lengths against buffers, output counts against slices.
+//!
+//! Buffers handed to asynchronous operations are [`Memory`] blocks, kept alive by the
+//! endpoint that used them (see `ep.rs`), so the provider never writes into freed memory.
+
+use crate::error::{Error, Result};
+use crate::info::{Attributes, Hints};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::ptr::{self, NonNull};
+use ofi_sys as sys;
+use std::alloc::{self, Layout};
+use std::ffi::CString;
+
+/// Converts a libfabric return code (`0` or `-errno`) into a `Result`.
+#[inline(always)]
+pub(crate) fn check(call: &'static str, ret: isize) -> Result<()> {
+    if ret >= 0 {
+        Ok(())
+    } else {
+        Err(Error::call(call, -ret as i32))
+    }
+}
+
+/// `fi_strerror` text for a positive libfabric errno.
+pub(crate) fn strerror(errno: i32) -> &'static str {
+    // SAFETY: fi_strerror returns a pointer to a static, NUL-terminated string for any value.
+    let text = unsafe { CStr::from_ptr(sys::fi_strerror(errno)) };
+    text.to_str().unwrap_or("unknown error")
+}
+
+/// The libfabric library version (`fi_version()`), as (major, minor).
+pub(crate) fn library_version() -> (u32, u32) {
+    // SAFETY: fi_version has no preconditions.
+    let v = unsafe { sys::fi_version() };
+    (v >> 16, v & 0xffff)
+}
+
+/// Reads a possibly-NULL C string owned by libfabric.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string that outlives the call.
+unsafe fn opt_str(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: guaranteed by the caller.
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+}
+
+/// Copies `s` into memory from `malloc`, as `fi_freeinfo` will `free` it.
+fn c_strdup(s: &str) -> Result<*mut c_char> {
+    let c = CString::new(s).map_err(|_| Error::InvalidArgument("string contains NUL"))?;
+    // SAFETY: c is a valid NUL-terminated string; strdup copies it into malloc'ed memory.
+    let p = unsafe { libc::strdup(c.as_ptr()) };
+    if p.is_null() {
+        Err(Error::call("strdup", libc::ENOMEM))
+    } else {
+        Ok(p)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fi_info
+
+/// One `fi_info` entry owned by us (a `fi_dupinfo` copy), freed with `fi_freeinfo`.
+pub(crate) struct InfoBox(NonNull<sys::fi_info>);
+
+// SAFETY: an fi_info is plain heap data with no thread affinity; we never mutate it after
+// creation, so shared references from several threads are fine.
+unsafe impl Send for InfoBox {}
+// SAFETY: see Send; all access after construction is read-only.
+unsafe impl Sync for InfoBox {}
+
+impl Drop for InfoBox {
+    fn drop(&mut self) {
+        // SAFETY: we own this fi_info (from fi_dupinfo) and free it exactly once.
+        unsafe { sys::fi_freeinfo(self.0.as_ptr()) }
+    }
+}
+
+impl InfoBox {
+    fn as_ptr(&self) -> *mut sys::fi_info {
+        self.0.as_ptr()
+    }
+
+    /// Reads the negotiated attributes into plain Rust values.
+    pub(crate) fn attributes(&self) -> Attributes {
+        // SAFETY: a fi_info from fi_getinfo/fi_dupinfo has valid (possibly NULL) attribute
+        // pointers and NUL-terminated names, alive as long as self.
+        unsafe {
+            let i = &*self.as_ptr();
+            let fab = i.fabric_attr.as_ref();
+            let dom = i.domain_attr.as_ref();
+            let ep = i.ep_attr.as_ref();
+            let tx = i.tx_attr.as_ref();
+            let rx = i.rx_attr.as_ref();
+            let src_addr = if i.src_addr.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(i.src_addr as *const u8, i.src_addrlen).to_vec()
+            };
+            Attributes {
+                provider: fab.and_then(|f| opt_str(f.prov_name)).unwrap_or_default(),
+                fabric: fab.and_then(|f| opt_str(f.name)).unwrap_or_default(),
+                domain: dom.and_then(|d| opt_str(d.name)).unwrap_or_default(),
+                caps: i.caps,
+                mode: i.mode,
+                addr_format: i.addr_format,
+                src_addr,
+                inject_size: tx.map_or(0, |t| t.inject_size),
+                tx_size: tx.map_or(0, |t| t.size),
+                rx_size: rx.map_or(0, |r| r.size),
+                max_msg_size: ep.map_or(0, |e| e.max_msg_size),
+                mem_tag_format: ep.map_or(0, |e| e.mem_tag_format),
+                msg_order: tx.map_or(0, |t| t.msg_order),
+                comp_order: tx.map_or(0, |t| t.comp_order),
+                rx_msg_order: rx.map_or(0, |r| r.msg_order),
+                rx_comp_order: rx.map_or(0, |r| r.comp_order),
+                cq_data_size: dom.map_or(0, |d| d.cq_data_size),
+                mr_mode: dom.map_or(0, |d| d.mr_mode as u64),
+                data_progress: dom.map_or(0, |d| d.data_progress),
+                control_progress: dom.map_or(0, |d| d.control_progress),
+                threading: dom.map_or(0, |d| d.threading),
+                ep_cnt: dom.map_or(0, |d| d.ep_cnt),
+                cq_cnt: dom.map_or(0, |d| d.cq_cnt),
+                mr_key_size: dom.map_or(0, |d| d.mr_key_size),
+            }
+        }
+    }
+}
+
+/// Calls `fi_getinfo` with `hints` and returns an owned copy of every entry.
+pub(crate) fn getinfo(hints: &Hints) -> Result<Vec<InfoBox>> {
+    struct Guard(*mut sys::fi_info);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if !self.0.is_null() {
+                // SAFETY: the pointer came from fi_allocinfo/fi_getinfo and is freed once.
+                unsafe { sys::fi_freeinfo(self.0) }
+            }
+        }
+    }
+
+    // SAFETY: fi_allocinfo returns a zeroed fi_info with allocated attribute structs (or NULL).
+    let h = Guard(unsafe { sys::fi_allocinfo() });
+    if h.0.is_null() {
+        return Err(Error::call("fi_allocinfo", libc::ENOMEM));
+    }
+    // SAFETY: h.0 and its attribute pointers are valid and exclusively ours until freed;
+    // strings put into them come from malloc, as fi_freeinfo frees them.
+    unsafe {
+        let i = &mut *h.0;
+        i.caps = hints.caps;
+        i.mode = hints.mode;
+        (*i.ep_attr).type_ = sys::FI_EP_RDM;
+        (*i.domain_attr).mr_mode = hints.mr_mode as c_int;
+        (*i.domain_attr).threading = hints.threading;
+        (*i.domain_attr).data_progress = hints.data_progress;
+        (*i.domain_attr).control_progress = hints.control_progress;
+        (*i.tx_attr).msg_order = hints.msg_order;
+        (*i.rx_attr).msg_order = hints.msg_order;
+        (*i.tx_attr).size = hints.tx_size;
+        (*i.rx_attr).size = hints.rx_size;
+        if let Some(p) = &hints.provider {
+            (*i.fabric_attr).prov_name = c_strdup(p)?;
+        }
+        if let Some(d) = &hints.domain {
+            (*i.domain_attr).name = c_strdup(d)?;
+        }
+    }
+
+    let node = hints.node.as_deref().map(CString::new).transpose();
+    let service = hints.service.as_deref().map(CString::new).transpose();
+    let (Ok(node), Ok(service)) = (node, service) else {
+        return Err(Error::InvalidArgument("node/service contains NUL"));
+    };
+    let flags = if hints.node.is_some() || hints.service.is_some() {
+        sys::FI_SOURCE
+    } else {
+        0
+    };
+    let mut list = Guard(ptr::null_mut());
+    // SAFETY: all pointers are valid or NULL as fi_getinfo allows; `list` receives ownership.
+    let ret = unsafe {
+        sys::fi_getinfo(
+            hints.api_version,
+            node.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+            service.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+            flags,
+            h.0,
+            &mut list.0,
+        )
+    };
+    check("fi_getinfo", ret as isize)?;
+
+    let mut out = Vec::new();
+    let mut cur = list.0;
+    while !cur.is_null() {
+        // SAFETY: cur is an entry of the list fi_getinfo returned; fi_dupinfo copies one entry
+        // (its `next` is set to NULL in the copy).
+        let dup = unsafe { sys::fi_dupinfo(cur) };
+        let dup = NonNull::new(dup).ok_or(Error::call("fi_dupinfo", libc::ENOMEM))?;
+        out.push(InfoBox(dup));
+        // SAFETY: cur is valid; next is NULL or the following entry.
+        cur = unsafe { (*cur).next };
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Owned fabric objects
+
+/// Declares a handle type that owns one libfabric object and `fi_close`s it on Drop.
+macro_rules! owned_fid {
+    ($(#[$m:meta])* $name:ident, $ty:ty) => {
+        $(#[$m])*
+        pub(crate) struct $name(NonNull<$ty>);
+
+        // SAFETY: every object is opened with FI_THREAD_SAFE threading (checked in info.rs),
+        // so libfabric allows calls on it from any thread, concurrently.
+        unsafe impl Send for $name {}
+        // SAFETY: as for Send.
+        unsafe impl Sync for $name {}
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: we own the object and close it once; the safe layer guarantees its
+                // children were closed first. A failing close is ignored: Drop must not panic
+                // (through the C ABI a panic would abort) and there is no one to tell.
+                let _ = unsafe { sys::fi_close(self.fid()) };
+            }
+        }
+
+        impl $name {
+            #[inline(always)]
+            pub(crate) fn as_ptr(&self) -> *mut $ty {
+                self.0.as_ptr()
+            }
+
+            #[inline(always)]
+            fn fid(&self) -> *mut sys::fid {
+                // `struct fid` is the first member of every fid_* struct.
+                self.0.as_ptr().cast()
+            }
+        }
+    };
+}
+
+owned_fid!(
+    /// An open `fid_fabric`.
+    FabricFid,
+    sys::fid_fabric
+);
+owned_fid!(
+    /// An open `fid_domain`.
+    DomainFid,
+    sys::fid_domain
+);
+owned_fid!(
+    /// An open `fid_av`.
+    AvFid,
+    sys::fid_av
+);
+owned_fid!(
+    /// An open `fid_cq`.
+    CqFid,
+    sys::fid_cq
+);
+owned_fid!(
+    /// An open `fid_ep`.
+    EpFid,
+    sys::fid_ep
+);
+owned_fid!(
+    /// A `fid_mr` memory registration.
+    MrFid,
+    sys::fid_mr
+);
+
+fn opened<T>(call: &'static str, ret: c_int, p: *mut T) -> Result<NonNull<T>> {
+    check(call, ret as isize)?;
+    NonNull::new(p).ok_or(Error::call(call, libc::EINVAL))
+}
+
+pub(crate) fn open_fabric(info: &InfoBox) -> Result<FabricFid> {
+    let mut p = ptr::null_mut();
+    // SAFETY: info comes from fi_getinfo, so fabric_attr is valid.
+    let ret = unsafe { sys::fi_fabric((*info.as_ptr()).fabric_attr, &mut p, ptr::null_mut()) };
+    opened("fi_fabric", ret, p).map(FabricFid)
+}
+
+pub(crate) fn open_domain(fabric: &FabricFid, info: &InfoBox) -> Result<DomainFid> {
+    let mut p = ptr::null_mut();
+    // SAFETY: fabric is open and info is a valid fi_info for it.
+    let ret = unsafe { sys::fi_domain(fabric.as_ptr(), info.as_ptr(), &mut p, ptr::null_mut()) };
+    opened("fi_domain", ret, p).map(DomainFid)
+}
+
+pub(crate) fn open_av(domain: &DomainFid, count: usize) -> Result<AvFid> {
+    let mut attr = sys::fi_av_attr {
+        type_: sys::FI_AV_TABLE,
+        count,
+        ..Default::default()
+    };
+    let mut p = ptr::null_mut();
+    // SAFETY: domain is open; attr lives across the call.
+    let ret = unsafe { sys::fi_av_open(domain.as_ptr(), &mut attr, &mut p, ptr::null_mut()) };
+    opened("fi_av_open", ret, p).map(AvFid)
+}
+
+pub(crate) fn open_cq(
+    domain: &DomainFid,
+    size: usize,
+    wait_obj: sys::fi_wait_obj,
+) -> Result<CqFid> {
+    let mut attr = sys::fi_cq_attr {
+        size,
+        format: sys::FI_CQ_FORMAT_TAGGED,
+        wait_obj,
+        wait_cond: sys::FI_CQ_COND_NONE,
+        ..Default::default()
+    };
+    let mut p = ptr::null_mut();
+    // SAFETY: domain is open; attr lives across the call.
+    let ret = unsafe { sys::fi_cq_open(domain.as_ptr(), &mut attr, &mut p, ptr::null_mut()) };
+    opened("fi_cq_open", ret, p).map(CqFid)
+}
+
+/// Opens an RDM endpoint, binds it to `cq` (transmit and receive) and `av`, and enables it.
+pub(crate) fn open_endpoint(
+    domain: &DomainFid,
+    info: &InfoBox,
+    cq: &CqFid,
+    av: &AvFid,
+    min_multi_recv: Option<usize>,
+) -> Result<EpFid> {
+    let mut p = ptr::null_mut();
+    // SAFETY: domain is open and info describes it.
+    let ret = unsafe { sys::fi_endpoint(domain.as_ptr(), info.as_ptr(), &mut p, ptr::null_mut()) };
+    let ep = EpFid(opened("fi_endpoint", ret, p)?);
+    let flags = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
+    // SAFETY: ep, cq and av are open objects of the same domain; the safe layer keeps cq and
+    // av alive for as long as ep (EpInner owns clones of them).
+    unsafe {
+        check(
+            "fi_ep_bind(cq)",
+            sys::fi_ep_bind(ep.as_ptr(), cq.fid(), flags) as isize,
+        )?;
+        check(
+            "fi_ep_bind(av)",
+            sys::fi_ep_bind(ep.as_ptr(), av.fid(), 0) as isize,
+        )?;
+        if let Some(min) = min_multi_recv {
+            let ret = sys::fi_setopt(
+                ep.fid(),
+                sys::FI_OPT_ENDPOINT as c_int,
+                sys::FI_OPT_MIN_MULTI_RECV as c_int,
+                (&min as *const usize).cast(),
+                core::mem::size_of::<usize>(),
+            );
+            check("fi_setopt(FI_OPT_MIN_MULTI_RECV)", ret as isize)?;
+        }
+        check("fi_enable", sys::fi_enable(ep.as_ptr()) as isize)?;
+    }
+    Ok(ep)
+}
+
+impl EpFid {
+    /// The endpoint's own address (`fi_getname`).
+    pub(crate) fn name(&self) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: buf is writable for len bytes; on -FI_ETOOSMALL len holds the needed size.
+        let mut ret = unsafe { sys::fi_getname(self.fid(), buf.as_mut_ptr().cast(), &mut len) };
+        if ret == -(sys::FI_ETOOSMALL as c_int) {
+            buf.resize(len, 0);
+            // SAFETY: as above with the larger buffer.
+            ret = unsafe { sys::fi_getname(self.fid(), buf.as_mut_ptr().cast(), &mut len) };
+        }
+        check("fi_getname", ret as isize)?;
+        buf.truncate(len);
+        Ok(buf)
+    }
+}
+
+impl AvFid {
+    /// Inserts one raw address; returns its `fi_addr_t`.
+    pub(crate) fn insert(&self, addr: &[u8]) -> Result<sys::fi_addr_t> {
+        let mut out: sys::fi_addr_t = sys::FI_ADDR_NOTAVAIL;
+        // SAFETY: addr is readable; providers read one address of their own format from it.
+        // A too-short address would be read out of bounds, so require a plausible length.
+        if addr.is_empty() {
+            return Err(Error::InvalidArgument("empty fabric address"));
+        }
+        // SAFETY: see above; `out` receives exactly one fi_addr_t.
+        let ret = unsafe {
+            sys::fi_av_insert(
+                self.as_ptr(),
+                addr.as_ptr().cast(),
+                1,
+                &mut out,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        if ret != 1 {
+            return Err(Error::call(
+                "fi_av_insert",
+                if ret < 0 { -ret } else { libc::EINVAL },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Removes one address from the table.
+    pub(crate) fn remove(&self, mut addr: sys::fi_addr_t) -> Result<()> {
+        // SAFETY: av is open; addr is a single fi_addr_t.
+        let ret = unsafe { sys::fi_av_remove(self.as_ptr(), &mut addr, 1, 0) };
+        check("fi_av_remove", ret as isize)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+/// Page-aligned, zero-initialised heap memory, optionally registered with a domain.
+///
+/// The memory is shared with the provider, which writes into it asynchronously: Rust code only
+/// touches it through copies ([`Memory::read`], [`Memory::write`]) of ranges the caller knows
+/// to be idle, never through long-lived references.
+pub(crate) struct Memory {
+    // Field order matters: the registration is closed before the memory is freed.
+    mr: Option<MrFid>,
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the memory is a plain allocation; concurrent access goes through raw copies whose
+// ranges the callers coordinate (the provider and the application never own the same range).
+unsafe impl Send for Memory {}
+// SAFETY: see Send.
+unsafe impl Sync for Memory {}
+
+const PAGE: usize = 4096;
+
+impl Memory {
+    pub(crate) fn new(len: usize) -> Result<Memory> {
+        let layout = Layout::from_size_align(len.max(1), PAGE)
+            .map_err(|_| Error::InvalidArgument("memory region too large"))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or(Error::call("alloc", libc::ENOMEM))?;
+        Ok(Memory {
+            mr: None,
+            ptr,
+            layout,
+        })
+    }
+
+    pub(crate) fn register(&mut self, domain: &DomainFid, access: u64, len: usize) -> Result<()> {
+        let mut p = ptr::null_mut();
+        // SAFETY: the memory is valid for len <= layout.size() bytes and outlives the
+        // registration (field order closes mr first).
+        let ret = unsafe {
+            sys::fi_mr_reg(
+                domain.as_ptr(),
+                self.ptr.as_ptr().cast(),
+                len,
+                access,
+                0,
+                0,
+                0,
+                &mut p,
+                ptr::null_mut(),
+            )
+        };
+        self.mr = Some(MrFid(opened("fi_mr_reg", ret, p)?));
+        Ok(())
+    }
+
+    #[inline(always)]
+    pub(crate) fn addr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    #[inline(always)]
+    pub(crate) fn desc(&self) -> *mut c_void {
+        match &self.mr {
+            // SAFETY: the registration is open.
+            Some(mr) => unsafe { sys::fi_mr_desc(mr.as_ptr()) },
+            None => ptr::null_mut(),
+        }
+    }
+
+    pub(crate) fn key(&self) -> Option<u64> {
+        // SAFETY: the registration is open.
+        self.mr
+            .as_ref()
+            .map(|mr| unsafe { sys::fi_mr_key(mr.as_ptr()) })
+    }
+
+    /// Copies `out.len()` bytes starting at `offset` out of the memory.
+    #[inline]
+    pub(crate) fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset <= self.layout.size() && out.len() <= self.layout.size() - offset);
+        // SAFETY: the range is inside the allocation (checked above) and cannot overlap `out`,
+        // which is a distinct Rust borrow.
+        unsafe { ptr::copy_nonoverlapping(self.addr().add(offset), out.as_mut_ptr(), out.len()) }
+    }
+
+    /// Copies `data` into the memory at `offset`.
+    #[inline]
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset <= self.layout.size() && data.len() <= self.layout.size() - offset);
+        // SAFETY: as in read.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.addr().add(offset), data.len()) }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        self.mr = None;
+        // SAFETY: allocated in new() with this layout; the registration is already closed.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data path
+
+/// A region of [`Memory`] for one operation: pointer, length and registration descriptor.
+/// Built only by the safe layer after bounds checks.
+#[derive(Clone, Copy)]
+pub(crate) struct IoSlice {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+    pub(crate) desc: *mut c_void,
+}
+
+impl IoSlice {
+    pub(crate) fn new(mem: &Memory, offset: usize, len: usize) -> Result<IoSlice> {
+        if offset > mem.len() || len > mem.len() - offset {
+            return Err(Error::InvalidArgument("range outside the memory region"));
+        }
+        Ok(IoSlice {
+            // SAFETY: offset <= len of the allocation (checked above).
+            ptr: unsafe { mem.addr().add(offset) },
+            len,
+            desc: mem.desc(),
+        })
+    }
+}
+
+#[inline(always)]
+fn ctx(context: u64) -> *mut c_void {
+    context as usize as *mut c_void
+}
+
+// The calls below post operations. Their buffers are either copied before the call returns
+// (inject) or are IoSlices into Memory that the calling endpoint keeps alive until it is
+// closed (see ep.rs), so libfabric never touches freed memory.
+impl EpFid {
+    #[inline(always)]
+    pub(crate) fn tinject(
+        &self,
+        data: &[u8],
+        cq_data: Option<u64>,
+        dest: u64,
+        tag: u64,
+    ) -> Result<()> {
+        // SAFETY: inject copies `data` before returning.
+        let ret = unsafe {
+            match cq_data {
+                None => sys::fi_tinject(self.as_ptr(), data.as_ptr().cast(), data.len(), dest, tag),
+                Some(d) => sys::fi_tinjectdata(
+                    self.as_ptr(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                    d,
+                    dest,
+                    tag,
+                ),
+            }
+        };
+        check("fi_tinject", ret)
+    }
+
+    #[inline(always)]
+    pub(crate) fn inject(&self, data: &[u8], cq_data: Option<u64>, dest: u64) -> Result<()> {
+        // SAFETY: inject copies `data` before returning.
+        let ret = unsafe {
+            match cq_data {
+                None => sys::fi_inject(self.as_ptr(), data.as_ptr().cast(), data.len(), dest),
+                Some(d) => {
+                    sys::fi_injectdata(self.as_ptr(), data.as_ptr().cast(), data.len(), d, dest)
+                }
+            }
+        };
+        check("fi_inject", ret)
+    }
+
+    #[inline(always)]
+    pub(crate) fn tsend(
+        &self,
+        buf: IoSlice,
+        cq_data: Option<u64>,
+        dest: u64,
+        tag: u64,
+        context: u64,
+    ) -> Result<()> {
+        // SAFETY: buf points into Memory kept alive by the endpoint (see the impl comment).
+        let ret = unsafe {
+            match cq_data {
+                None => sys::fi_tsend(
+                    self.as_ptr(),
+                    buf.ptr.cast(),
+                    buf.len,
+                    buf.desc,
+                    dest,
+                    tag,
+                    ctx(context),
+                ),
+                Some(d) => sys::fi_tsenddata(
+                    self.as_ptr(),
+                    buf.ptr.cast(),
+                    buf.len,
+                    buf.desc,
+                    d,
+                    dest,
+                    tag,
+                    ctx(context),
+                ),
+            }
+        };
+        check("fi_tsend", ret)
+    }
+
+    #[inline(always)]
+    pub(crate) fn send(
+        &self,
+        buf: IoSlice,
+        cq_data: Option<u64>,
+        dest: u64,
+        context: u64,
+    ) -> Result<()> {
+        // SAFETY: buf points into Memory kept alive by the endpoint.
+        let ret = unsafe {
+            match cq_data {
+                None => sys::fi_send(
+                    self.as_ptr(),
+                    buf.ptr.cast(),
+                    buf.len,
+                    buf.desc,
+                    dest,
+                    ctx(context),
+                ),
+                Some(d) => sys::fi_senddata(
+                    self.as_ptr(),
+                    buf.ptr.cast(),
+                    buf.len,
+                    buf.desc,
+                    d,
+                    dest,
+                    ctx(context),
+                ),
+            }
+        };
+        check("fi_send", ret)
+    }
+
+    #[inline(always)]
+    pub(crate) fn trecv(
+        &self,
+        buf: IoSlice,
+        src: u64,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<()> {
+        // SAFETY: buf points into Memory kept alive by the endpoint.
+        let ret = unsafe {
+            sys::fi_trecv(
+                self.as_ptr(),
+                buf.ptr.cast(),
+                buf.len,
+                buf.desc,
+                src,
+                tag,
+                ignore,
+                ctx(context),
+            )
+        };
+        check("fi_trecv", ret)
+    }
+
+    /// Posts an untagged receive; with `multi` the buffer takes many messages (`FI_MULTI_RECV`).
+    #[inline(always)]
+    pub(crate) fn recv(&self, buf: IoSlice, src: u64, multi: bool, context: u64) -> Result<()> {
+        let iov = libc::iovec {
+            iov_base: buf.ptr.cast(),
+            iov_len: buf.len,
+        };
+        let mut desc = buf.desc;
+        let msg = sys::fi_msg {
+            msg_iov: (&iov as *const libc::iovec).cast(),
+            desc: &mut desc,
+            iov_count: 1,
+            addr: src,
+            context: ctx(context),
+            data: 0,
+        };
+        let flags = if multi { sys::FI_MULTI_RECV as u64 } else { 0 } | sys::FI_COMPLETION as u64;
+        // SAFETY: msg, iov and desc live across the call (the provider copies the descriptor);
+        // the data buffer points into Memory kept alive by the endpoint.
+        let ret = unsafe { sys::fi_recvmsg(self.as_ptr(), &msg, flags) };
+        check("fi_recvmsg", ret)
+    }
+
+    #[inline(always)]
+    pub(crate) fn rma_write(
+        &self,
+        buf: IoSlice,
+        dest: u64,
+        addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        // SAFETY: buf points into Memory kept alive by the endpoint; the remote side is the
+        // peer's business (a bad key gives an error completion, not local corruption).
+        let ret = unsafe {
+            sys::fi_write(
+                self.as_ptr(),
+                buf.ptr.cast(),
+                buf.len,
+                buf.desc,
+                dest,
+                addr,
+                key,
+                ctx(context),
+            )
+        };
+        check("fi_write", ret)
+    }
+
+    pub(crate) fn cancel(&self, context: u64) -> Result<()> {
+        // SAFETY: the endpoint is open; cancel only looks the context up.
+        let ret = unsafe { sys::fi_cancel(self.fid(), ctx(context)) };
+        check("fi_cancel", ret)
+    }
+}
+
+/// One completion (`struct fi_cq_tagged_entry`), readable without `unsafe`.
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct Completion(sys::fi_cq_tagged_entry);
+
+// SAFETY: the raw pointers in the entry are only exposed as integers, never dereferenced.
+unsafe impl Send for Completion {}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion(sys::fi_cq_tagged_entry {
+            op_context: ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            buf: ptr::null_mut(),
+            data: 0,
+            tag: 0,
+        })
+    }
+}
+
+impl Completion {
+    /// The context value the operation was posted with.
+    #[inline(always)]
+    pub fn context(&self) -> u64 {
+        self.0.op_context as usize as u64
+    }
+    /// Completion flags (`FI_SEND`, `FI_RECV`, `FI_TAGGED`, `FI_MULTI_RECV`, `FI_REMOTE_CQ_DATA`...).
+    #[inline(always)]
+    pub fn flags(&self) -> u64 {
+        self.0.flags
+    }
+    /// Received length.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+    /// True when no bytes were received (or the entry is a send completion).
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+    /// Address where the data landed (for multi-receive buffers: inside the posted buffer).
+    #[inline(always)]
+    pub fn buf_addr(&self) -> usize {
+        self.0.buf as usize
+    }
+    /// Remote CQ data, valid when `flags()` has `FI_REMOTE_CQ_DATA`.
+    #[inline(always)]
+    pub fn data(&self) -> u64 {
+        self.0.data
+    }
+    /// The message tag (tagged receives).
+    #[inline(always)]
+    pub fn tag(&self) -> u64 {
+        self.0.tag
+    }
+}
+
+/// An error completion (`struct fi_cq_err_entry`), with the provider's text.
+#[derive(Clone, Debug)]
+pub struct CompletionError {
+    /// Context of the failed operation.
+    pub context: u64,
+    /// Completion flags.
+    pub flags: u64,
+    /// Bytes transferred.
+    pub len: usize,
+    /// Tag of the failed operation.
+    pub tag: u64,
+    /// Bytes that did not fit (truncation).
+    pub olen: usize,
+    /// libfabric error number (positive, e.g. `FI_ETRUNC`, `FI_ECANCELED`).
+    pub err: i32,
+    /// Provider-specific error number.
+    pub prov_errno: i32,
+    /// `fi_cq_strerror` text of the provider error.
+    pub prov_text: String,
+}
+
+impl CqFid {
+    /// Reads up to `out.len()` completions; `Ok(0)` when none are ready (`-FI_EAGAIN`).
+    #[inline(always)]
+    pub(crate) fn read(&self, out: &mut [Completion]) -> Result<usize> {
+        // SAFETY: Completion is repr(transparent) over fi_cq_tagged_entry, the CQ's format,
+        // and `out` has room for out.len() entries.
+        let ret = unsafe { sys::fi_cq_read(self.as_ptr(), out.as_mut_ptr().cast(), out.len()) };
+        self.read_result(ret)
+    }
+
+    /// Like `read`, but blocks on the CQ's wait object for up to `timeout_ms` (-1: forever).
+    pub(crate) fn sread(&self, out: &mut [Completion], timeout_ms: i32) -> Result<usize> {
+        // SAFETY: as in read; cond is unused with FI_CQ_COND_NONE.
+        let ret = unsafe {
+            sys::fi_cq_sread(
+                self.as_ptr(),
+                out.as_mut_ptr().cast(),
+                out.len(),
+                ptr::null(),
+                timeout_ms,
+            )
+        };
+        self.read_result(ret)
+    }
+
+    #[inline(always)]
+    fn read_result(&self, ret: isize) -> Result<usize> {
+        if ret >= 0 {
+            return Ok(ret as usize);
+        }
+        match (-ret) as u32 {
+            sys::FI_EAGAIN => Ok(0),
+            e if e == sys::FI_EAVAIL => Err(Error::Completion(Box::new(self.read_error()?))),
+            e => Err(Error::call("fi_cq_read", e as i32)),
+        }
+    }
+
+    fn read_error(&self) -> Result<CompletionError> {
+        let mut e = sys::fi_cq_err_entry::default();
+        // SAFETY: e is a writable fi_cq_err_entry; err_data stays NULL so the provider uses
+        // its own buffer, valid until the next read on this CQ (we copy the text now).
+        let ret = unsafe { sys::fi_cq_readerr(self.as_ptr(), &mut e, 0) };
+        check("fi_cq_readerr", ret)?;
+        let mut text = [0 as c_char; 256];
+        // SAFETY: text is writable for its length; strerror returns NULL or a C string.
+        let prov_text = unsafe {
+            let p = sys::fi_cq_strerror(
+                self.as_ptr(),
+                e.prov_errno,
+                e.err_data,
+                text.as_mut_ptr(),
+                text.len(),
+            );
+            opt_str(p).unwrap_or_default()
+        };
+        Ok(CompletionError {
+            context: e.op_context as usize as u64,
+            flags: e.flags,
+            len: e.len,
+            tag: e.tag,
+            olen: e.olen,
+            err: e.err,
+            prov_errno: e.prov_errno,
+            prov_text,
+        })
+    }
+
+    /// The CQ's wait file descriptor (`fi_control(FI_GETWAIT)`), when it has one.
+    pub(crate) fn wait_fd(&self) -> Option<c_int> {
+        let mut fd: c_int = -1;
+        // SAFETY: for an FD wait object FI_GETWAIT writes one int.
+        let ret = unsafe {
+            sys::fi_control(
+                self.fid(),
+                sys::FI_GETWAIT as c_int,
+                (&mut fd as *mut c_int).cast(),
+            )
+        };
+        (ret == 0 && fd >= 0).then_some(fd)
+    }
+
+    /// Wakes a thread blocked in `sread`.
+    pub(crate) fn signal(&self) -> Result<()> {
+        // SAFETY: the CQ is open.
+        check("fi_cq_signal", unsafe { sys::fi_cq_signal(self.as_ptr()) }
+            as isize)
+    }
+}
+
+impl FabricFid {
+    /// `fi_trywait` on one CQ: `Ok(true)` when it is safe to block on the CQ's wait object.
+    pub(crate) fn trywait(&self, cq: &CqFid) -> Result<bool> {
+        let mut fid = cq.fid();
+        // SAFETY: fid is an open CQ of this fabric; the array has one element.
+        let ret = unsafe { sys::fi_trywait(self.as_ptr(), &mut fid, 1) };
+        match ret {
+            0 => Ok(true),
+            r if r == -(sys::FI_EAGAIN as c_int) => Ok(false),
+            r => Err(Error::call("fi_trywait", -r)),
+        }
+    }
+}
