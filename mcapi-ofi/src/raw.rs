@@ -16,6 +16,7 @@ use core::ptr::{self, NonNull};
 use ofi_sys as sys;
 use std::alloc::{self, Layout};
 use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Converts a libfabric return code (`0` or `-errno`) into a `Result`.
 #[inline(always)]
@@ -357,6 +358,9 @@ pub(crate) fn open_endpoint(
             "fi_ep_bind(av)",
             sys::fi_ep_bind(ep.as_ptr(), av.fid(), 0) as isize,
         )?;
+        check("fi_enable", sys::fi_enable(ep.as_ptr()) as isize)?;
+        // After fi_enable: shm (1.17) keeps the threshold in a receive context created at
+        // enable time and crashes on a NULL pointer when the option is set before.
         if let Some(min) = min_multi_recv {
             let ret = sys::fi_setopt(
                 ep.fid(),
@@ -367,7 +371,6 @@ pub(crate) fn open_endpoint(
             );
             check("fi_setopt(FI_OPT_MIN_MULTI_RECV)", ret as isize)?;
         }
-        check("fi_enable", sys::fi_enable(ep.as_ptr()) as isize)?;
     }
     Ok(ep)
 }
@@ -465,6 +468,10 @@ impl Memory {
     }
 
     pub(crate) fn register(&mut self, domain: &DomainFid, access: u64, len: usize) -> Result<()> {
+        // Providers without FI_MR_PROV_KEY take the key we ask for and reject duplicates
+        // within a domain, so every registration asks for a fresh one.
+        static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+        let requested_key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
         let mut p = ptr::null_mut();
         // SAFETY: the memory is valid for len <= layout.size() bytes and outlives the
         // registration (field order closes mr first).
@@ -475,7 +482,7 @@ impl Memory {
                 len,
                 access,
                 0,
-                0,
+                requested_key,
                 0,
                 &mut p,
                 ptr::null_mut(),
@@ -901,7 +908,8 @@ impl CqFid {
             len: e.len,
             tag: e.tag,
             olen: e.olen,
-            err: e.err,
+            // shm (1.17) reports the error negated; the API says positive.
+            err: e.err.abs(),
             prov_errno: e.prov_errno,
             prov_text,
         })

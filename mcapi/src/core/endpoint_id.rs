@@ -163,7 +163,12 @@ mod tests {
     fn out_of_range_fields() {
         let table = [
             (MAX_DOMAIN + 1, 0, 0, Status::MCAPI_ERR_DOMAIN_INVALID),
-            (u32::MAX, u32::MAX, u32::MAX, Status::MCAPI_ERR_DOMAIN_INVALID),
+            (
+                u32::MAX,
+                u32::MAX,
+                u32::MAX,
+                Status::MCAPI_ERR_DOMAIN_INVALID,
+            ),
             (0, MAX_NODE + 1, 0, Status::MCAPI_ERR_NODE_INVALID),
             (0, 0, MAX_PORT + 1, Status::MCAPI_ERR_PORT_INVALID),
             (0, 0, PORT_ANY, Status::MCAPI_ERR_PORT_INVALID),
@@ -175,7 +180,14 @@ mod tests {
 
     #[test]
     fn well_known_garbage_is_invalid() {
-        for raw in [0, 1, 0xdead_beef, 0xdead_beef_dead_beef, u64::MAX, u32::MAX as u64] {
+        for raw in [
+            0,
+            1,
+            0xdead_beef,
+            0xdead_beef_dead_beef,
+            u64::MAX,
+            u32::MAX as u64,
+        ] {
             assert_eq!(EndpointId::decode(raw), None, "{raw:#x}");
         }
     }
@@ -184,7 +196,11 @@ mod tests {
     fn single_bit_flips_are_invalid() {
         let id = EndpointId::encode(3, 42, 4242).unwrap();
         for bit in 0..64 {
-            assert_eq!(EndpointId::decode(id.as_raw() ^ (1 << bit)), None, "bit {bit}");
+            assert_eq!(
+                EndpointId::decode(id.as_raw() ^ (1 << bit)),
+                None,
+                "bit {bit}"
+            );
         }
     }
 

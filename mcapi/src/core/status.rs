@@ -205,8 +205,16 @@ mod tests {
             (2, Status::MCAPI_PENDING, "MCAPI_PENDING"),
             (3, Status::MCAPI_TIMEOUT, "MCAPI_TIMEOUT"),
             (12, Status::MCAPI_ERR_ENDP_INVALID, "MCAPI_ERR_ENDP_INVALID"),
-            (24, Status::MCAPI_ERR_MSG_TRUNCATED, "MCAPI_ERR_MSG_TRUNCATED"),
-            (38, Status::MCAPI_ERR_REQUEST_INVALID, "MCAPI_ERR_REQUEST_INVALID"),
+            (
+                24,
+                Status::MCAPI_ERR_MSG_TRUNCATED,
+                "MCAPI_ERR_MSG_TRUNCATED",
+            ),
+            (
+                38,
+                Status::MCAPI_ERR_REQUEST_INVALID,
+                "MCAPI_ERR_REQUEST_INVALID",
+            ),
             (41, Status::MCAPI_ERR_WAIT_PENDING, "MCAPI_ERR_WAIT_PENDING"),
             (42, Status::MCAPI_ERR_GENERAL, "MCAPI_ERR_GENERAL"),
             (45, Status::MCAPI_ERR_ENDP_DELETED, "MCAPI_ERR_ENDP_DELETED"),
