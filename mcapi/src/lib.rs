@@ -9,4 +9,6 @@
 //! Status: the semantic core is in place; the node, endpoint and message API over the
 //! transport is the subject of the messaging issue.
 
+pub mod config;
+pub mod control;
 pub mod semantics;

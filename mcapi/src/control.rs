@@ -1,0 +1,613 @@
+//! The control plane: how nodes find each other, answer lookups and notice dead peers.
+//!
+//! Each node serves one socket from a thread that sleeps in `accept`/`read`, so a node whose
+//! application is busy computing still answers, and the data path never waits on it.
+//!
+//! - One host (no topology): a Unix socket `<runtime_dir>/<job>/d<domain>n<node>.sock`. The
+//!   socket file is the registry entry: a file left by a crashed process refuses connections
+//!   and is replaced; a live one means the node id is taken.
+//! - Several hosts: TCP on the host and port the topology gives for the node.
+//!
+//! Frames are a little-endian `u32` length followed by the bytes of a [`Frame`]. Requests are
+//! answered in order on the connection they came on. A peer that keeps its connection open is
+//! alive: end-of-file on it means the process died or finalized.
+
+use crate::config::Config;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Peer connections of a server: a handle to shut each down, and its thread.
+type Connections = Arc<Mutex<Vec<(Stream, JoinHandle<()>)>>>;
+
+/// Largest frame accepted (fabric addresses and attribute lists are small).
+const MAX_FRAME: usize = 64 * 1024;
+
+/// Where a node's control socket is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// A Unix socket path (every node on this host).
+    Unix(PathBuf),
+    /// A TCP host and port (from the topology).
+    Tcp(String, u16),
+}
+
+impl Rendezvous {
+    /// The rendezvous of `<domain, node>` under `config`; `None` when a topology is in use
+    /// and does not list the node.
+    pub fn of(config: &Config, domain: u32, node: u32) -> Option<Rendezvous> {
+        match &config.topology {
+            Some(t) => t
+                .get(domain, node)
+                .map(|e| Rendezvous::Tcp(e.host.clone(), e.port)),
+            None => Some(Rendezvous::Unix(
+                config
+                    .runtime_dir
+                    .join(&config.job)
+                    .join(format!("d{domain}n{node}.sock")),
+            )),
+        }
+    }
+}
+
+/// A connected control stream (either kind).
+#[derive(Debug)]
+pub enum Stream {
+    /// Same host.
+    Unix(UnixStream),
+    /// Across hosts.
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    /// Connects to `to`, failing after `timeout`.
+    ///
+    /// # Errors
+    /// The peer is not listening (not started yet, or gone) or unreachable.
+    pub fn connect(to: &Rendezvous, timeout: Duration) -> io::Result<Stream> {
+        match to {
+            Rendezvous::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
+            Rendezvous::Tcp(host, port) => {
+                let mut last =
+                    io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"));
+                for addr in (host.as_str(), *port).to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&addr, timeout) {
+                        Ok(s) => {
+                            s.set_nodelay(true)?;
+                            return Ok(Stream::Tcp(s));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
+        }
+    }
+
+    /// Sets the read timeout (`None`: block).
+    ///
+    /// # Errors
+    /// Socket errors.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// Another handle to the same socket.
+    ///
+    /// # Errors
+    /// Out of file descriptors.
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+
+    /// Shuts both directions down, waking any reader.
+    pub fn shutdown(&self) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+
+    /// Writes one frame.
+    ///
+    /// # Errors
+    /// The peer is gone.
+    pub fn send(&mut self, frame: &Frame) -> io::Result<()> {
+        let body = frame.encode();
+        let mut buf = Vec::with_capacity(4 + body.len());
+        buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&body);
+        self.write_all(&buf)?;
+        self.flush()
+    }
+
+    /// Reads one frame.
+    ///
+    /// # Errors
+    /// End of file (peer gone), timeout, or a malformed frame (`InvalidData`).
+    pub fn recv(&mut self) -> io::Result<Frame> {
+        let mut len = [0u8; 4];
+        self.read_exact(&mut len)?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "oversized control frame",
+            ));
+        }
+        let mut body = vec![0u8; len];
+        self.read_exact(&mut body)?;
+        Frame::decode(&body)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed control frame"))
+    }
+
+    /// Sends `request` and waits for the answer.
+    ///
+    /// # Errors
+    /// As [`Stream::send`] and [`Stream::recv`].
+    pub fn call(&mut self, request: &Frame) -> io::Result<Frame> {
+        self.send(request)?;
+        self.recv()
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.flush(),
+            Stream::Tcp(s) => s.flush(),
+        }
+    }
+}
+
+/// One control message. Requests and their answers share the type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// First contact: who I am and my fabric address.
+    Hello {
+        /// Sender's domain.
+        domain: u32,
+        /// Sender's node.
+        node: u32,
+        /// Sender's fabric (libfabric endpoint) address.
+        fabric_addr: Vec<u8>,
+    },
+    /// Does `port` exist on the node?
+    Lookup {
+        /// The port asked for.
+        port: u32,
+    },
+    /// Read an endpoint attribute.
+    GetAttribute {
+        /// Endpoint port.
+        port: u32,
+        /// MCAPI attribute number.
+        attribute: u32,
+    },
+    /// A positive answer carrying a value (attribute value, 1 for "exists").
+    Value(u64),
+    /// A negative answer carrying an MCAPI status code.
+    Refused(u32),
+}
+
+impl Frame {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16);
+        let mut put = |v: u64| out.extend_from_slice(&v.to_le_bytes());
+        match self {
+            Frame::Hello {
+                domain,
+                node,
+                fabric_addr,
+            } => {
+                put(1);
+                put(u64::from(*domain));
+                put(u64::from(*node));
+                out.extend_from_slice(fabric_addr);
+            }
+            Frame::Lookup { port } => {
+                put(2);
+                put(u64::from(*port));
+            }
+            Frame::GetAttribute { port, attribute } => {
+                put(3);
+                put(u64::from(*port));
+                put(u64::from(*attribute));
+            }
+            Frame::Value(v) => {
+                put(4);
+                put(*v);
+            }
+            Frame::Refused(code) => {
+                put(5);
+                put(u64::from(*code));
+            }
+        }
+        out
+    }
+
+    fn decode(b: &[u8]) -> Option<Frame> {
+        let word = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(
+                b.get(8 * i..8 * i + 8)?.try_into().ok()?,
+            ))
+        };
+        let small = |i: usize| -> Option<u32> { u32::try_from(word(i)?).ok() };
+        let exact = |n: usize| (b.len() == 8 * n).then_some(());
+        Some(match word(0)? {
+            1 => Frame::Hello {
+                domain: small(1)?,
+                node: small(2)?,
+                fabric_addr: b.get(24..)?.to_vec(),
+            },
+            2 => exact(2).and(Some(Frame::Lookup { port: small(1)? }))?,
+            3 => exact(3).and(Some(Frame::GetAttribute {
+                port: small(1)?,
+                attribute: small(2)?,
+            }))?,
+            4 => exact(2).and(Some(Frame::Value(word(1)?)))?,
+            5 => exact(2).and(Some(Frame::Refused(small(1)?)))?,
+            _ => return None,
+        })
+    }
+}
+
+/// What the node answers on its control plane.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request from the peer `peer` (its Hello, once received).
+    fn handle(&self, peer: Option<(u32, u32)>, request: &Frame) -> Frame;
+    /// The peer's connection ended: it died or finalized.
+    fn peer_gone(&self, peer: (u32, u32));
+}
+
+/// Why a control server could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// A live node already serves this `<domain, node>` in this job.
+    NodeTaken,
+    /// The topology does not list this node.
+    NotInTopology,
+    /// Socket errors.
+    Io(io::Error),
+}
+
+/// A node's control server: a thread accepting connections, one thread per connected peer.
+/// Dropping it stops every thread and removes the socket file.
+pub struct ControlServer {
+    stop: Arc<AtomicBool>,
+    rendezvous: Rendezvous,
+    acceptor: Option<JoinHandle<()>>,
+    connections: Connections,
+}
+
+impl ControlServer {
+    /// Binds `<domain, node>`'s rendezvous and starts serving `handler`.
+    ///
+    /// # Errors
+    /// [`StartError::NodeTaken`] if a live node already holds the address.
+    pub fn start(
+        config: &Config,
+        domain: u32,
+        node: u32,
+        handler: Arc<dyn Handler>,
+    ) -> Result<ControlServer, StartError> {
+        let rendezvous = Rendezvous::of(config, domain, node).ok_or(StartError::NotInTopology)?;
+        let listener = bind(&rendezvous)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let connections: Connections = Arc::default();
+        let acceptor = {
+            let (stop, connections) = (stop.clone(), connections.clone());
+            std::thread::Builder::new()
+                .name(format!("mcapi-ctl-{domain}.{node}"))
+                .spawn(move || accept_loop(listener, stop, connections, handler))
+                .map_err(StartError::Io)?
+        };
+        Ok(ControlServer {
+            stop,
+            rendezvous,
+            acceptor: Some(acceptor),
+            connections,
+        })
+    }
+
+    /// Where this server listens.
+    pub fn rendezvous(&self) -> &Rendezvous {
+        &self.rendezvous
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the acceptor with a connection of our own.
+        let _ = Stream::connect(&self.rendezvous, Duration::from_millis(200));
+        if let Some(t) = self.acceptor.take() {
+            let _ = t.join();
+        }
+        let conns =
+            std::mem::take(&mut *self.connections.lock().unwrap_or_else(|p| p.into_inner()));
+        for (stream, _) in &conns {
+            stream.shutdown();
+        }
+        for (_, t) in conns {
+            let _ = t.join();
+        }
+        if let Rendezvous::Unix(path) = &self.rendezvous {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+fn bind(to: &Rendezvous) -> Result<Listener, StartError> {
+    match to {
+        Rendezvous::Unix(path) => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(StartError::Io)?;
+            }
+            match UnixListener::bind(path) {
+                Ok(l) => Ok(Listener::Unix(l)),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    // A live node answers; a file left by a crashed process refuses.
+                    if UnixStream::connect(path).is_ok() {
+                        return Err(StartError::NodeTaken);
+                    }
+                    std::fs::remove_file(path).map_err(StartError::Io)?;
+                    UnixListener::bind(path)
+                        .map(Listener::Unix)
+                        .map_err(StartError::Io)
+                }
+                Err(e) => Err(StartError::Io(e)),
+            }
+        }
+        Rendezvous::Tcp(_, port) => match TcpListener::bind(("0.0.0.0", *port)) {
+            Ok(l) => Ok(Listener::Tcp(l)),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(StartError::NodeTaken),
+            Err(e) => Err(StartError::Io(e)),
+        },
+    }
+}
+
+fn accept_loop(
+    listener: Listener,
+    stop: Arc<AtomicBool>,
+    connections: Connections,
+    handler: Arc<dyn Handler>,
+) {
+    loop {
+        let stream = match &listener {
+            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+        };
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let Ok(handle) = stream.try_clone() else {
+            continue;
+        };
+        let handler = handler.clone();
+        let mut conns = connections.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget connections whose peers are gone so a long-lived node does not accumulate them.
+        conns.retain(|(_, t)| !t.is_finished());
+        if let Ok(t) = std::thread::Builder::new()
+            .name("mcapi-ctl-peer".into())
+            .spawn(move || serve(stream, handler))
+        {
+            conns.push((handle, t));
+        }
+    }
+}
+
+fn serve(mut stream: Stream, handler: Arc<dyn Handler>) {
+    let mut peer = None;
+    while let Ok(request) = stream.recv() {
+        if let Frame::Hello { domain, node, .. } = &request {
+            peer = Some((*domain, *node));
+        }
+        let answer = handler.handle(peer, &request);
+        if stream.send(&answer).is_err() {
+            break;
+        }
+    }
+    if let Some(p) = peer {
+        handler.peer_gone(p);
+    }
+}
+
+/// Connects to `to`, retrying while the peer has not started yet, until `deadline`
+/// (`None`: forever). Returns `Ok(None)` at the deadline.
+///
+/// # Errors
+/// Errors other than "not there yet" (e.g. permission denied).
+pub fn connect_when_up(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<Stream>> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match Stream::connect(to, Duration::from_secs(1)) {
+            Ok(s) => return Ok(Some(s)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound
+                        | io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        if deadline.is_some_and(|d| Instant::now() + pause > d) {
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Ports {
+        ports: Vec<u32>,
+        gone: AtomicUsize,
+    }
+
+    impl Handler for Ports {
+        fn handle(&self, _peer: Option<(u32, u32)>, request: &Frame) -> Frame {
+            match request {
+                Frame::Hello { .. } => Frame::Value(0),
+                Frame::Lookup { port } if self.ports.contains(port) => Frame::Value(1),
+                Frame::GetAttribute { port, attribute } => {
+                    Frame::Value(u64::from(port + attribute))
+                }
+                _ => Frame::Refused(99),
+            }
+        }
+        fn peer_gone(&self, _peer: (u32, u32)) {
+            self.gone.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn config(tag: &str) -> Config {
+        let mut c = Config::defaults();
+        c.runtime_dir =
+            std::env::temp_dir().join(format!("mcapi-ctl-test-{}-{tag}", std::process::id()));
+        c
+    }
+
+    #[test]
+    fn frames_round_trip_and_garbage_is_rejected() {
+        for f in [
+            Frame::Hello {
+                domain: 1,
+                node: 2,
+                fabric_addr: vec![9, 8, 7],
+            },
+            Frame::Lookup { port: 5 },
+            Frame::GetAttribute {
+                port: 5,
+                attribute: 7,
+            },
+            Frame::Value(u64::MAX),
+            Frame::Refused(3),
+        ] {
+            assert_eq!(Frame::decode(&f.encode()), Some(f));
+        }
+        for junk in [
+            &[][..],
+            &[1, 2, 3],
+            &[9, 0, 0, 0, 0, 0, 0, 0],
+            &[2, 0, 0, 0, 0, 0, 0, 0],
+        ] {
+            assert_eq!(Frame::decode(junk), None);
+        }
+    }
+
+    #[test]
+    fn lookup_liveness_and_restart() {
+        let c = config("a");
+        let handler = Arc::new(Ports {
+            ports: vec![3],
+            gone: AtomicUsize::new(0),
+        });
+        let server = ControlServer::start(&c, 0, 1, handler.clone()).unwrap();
+        assert!(matches!(
+            ControlServer::start(&c, 0, 1, handler.clone()),
+            Err(StartError::NodeTaken)
+        ));
+
+        let mut s = connect_when_up(server.rendezvous(), None).unwrap().unwrap();
+        let hello = Frame::Hello {
+            domain: 0,
+            node: 2,
+            fabric_addr: vec![1],
+        };
+        assert_eq!(s.call(&hello).unwrap(), Frame::Value(0));
+        assert_eq!(s.call(&Frame::Lookup { port: 3 }).unwrap(), Frame::Value(1));
+        assert_eq!(
+            s.call(&Frame::Lookup { port: 4 }).unwrap(),
+            Frame::Refused(99)
+        );
+        drop(s);
+        let start = Instant::now();
+        while handler.gone.load(Ordering::SeqCst) == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "peer_gone not reported"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(server);
+        // The id is free again, and a stale socket file does not block a new server.
+        let path = match Rendezvous::of(&c, 0, 1).unwrap() {
+            Rendezvous::Unix(p) => p,
+            _ => unreachable!(),
+        };
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let again = ControlServer::start(&c, 0, 1, handler).unwrap();
+        drop(again);
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&c.runtime_dir);
+    }
+
+    #[test]
+    fn connect_when_up_waits_for_a_late_server_and_times_out_otherwise() {
+        let c = config("b");
+        let to = Rendezvous::of(&c, 0, 9).unwrap();
+        let t0 = Instant::now();
+        assert!(connect_when_up(&to, Some(t0 + Duration::from_millis(50)))
+            .unwrap()
+            .is_none());
+        let late = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                let h = Arc::new(Ports {
+                    ports: vec![],
+                    gone: AtomicUsize::new(0),
+                });
+                let s = ControlServer::start(&c, 0, 9, h).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                drop(s);
+            })
+        };
+        let s = connect_when_up(&to, Some(Instant::now() + Duration::from_secs(10))).unwrap();
+        assert!(s.is_some());
+        late.join().unwrap();
+        let _ = std::fs::remove_dir_all(&c.runtime_dir);
+    }
+}
