@@ -53,6 +53,7 @@ fn main() {
         ("remote_cq_data", remote_cq_data),
         ("rma_write", rma_write),
         ("killed_peer_does_not_hang", killed_peer),
+        ("endpoint_and_cq_limits", limits),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -679,6 +680,56 @@ fn killed_peer(prov: &str) -> TestResult {
         error_completions.iter().take(2).collect::<Vec<_>>()
     );
     Ok(())
+}
+
+/// Opens CQs and endpoints until the provider refuses (or a cap), to compare the advertised
+/// `cq_cnt`/`ep_cnt` with reality. Everything up to the advertised limit must open.
+fn limits(prov: &str) -> TestResult {
+    // Limits in the hundreds are probed just past the limit; larger ones only sampled (a
+    // tcp;ofi_rxm endpoint takes ~0.1 s to open and close).
+    let probe = |limit: usize| if limit <= 300 { limit + 2 } else { 64 };
+    let info = Info::first(&hints(prov))?;
+    let domain = Domain::open_info(&info)?;
+    let attrs = domain.attributes().clone();
+    let av = AddressVector::open(&domain, 8)?;
+    let mut cqs = Vec::new();
+    let cq_err = loop {
+        if cqs.len() >= probe(attrs.cq_cnt) {
+            break None;
+        }
+        match CompletionQueue::open(&domain, 16, WaitObject::None) {
+            Ok(cq) => cqs.push(cq),
+            Err(e) => break Some(e),
+        }
+    };
+    let opened_cqs = cqs.len();
+    cqs.truncate(1);
+    let mut eps = Vec::new();
+    let ep_err = loop {
+        if eps.len() >= probe(attrs.ep_cnt) {
+            break None;
+        }
+        match Endpoint::open(&domain, &cqs[0], &av, EndpointOptions::default()) {
+            Ok(ep) => eps.push(ep),
+            Err(e) => break Some(e),
+        }
+    };
+    eprintln!(
+        "  {prov}: cq_cnt {} -> opened {opened_cqs} ({}); ep_cnt {} -> opened {} ({})",
+        attrs.cq_cnt,
+        cq_err.map_or("no refusal".into(), |e| e.to_string()),
+        attrs.ep_cnt,
+        eps.len(),
+        ep_err.map_or("no refusal".into(), |e| e.to_string()),
+    );
+    check(opened_cqs >= probe(attrs.cq_cnt).min(attrs.cq_cnt), || {
+        format!("only {opened_cqs} CQs opened")
+    })?;
+    // One CQ of the domain is in use, so one endpoint less than advertised is acceptable.
+    check(
+        eps.len() + 1 >= probe(attrs.ep_cnt).min(attrs.ep_cnt),
+        || format!("only {} endpoints opened", eps.len()),
+    )
 }
 
 // -------------------------------------------------------------------------------------------
