@@ -13,7 +13,7 @@ use mcapi_ofi::{
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,7 @@ fn main() {
         ("rma_write", rma_write),
         ("killed_peer_does_not_hang", killed_peer),
         ("endpoint_and_cq_limits", limits),
+        ("cq_wait_object_sleeps_and_wakes", cq_wait),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -678,6 +679,81 @@ fn killed_peer(prov: &str) -> TestResult {
     eprintln!(
         "  {prov}: after peer kill, 2 s of 64 KiB sends: {ok} accepted, {again} -FI_EAGAIN, errors {errors:?}, error completions {:?}",
         error_completions.iter().take(2).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// A receiver sleeps in `fi_cq_sread` on an fd wait object (no spinning) and wakes when a
+/// message arrives from another thread; an idle `sread` returns after its timeout.
+///
+/// shm has no fd wait object (-FI_ENOSYS), and its `FI_WAIT_UNSPEC` (yield) `sread` ignores
+/// the timeout and spins forever on an idle CQ, so it is not tried.
+fn cq_wait(prov: &str) -> TestResult {
+    let h = hints(prov);
+    let info = Info::first(&h)?;
+    let domain = Domain::open_info(&info)?;
+    let cq = match CompletionQueue::open(&domain, 0, WaitObject::Fd) {
+        Ok(cq) => cq,
+        Err(e) if prov == "shm" && e.is_unsupported() => {
+            eprintln!("  {prov}: no fd wait object ({e})");
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string().into()),
+    };
+    let av = AddressVector::open(&domain, 8)?;
+    let rx = Side {
+        ep: Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?,
+        cq,
+        av,
+        domain,
+    };
+    let fd = rx.cq.wait_fd();
+    let t0 = Instant::now();
+    let mut buf = [Completion::default(); 4];
+    check(rx.cq.sread(&mut buf, Some(50))? == 0, || {
+        "idle sread returned a completion".into()
+    })?;
+    let idle = t0.elapsed();
+    check(idle >= Duration::from_millis(40), || {
+        format!("idle sread returned after {idle:?}")
+    })?;
+
+    let landing = MemoryRegion::new(&rx.domain, 64)?;
+    rx.ep
+        .recv_tagged(landing.slice(0, 64)?, FiAddr::UNSPEC, 3, 0, 3)?;
+    let rx_addr = rx.ep.address().to_vec();
+    let tx_hints = hints(prov);
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = done.clone();
+    let sender = std::thread::spawn(move || -> Result<(), String> {
+        let tx = Side::open(&tx_hints, EndpointOptions::default()).map_err(|e| e.to_string())?;
+        let dest = tx.av.insert(&rx_addr).map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(100));
+        tx.cq
+            .retry_on_again(|| tx.ep.inject_tagged(b"wake", dest, 3), |_| {})
+            .map_err(|e| e.to_string())?;
+        // Manual-progress providers send only while the sender reads its CQ.
+        while !stop.load(Ordering::Acquire) {
+            let mut b = [Completion::default(); 4];
+            tx.cq.read(&mut b).map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    });
+    // Sleep on the wait object between reads.
+    let t1 = Instant::now();
+    let mut got = 0;
+    while got == 0 && t1.elapsed() < DEADLINE {
+        got = rx.cq.sread(&mut buf, Some(20))?;
+    }
+    done.store(true, Ordering::Release);
+    sender.join().map_err(|_| "sender panicked")??;
+    check(got == 1 && buf[0].context() == 3, || {
+        format!("sread woke with {got} completions")
+    })?;
+    eprintln!(
+        "  {prov}: wait fd {fd:?}, idle sread {idle:?}, woke {:?} after start",
+        t1.elapsed()
     );
     Ok(())
 }
