@@ -111,6 +111,25 @@ impl Stream {
         })
     }
 
+    /// Whether the peer has closed the connection (checked without blocking; the peer never
+    /// sends unsolicited data, so anything but "would block" means it is gone).
+    pub fn is_closed(&self) -> bool {
+        let mut probe = [0u8; 1];
+        let set = |nb: bool| match self {
+            Stream::Unix(s) => s.set_nonblocking(nb),
+            Stream::Tcp(s) => s.set_nonblocking(nb),
+        };
+        if set(true).is_err() {
+            return true;
+        }
+        let r = match self {
+            Stream::Unix(s) => (&*s).read(&mut probe),
+            Stream::Tcp(s) => (&*s).read(&mut probe),
+        };
+        let _ = set(false);
+        !matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     /// Shuts both directions down, waking any reader.
     pub fn shutdown(&self) {
         let _ = match self {
@@ -189,13 +208,23 @@ impl Write for Stream {
 /// One control message. Requests and their answers share the type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// First contact: who I am and my fabric address.
+    /// First contact: who I am, my fabric address, and how I number you.
     Hello {
         /// Sender's domain.
         domain: u32,
         /// Sender's node.
         node: u32,
+        /// The index the sender gave the receiver among its peers (goes into the tags of
+        /// messages the receiver sends to it).
+        peer: u32,
         /// Sender's fabric (libfabric endpoint) address.
+        fabric_addr: Vec<u8>,
+    },
+    /// The answer to Hello: how I number you, and my fabric address.
+    Welcome {
+        /// The index the server gave the client among its peers.
+        peer: u32,
+        /// The server's fabric address.
         fabric_addr: Vec<u8>,
     },
     /// Does `port` exist on the node?
@@ -209,6 +238,17 @@ pub enum Frame {
         port: u32,
         /// MCAPI attribute number.
         attribute: u32,
+    },
+    /// A sender out of credits for endpoint `port` asks for `want` (with the stamp of its
+    /// credit window); the answer is the credits granted now (`Value`), more may follow
+    /// over the fabric.
+    CreditRequest {
+        /// Endpoint port.
+        port: u32,
+        /// Credits wanted.
+        want: u32,
+        /// The window's stamp (credits received so far).
+        seen: u32,
     },
     /// A positive answer carrying a value (attribute value, 1 for "exists").
     Value(u64),
@@ -224,11 +264,18 @@ impl Frame {
             Frame::Hello {
                 domain,
                 node,
+                peer,
                 fabric_addr,
             } => {
                 put(1);
                 put(u64::from(*domain));
                 put(u64::from(*node));
+                put(u64::from(*peer));
+                out.extend_from_slice(fabric_addr);
+            }
+            Frame::Welcome { peer, fabric_addr } => {
+                put(6);
+                put(u64::from(*peer));
                 out.extend_from_slice(fabric_addr);
             }
             Frame::Lookup { port } => {
@@ -243,6 +290,12 @@ impl Frame {
             Frame::Value(v) => {
                 put(4);
                 put(*v);
+            }
+            Frame::CreditRequest { port, want, seen } => {
+                put(7);
+                put(u64::from(*port));
+                put(u64::from(*want));
+                put(u64::from(*seen));
             }
             Frame::Refused(code) => {
                 put(5);
@@ -264,7 +317,12 @@ impl Frame {
             1 => Frame::Hello {
                 domain: small(1)?,
                 node: small(2)?,
-                fabric_addr: b.get(24..)?.to_vec(),
+                peer: small(3)?,
+                fabric_addr: b.get(32..)?.to_vec(),
+            },
+            6 => Frame::Welcome {
+                peer: small(1)?,
+                fabric_addr: b.get(16..)?.to_vec(),
             },
             2 => exact(2).and(Some(Frame::Lookup { port: small(1)? }))?,
             3 => exact(3).and(Some(Frame::GetAttribute {
@@ -272,6 +330,11 @@ impl Frame {
                 attribute: small(2)?,
             }))?,
             4 => exact(2).and(Some(Frame::Value(word(1)?)))?,
+            7 => exact(4).and(Some(Frame::CreditRequest {
+                port: small(1)?,
+                want: small(2)?,
+                seen: small(3)?,
+            }))?,
             5 => exact(2).and(Some(Frame::Refused(small(1)?)))?,
             _ => return None,
         })
@@ -514,7 +577,12 @@ mod tests {
             Frame::Hello {
                 domain: 1,
                 node: 2,
+                peer: 3,
                 fabric_addr: vec![9, 8, 7],
+            },
+            Frame::Welcome {
+                peer: 4,
+                fabric_addr: vec![1],
             },
             Frame::Lookup { port: 5 },
             Frame::GetAttribute {
@@ -523,6 +591,11 @@ mod tests {
             },
             Frame::Value(u64::MAX),
             Frame::Refused(3),
+            Frame::CreditRequest {
+                port: 1,
+                want: 2,
+                seen: 3,
+            },
         ] {
             assert_eq!(Frame::decode(&f.encode()), Some(f));
         }
@@ -553,6 +626,7 @@ mod tests {
         let hello = Frame::Hello {
             domain: 0,
             node: 2,
+            peer: 0,
             fabric_addr: vec![1],
         };
         assert_eq!(s.call(&hello).unwrap(), Frame::Value(0));

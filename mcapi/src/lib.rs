@@ -11,4 +11,8 @@
 
 pub mod config;
 pub mod control;
+mod node;
 pub mod semantics;
+
+pub use node::{Node, MAX_MSG_SIZE, NUM_PRIORITIES};
+pub use semantics::{EndpointId, Status};

@@ -1,1 +1,83 @@
-fn main() {}
+//! `perftest`: latency, bandwidth and message rate of messages over libfabric — the raw
+//! libfabric baseline that MCAPI is measured against.
+//!
+//! # Place in the workspace
+//! `ofi-sys` (bindings) <- `mcapi-ofi` (safe fabric layer) <- `mcapi` (MCAPI 2.000) <-
+//! `perftest`. The benchmark patterns are written once over a small
+//! [`transport::Transport`] trait; [`transport::raw`] implements it directly on `mcapi-ofi`
+//! (tagged messages on an RDM endpoint, busy-polled CQ). An MCAPI transport over `mcapi`
+//! message endpoints is the other half, to come: then each size runs over both and the JSON
+//! line carries both results (`raw_*` and unprefixed MCAPI fields) and their ratio.
+//!
+//! # Usage
+//! fabtests' dialect (`-p` provider, `-S` sizes, `-I` iterations, `-w` warmup, `-W` window):
+//! without a host argument the process is the server, with one it is the client that connects
+//! to it and prints the results; `--local` runs both on this machine.
+//!
+//! ```text
+//! perftest msg-lat --local                       # shm, 8 B to 64 KiB
+//! perftest msg-bw --local -p tcp -S 64,1k:64k -W 32 --json
+//! perftest msg-lat -p tcp -S all                 # on the server host
+//! perftest msg-lat -p tcp -S all server-host     # on the client host
+//! ```
+//!
+//! # Exit codes
+//! 0 success; 61 (`ENODATA`, as fabtests) when the provider is not available here ("not
+//! run"); 2 for a bad command line; 1 for any other failure.
+//!
+//! # Modules
+//! [`cli`] command line; [`session`] bootstrap and the run of all sizes; [`pattern`] the
+//! ping-pong and windowed-streaming protocols; [`transport`] the layers under test; [`oob`]
+//! the out-of-band TCP channel; [`stats`] and [`report`] numbers and output; [`local`] the
+//! two-process `--local` mode; [`affinity`] `--cpu`.
+
+mod affinity;
+mod cli;
+mod error;
+mod local;
+mod oob;
+mod pattern;
+mod report;
+mod session;
+mod stats;
+mod transport;
+
+use clap::Parser;
+use cli::Cli;
+use error::Error;
+
+fn main() {
+    let cli = Cli::parse();
+    let test = cli.test.test();
+    let opts = cli.test.opts();
+    let role = match (&opts.host, opts.local, opts.local_role) {
+        (_, true, _) => "",
+        (Some(_), _, _) => " (client)",
+        (None, _, _) => " (server)",
+    };
+    let result = if opts.local {
+        local::run(opts)
+    } else {
+        match &opts.host {
+            Some(host) => session::client(test, opts, host).map(|()| 0),
+            None => session::server(test, opts).map(|()| 0),
+        }
+    };
+    let code = match result {
+        Ok(code) => code,
+        Err(e @ Error::NotRun(_)) => {
+            eprintln!("perftest {test}: {e}");
+            eprintln!("perftest {test}: not run");
+            e.exit_code()
+        }
+        Err(e) => {
+            // Under --local, the side whose peer failed repeats nothing: the peer has said why.
+            let echoed = opts.local_role.is_some() && e.to_string().starts_with("the peer failed");
+            if !echoed {
+                eprintln!("perftest {test}{role}: error: {e}");
+            }
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
+}

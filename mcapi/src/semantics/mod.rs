@@ -16,10 +16,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod credit;
 pub mod endpoint_id;
 pub mod queue;
 pub mod request;
 pub mod status;
+pub mod wire;
 
 pub use endpoint_id::EndpointId;
 pub use queue::{PriorityQueues, SeqReorder};

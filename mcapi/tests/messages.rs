@@ -1,0 +1,188 @@
+//! MCAPI messages between nodes over real providers (shm and tcp), one test at a time.
+
+use mcapi::config::Config;
+use mcapi::{EndpointId, Node, Status};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Fabric tests take turns: on 2 cores two busy fabrics starve each other.
+static FABRIC: Mutex<()> = Mutex::new(());
+
+fn config(provider: &str, job: &str) -> Config {
+    let mut c = Config::defaults();
+    c.provider = Some(provider.into());
+    c.job = format!("{job}-{}", std::process::id());
+    c.recv_buffers = 16;
+    c
+}
+
+fn providers() -> Vec<&'static str> {
+    let mut v = vec!["shm", "tcp"];
+    v.retain(|p| {
+        let ok = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok();
+        if !ok {
+            eprintln!("skipping {p}: not offered here");
+        }
+        ok
+    });
+    v
+}
+
+#[test]
+fn priorities_and_fifo_between_two_nodes() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "prio");
+        let a = Node::initialize(0, 1, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 2, cfg).unwrap();
+        assert_eq!(a.provider(), b.provider());
+        let rx = b.endpoint_create(7).unwrap();
+        let tx = a
+            .endpoint_create(mcapi::semantics::endpoint_id::PORT_ANY)
+            .unwrap();
+        let to = a
+            .endpoint_get(0, 2, 7, Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(to, rx);
+        // Fill the receiver without it reading: mixed priorities.
+        for i in 0..12u32 {
+            let prio = [3, 0, 5][i as usize % 3];
+            a.msg_send(tx, to, &i.to_le_bytes(), prio).unwrap();
+        }
+        // Wait until all are queued, then expect priority order, FIFO within a priority.
+        let start = std::time::Instant::now();
+        while b.msg_available(rx).unwrap() < 12 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "messages did not arrive"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16];
+        for _ in 0..12 {
+            let n = b.msg_recv(rx, &mut buf).unwrap();
+            got.push(u32::from_le_bytes(buf[..n].try_into().unwrap()));
+        }
+        assert_eq!(got, vec![1, 4, 7, 10, 0, 3, 6, 9, 2, 5, 8, 11], "{prov}");
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+#[test]
+fn sender_outrunning_receiver_blocks_and_loses_nothing() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "flow");
+        let a = Node::initialize(0, 3, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 4, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        const COUNT: u32 = 20_000;
+        let sender = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let tx = a.endpoint_create(1).unwrap();
+                let to = a.endpoint_get(0, 4, 1, None).unwrap();
+                for i in 0..COUNT {
+                    // Sizes from 4 B to above the inject size.
+                    let len = 4 + (i as usize * 37) % 3000;
+                    let mut msg = vec![(i % 251) as u8; len];
+                    msg[..4].copy_from_slice(&i.to_le_bytes());
+                    a.msg_send(tx, to, &msg, 1).unwrap();
+                }
+            })
+        };
+        let mut buf = vec![0u8; 4096];
+        for i in 0..COUNT {
+            if i % 5000 == 0 {
+                // Stall: the sender must block, not drop.
+                std::thread::sleep(Duration::from_millis(50));
+                assert!(
+                    b.msg_available(rx).unwrap() <= 16,
+                    "queue exceeded the receive buffers"
+                );
+            }
+            let n = b.msg_recv(rx, &mut buf).unwrap();
+            assert_eq!(
+                u32::from_le_bytes(buf[..4].try_into().unwrap()),
+                i,
+                "{prov}: order"
+            );
+            assert_eq!(n, 4 + (i as usize * 37) % 3000);
+            assert!(buf[4..n].iter().all(|&x| x == (i % 251) as u8));
+        }
+        sender.join().unwrap();
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+#[test]
+fn bad_input_gets_the_spec_codes() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "errors");
+    let a = Node::initialize(0, 5, cfg.clone()).unwrap();
+    assert_eq!(
+        Node::initialize(0, 5, cfg.clone()).err(),
+        Some(Status::MCAPI_ERR_NODE_INITIALIZED)
+    );
+    assert_eq!(
+        Node::initialize(256, 5, cfg.clone()).err(),
+        Some(Status::MCAPI_ERR_DOMAIN_INVALID)
+    );
+    assert_eq!(
+        Node::initialize(0, 0xFFFF, cfg.clone()).err(),
+        Some(Status::MCAPI_ERR_NODE_INVALID)
+    );
+    let ep = a.endpoint_create(9).unwrap();
+    assert_eq!(a.endpoint_create(9), Err(Status::MCAPI_ERR_ENDP_EXISTS));
+    let big = vec![0u8; mcapi::MAX_MSG_SIZE + 1];
+    assert_eq!(a.msg_send(ep, ep, &big, 0), Err(Status::MCAPI_ERR_MSG_SIZE));
+    assert_eq!(
+        a.msg_send(ep, ep, b"x", mcapi::NUM_PRIORITIES),
+        Err(Status::MCAPI_ERR_PRIORITY)
+    );
+    // A message to ourselves, then a too-small buffer: truncated, and it stays queued.
+    a.msg_send(ep, ep, b"hello", 0).unwrap();
+    let mut small = [0u8; 2];
+    a.set_endpoint_timeout(ep, Some(Duration::from_secs(10)))
+        .unwrap();
+    let start = std::time::Instant::now();
+    while a.msg_available(ep).unwrap() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    assert_eq!(
+        a.msg_recv(ep, &mut small),
+        Err(Status::MCAPI_ERR_MSG_TRUNCATED)
+    );
+    let mut buf = [0u8; 8];
+    assert_eq!(a.msg_recv(ep, &mut buf), Ok(5));
+    // Timeout on an empty endpoint.
+    a.set_endpoint_timeout(ep, Some(Duration::from_millis(20)))
+        .unwrap();
+    assert_eq!(a.msg_recv(ep, &mut buf), Err(Status::MCAPI_TIMEOUT));
+    // endpoint_get with a timeout for an endpoint nobody creates.
+    assert_eq!(
+        a.endpoint_get(0, 5, 77, Some(Duration::from_millis(20))),
+        Err(Status::MCAPI_TIMEOUT)
+    );
+    assert_eq!(
+        a.endpoint_get(0, 6, 77, Some(Duration::from_millis(20))),
+        Err(Status::MCAPI_TIMEOUT)
+    );
+    // Deleting: another node's endpoint, then ours twice.
+    let foreign = EndpointId::encode(0, 6, 1).unwrap();
+    assert_eq!(
+        a.endpoint_delete(foreign),
+        Err(Status::MCAPI_ERR_ENDP_NOTOWNER)
+    );
+    a.endpoint_delete(ep).unwrap();
+    assert_eq!(a.endpoint_delete(ep), Err(Status::MCAPI_ERR_ENDP_INVALID));
+    a.finalize().unwrap();
+    assert_eq!(a.finalize(), Err(Status::MCAPI_ERR_NODE_NOTINIT));
+    assert_eq!(a.endpoint_create(1), Err(Status::MCAPI_ERR_NODE_NOTINIT));
+    // initialize after finalize works again.
+    let again = Node::initialize(0, 5, cfg).unwrap();
+    again.finalize().unwrap();
+}

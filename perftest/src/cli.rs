@@ -1,0 +1,340 @@
+//! Command line, in fabtests' dialect: `-p` provider, `-S` sizes, `-I` iterations, `-w`
+//! warmup, `-W` window; no host argument means "be the server", a host means "connect to it".
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::fmt;
+use std::time::Duration;
+
+/// Default out-of-band (bootstrap) TCP port.
+pub const DEFAULT_OOB_PORT: u16 = 47592;
+
+/// Largest message size accepted on the command line.
+const MAX_SIZE: usize = 1 << 30;
+
+/// Sizes that `-S all` stands for: powers of two from 1 B to 4 MiB (capped at the provider's
+/// `max_msg_size`).
+const ALL_SIZES_MAX: usize = 4 << 20;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "perftest",
+    version,
+    about = "Latency and bandwidth of messages over libfabric (raw baseline; MCAPI later)",
+    long_about = "Latency and bandwidth of messages over libfabric: the raw-libfabric baseline \
+                  against which MCAPI is measured.\n\n\
+                  Run the server with no host argument and the client with the server's host, \
+                  or both at once on this machine with --local:\n\n  \
+                  perftest msg-lat --local -p tcp -S 8,4k\n  \
+                  perftest msg-bw -p tcp            # on host A (server)\n  \
+                  perftest msg-bw -p tcp hostA      # on host B (client; prints the results)",
+    after_help = "Exit status: 0 done; 61 not run (the provider is not available here, as in \
+                  fabtests); 2 bad command line; 1 any other failure."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub test: TestCmd,
+}
+
+/// The benchmarks.
+#[derive(Subcommand, Debug)]
+pub enum TestCmd {
+    /// Ping-pong latency: the client sends a message, the server returns one of the same size;
+    /// latency is half the round trip, recorded for every iteration.
+    MsgLat(Opts),
+    /// Streaming bandwidth and message rate: the client keeps a window of -W non-blocking sends
+    /// in flight, the server acknowledges each window.
+    MsgBw(Opts),
+}
+
+impl TestCmd {
+    pub fn test(&self) -> Test {
+        match self {
+            TestCmd::MsgLat(_) => Test::MsgLat,
+            TestCmd::MsgBw(_) => Test::MsgBw,
+        }
+    }
+
+    pub fn opts(&self) -> &Opts {
+        match self {
+            TestCmd::MsgLat(o) | TestCmd::MsgBw(o) => o,
+        }
+    }
+}
+
+/// Which benchmark pattern runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    MsgLat,
+    MsgBw,
+}
+
+impl Test {
+    /// The name used on the command line, in the output and on the bootstrap channel.
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::MsgLat => "msg-lat",
+            Test::MsgBw => "msg-bw",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Test> {
+        [Test::MsgLat, Test::MsgBw]
+            .into_iter()
+            .find(|t| t.name() == s)
+    }
+}
+
+impl fmt::Display for Test {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Options shared by every benchmark.
+#[derive(Args, Debug, Clone)]
+pub struct Opts {
+    /// Server to connect to (client mode); without it, run as the server and wait for a client
+    #[arg(value_name = "HOST", conflicts_with = "local")]
+    pub host: Option<String>,
+
+    /// libfabric provider: shm, tcp, sockets, udp, net, verbs (or a full name like tcp;ofi_rxm)
+    #[arg(short = 'p', long, default_value = "shm")]
+    pub provider: String,
+
+    /// Message sizes: a list (8,64,1k), power-of-two ranges (1:4m), or "all" (1 B to 4 MiB);
+    /// k = 1024, m = 1048576
+    #[arg(short = 'S', long = "size", value_name = "SIZES", default_value = "8:64k",
+          value_parser = parse_sizes)]
+    pub sizes: SizeSpec,
+
+    /// Timed iterations per size (msg-lat: round trips; msg-bw: messages)
+    #[arg(short = 'I', long, default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: u64,
+
+    /// Untimed warmup iterations before the timed ones, per size
+    #[arg(short = 'w', long, default_value_t = 100)]
+    pub warmup: u64,
+
+    /// msg-bw: messages in flight before the receiver acknowledges
+    #[arg(short = 'W', long, default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub window: u64,
+
+    /// Stop a size's timed iterations after this many seconds and report the iterations done
+    #[arg(long, value_name = "SECS", default_value_t = 2.0, value_parser = parse_seconds)]
+    pub max_time: f64,
+
+    /// Print one JSON object per size and line instead of the table
+    #[arg(long)]
+    pub json: bool,
+
+    /// Pin to CPU cores: N (server on N, client on N+1) or SERVER,CLIENT
+    #[arg(long, value_name = "N|N,M", value_parser = parse_cpus)]
+    pub cpu: Option<CpuSpec>,
+
+    /// Run server and client on this machine, as two child processes of this one
+    #[arg(long)]
+    pub local: bool,
+
+    /// TCP port of the out-of-band channel that exchanges fabric addresses and synchronises
+    #[arg(long, default_value_t = DEFAULT_OOB_PORT)]
+    pub oob_port: u16,
+
+    /// Set by --local for its two child processes.
+    #[arg(long, hide = true, value_enum)]
+    pub local_role: Option<LocalRole>,
+}
+
+impl Opts {
+    pub fn max_time(&self) -> Duration {
+        Duration::from_secs_f64(self.max_time)
+    }
+}
+
+/// The role of a child process started by `--local`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LocalRole {
+    Server,
+    Client,
+}
+
+/// Sizes to run, as given by `-S`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeSpec {
+    /// Ascending, without duplicates.
+    pub sizes: Vec<usize>,
+    /// `-S all`: sizes above the provider's limit are dropped silently.
+    pub all: bool,
+}
+
+const SIZE_HELP: &str = "expected a byte count such as 64, 4k or 1m (k = 1024, m = 1048576), \
+                         a power-of-two range such as 1:4m, a comma-separated list of these \
+                         (8,64,1k:64k), or 'all'";
+
+/// Parses `-S`: `all`, or a comma-separated list of sizes and `a:b` power-of-two ranges.
+pub fn parse_sizes(s: &str) -> Result<SizeSpec, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(SizeSpec {
+            sizes: power_range(1, ALL_SIZES_MAX),
+            all: true,
+        });
+    }
+    let mut sizes = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err(format!("empty size in '{s}': {SIZE_HELP}"));
+        }
+        match part.split_once(':') {
+            Some((a, b)) => {
+                let (lo, hi) = (parse_size(a.trim())?, parse_size(b.trim())?);
+                if lo > hi {
+                    return Err(format!(
+                        "invalid range '{part}': the start is larger than the end"
+                    ));
+                }
+                sizes.extend(power_range(lo, hi));
+            }
+            None => sizes.push(parse_size(part)?),
+        }
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    Ok(SizeSpec { sizes, all: false })
+}
+
+/// `lo`, then doubling up to `hi` (from 0: 0, 1, 2, 4...).
+fn power_range(lo: usize, hi: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut v = lo;
+    if v == 0 {
+        out.push(0);
+        v = 1;
+    }
+    while v <= hi {
+        out.push(v);
+        match v.checked_mul(2) {
+            Some(n) => v = n,
+            None => break,
+        }
+    }
+    out
+}
+
+/// One size: digits with an optional `k` or `m` suffix.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let bad = || format!("invalid size '{s}': {SIZE_HELP}");
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1024),
+        Some((i, 'm' | 'M')) => (&s[..i], 1024 * 1024),
+        _ => (s, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: usize = digits.parse().map_err(|_| bad())?;
+    let bytes = n.checked_mul(unit).ok_or_else(bad)?;
+    if bytes > MAX_SIZE {
+        return Err(format!("size '{s}' is larger than the limit of 1 GiB"));
+    }
+    Ok(bytes)
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v < 1e6 => Ok(v),
+        _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+/// Cores to pin the two sides to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSpec {
+    pub server: usize,
+    /// `None`: the core after the server's.
+    pub client: Option<usize>,
+}
+
+fn parse_cpus(s: &str) -> Result<CpuSpec, String> {
+    let core = |v: &str| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("invalid --cpu '{s}': expected a core number N or a pair N,M"))
+    };
+    match s.split_once(',') {
+        Some((a, b)) => Ok(CpuSpec {
+            server: core(a)?,
+            client: Some(core(b)?),
+        }),
+        None => Ok(CpuSpec {
+            server: core(s)?,
+            client: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(s: &str) -> Vec<usize> {
+        parse_sizes(s).unwrap().sizes
+    }
+
+    #[test]
+    fn lists_and_suffixes() {
+        assert_eq!(sizes("8,64,1k"), [8, 64, 1024]);
+        assert_eq!(sizes("1m, 4K ,0"), [0, 4096, 1 << 20]);
+        assert_eq!(sizes("64,8,64"), [8, 64]);
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(sizes("1:8"), [1, 2, 4, 8]);
+        assert_eq!(sizes("3:20"), [3, 6, 12]);
+        assert_eq!(sizes("0:2"), [0, 1, 2]);
+        assert_eq!(sizes("1:4m").len(), 23);
+        assert_eq!(sizes("8,1k:4k"), [8, 1024, 2048, 4096]);
+        let all = parse_sizes("all").unwrap();
+        assert!(all.all);
+        assert_eq!(all.sizes.first(), Some(&1));
+        assert_eq!(all.sizes.last(), Some(&(4 << 20)));
+    }
+
+    #[test]
+    fn bad_sizes_explain_the_syntax() {
+        for bad in [
+            "", "abc", "4x", "k", "1,,2", "8:1", "-1", "2g", "1.5k", "4096m",
+        ] {
+            let e = parse_sizes(bad).unwrap_err();
+            assert!(e.contains(bad) || bad.is_empty(), "{bad}: {e}");
+        }
+        assert!(parse_sizes("4x").unwrap_err().contains("1:4m"));
+    }
+
+    #[test]
+    fn cpus() {
+        assert_eq!(
+            parse_cpus("3").unwrap(),
+            CpuSpec {
+                server: 3,
+                client: None
+            }
+        );
+        assert_eq!(
+            parse_cpus("0,1").unwrap(),
+            CpuSpec {
+                server: 0,
+                client: Some(1)
+            }
+        );
+        assert!(parse_cpus("a").is_err());
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,345 @@
+//! Output: a fabtests-style table, or one JSON object per size and line (`--json`), and a
+//! progress line on stderr for long runs at a terminal.
+//!
+//! JSON fields: `test`, `provider` (as libfabric names it), `size`, `iterations` (asked for),
+//! `window` (msg-bw) and then, for MCAPI unprefixed and for raw libfabric prefixed `raw_`:
+//! `iterations_done`, `time_s`, `lat_us_min`, `lat_us_p50`, `lat_us_p99`, `lat_us_p999`,
+//! `lat_us_max` (half round trips; null for msg-bw), `mb_s` (10^6 B/s), `mmsg_s` (10^6
+//! messages/s). `ratio` is MCAPI over raw (p50 latency for msg-lat, MB/s for msg-bw). Fields
+//! of a half that did not run are null. Then `libfabric_version`, `host`, `date` (UTC, ISO
+//! 8601) and `git_sha` (the build's commit).
+
+use crate::cli::Test;
+use crate::pattern::Plan;
+use crate::stats::Measurement;
+use serde_json::Value;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Where and when the run happened.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub libfabric_version: String,
+    pub host: String,
+    pub date: String,
+    pub git_sha: &'static str,
+}
+
+impl RunInfo {
+    pub fn collect() -> RunInfo {
+        let (major, minor) = mcapi_ofi::libfabric_version();
+        RunInfo {
+            libfabric_version: format!("{major}.{minor}"),
+            host: hostname(),
+            date: iso8601_utc(SystemTime::now()),
+            git_sha: env!("PERFTEST_GIT_SHA"),
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `2026-11-21T06:38:17Z`.
+fn iso8601_utc(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// fabtests' `size_str`: 1536 -> "1.5k", 10000 -> "9.7k", 2 GiB -> "2g".
+fn size_str(n: u64) -> String {
+    let (base, mag) = match n {
+        n if n >= 1 << 30 => (1u64 << 30, "g"),
+        n if n >= 1 << 20 => (1 << 20, "m"),
+        n if n >= 1 << 10 => (1 << 10, "k"),
+        _ => (1, ""),
+    };
+    let fraction = if n / base < 10 {
+        (n % base) * 10 / base
+    } else {
+        0
+    };
+    if fraction > 0 {
+        format!("{}.{fraction}{mag}", n / base)
+    } else {
+        format!("{}{mag}", n / base)
+    }
+}
+
+/// Results of one size: one measurement per transport that ran.
+pub struct SizeResult<'a> {
+    pub size: usize,
+    pub raw: Option<&'a Measurement>,
+    pub mcapi: Option<&'a Measurement>,
+}
+
+pub struct Report {
+    test: Test,
+    provider: String,
+    plan: Plan,
+    json: bool,
+    info: RunInfo,
+    header_done: bool,
+}
+
+impl Report {
+    pub fn new(plan: &Plan, provider: &str, json: bool, info: RunInfo) -> Report {
+        Report {
+            test: plan.test,
+            provider: provider.to_owned(),
+            plan: plan.clone(),
+            json,
+            info,
+            header_done: false,
+        }
+    }
+
+    /// Prints one size's line(s) and flushes, so results appear as they are measured.
+    pub fn row(&mut self, r: &SizeResult<'_>) {
+        let text = if self.json {
+            self.json_line(r)
+        } else {
+            self.table_rows(r)
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+
+    fn table_rows(&mut self, r: &SizeResult<'_>) -> String {
+        let mut s = String::new();
+        if !self.header_done {
+            self.header_done = true;
+            let window = match self.test {
+                Test::MsgBw => format!(", window {}", self.plan.window),
+                Test::MsgLat => String::new(),
+            };
+            s += &format!(
+                "# {} provider {} (libfabric {}): {} iterations{window}, warmup {}, at most {:?} per size\n",
+                self.test,
+                self.provider,
+                self.info.libfabric_version,
+                self.plan.iterations,
+                self.plan.warmup,
+                self.plan.max_time
+            );
+            s += &format!(
+                "{:<8} {:<9} {:>8} {:>7} {:>8} {:>10} {:>9} {:>10}",
+                "layer", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
+            );
+            if self.test == Test::MsgLat {
+                s += &format!(
+                    " {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    "min", "p50", "p99", "p99.9", "max"
+                );
+            }
+            s.push('\n');
+        }
+        for (layer, m) in [("raw", r.raw), ("mcapi", r.mcapi)] {
+            let Some(m) = m else { continue };
+            s += &format!(
+                "{:<8} {:<9} {:>8} {:>7} {:>7.2}s {:>10.2} {:>9.2} {:>10.3}",
+                layer,
+                r.size,
+                m.iterations,
+                size_str(m.total_bytes()),
+                m.elapsed.as_secs_f64(),
+                m.mb_s(),
+                m.usec_per_xfer(),
+                m.mmsg_s()
+            );
+            if let Some(l) = m.latency() {
+                s += &format!(
+                    " {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                    l.min, l.p50, l.p99, l.p999, l.max
+                );
+            }
+            s.push('\n');
+        }
+        s
+    }
+
+    fn json_line(&self, r: &SizeResult<'_>) -> String {
+        let round = |v: f64, digits: i32| {
+            let f = 10f64.powi(digits);
+            Value::from((v * f).round() / f)
+        };
+        let mut fields: Vec<(String, Value)> = vec![
+            ("test".into(), self.test.name().into()),
+            ("provider".into(), self.provider.clone().into()),
+            ("size".into(), r.size.into()),
+            ("iterations".into(), self.plan.iterations.into()),
+            (
+                "window".into(),
+                match self.test {
+                    Test::MsgBw => self.plan.window.into(),
+                    Test::MsgLat => Value::Null,
+                },
+            ),
+        ];
+        for (prefix, m) in [("", r.mcapi), ("raw_", r.raw)] {
+            let lat = m.and_then(Measurement::latency);
+            let num = |v: Option<f64>, digits| v.map_or(Value::Null, |v| round(v, digits));
+            let entries = [
+                (
+                    "iterations_done",
+                    m.map_or(Value::Null, |m| m.iterations.into()),
+                ),
+                ("time_s", num(m.map(|m| m.elapsed.as_secs_f64()), 6)),
+                ("lat_us_min", num(lat.map(|l| l.min), 3)),
+                ("lat_us_p50", num(lat.map(|l| l.p50), 3)),
+                ("lat_us_p99", num(lat.map(|l| l.p99), 3)),
+                ("lat_us_p999", num(lat.map(|l| l.p999), 3)),
+                ("lat_us_max", num(lat.map(|l| l.max), 3)),
+                ("mb_s", num(m.map(Measurement::mb_s), 3)),
+                ("mmsg_s", num(m.map(Measurement::mmsg_s), 6)),
+            ];
+            fields.extend(entries.map(|(k, v)| (format!("{prefix}{k}"), v)));
+        }
+        let ratio = match (r.mcapi, r.raw) {
+            (Some(mc), Some(raw)) => match self.test {
+                Test::MsgLat => match (mc.latency(), raw.latency()) {
+                    (Some(a), Some(b)) if b.p50 > 0.0 => round(a.p50 / b.p50, 4),
+                    _ => Value::Null,
+                },
+                Test::MsgBw if raw.mb_s() > 0.0 => round(mc.mb_s() / raw.mb_s(), 4),
+                Test::MsgBw => Value::Null,
+            },
+            _ => Value::Null,
+        };
+        fields.push(("ratio".into(), ratio));
+        fields.push((
+            "libfabric_version".into(),
+            self.info.libfabric_version.clone().into(),
+        ));
+        fields.push(("host".into(), self.info.host.clone().into()));
+        fields.push(("date".into(), self.info.date.clone().into()));
+        fields.push(("git_sha".into(), self.info.git_sha.into()));
+        // Written by hand to keep the field order (serde_json's map sorts without the
+        // preserve_order feature).
+        let body: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
+            .collect();
+        format!("{{{}}}\n", body.join(","))
+    }
+}
+
+/// A one-line progress indication on stderr, only at a terminal and only once the run has
+/// lasted a while; cleared before results are printed.
+pub struct Progress {
+    enabled: bool,
+    start: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    const AFTER: Duration = Duration::from_secs(2);
+
+    pub fn new() -> Progress {
+        Progress {
+            enabled: std::io::stderr().is_terminal(),
+            start: Instant::now(),
+            shown: false,
+        }
+    }
+
+    pub fn show(&mut self, msg: &str) {
+        if self.enabled && self.start.elapsed() >= Self::AFTER {
+            eprint!("\r\x1b[K{msg}");
+            self.shown = true;
+        }
+    }
+
+    pub fn clear(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::RoundTrips;
+
+    #[test]
+    fn dates() {
+        assert_eq!(iso8601_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_709_210_096); // leap year, Feb 29
+        assert_eq!(iso8601_utc(t), "2024-02-29T12:34:56Z");
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(iso8601_utc(t), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn fabtests_sizes() {
+        assert_eq!(size_str(8), "8");
+        assert_eq!(size_str(1536), "1.5k");
+        assert_eq!(size_str(10_000), "9.7k");
+        assert_eq!(size_str(65_536), "64k");
+        assert_eq!(size_str(3 << 20), "3m");
+    }
+
+    #[test]
+    fn json_fields_in_order_with_nulls() {
+        let mut rt = RoundTrips::new();
+        rt.record(Duration::from_micros(4));
+        let m = Measurement {
+            size: 8,
+            iterations: 1,
+            elapsed: Duration::from_micros(4),
+            xfers_per_iter: 2,
+            round_trips: Some(rt),
+        };
+        let plan = Plan {
+            test: Test::MsgLat,
+            warmup: 0,
+            iterations: 1,
+            window: 64,
+            max_time: Duration::from_secs(2),
+        };
+        let info = RunInfo {
+            libfabric_version: "1.17".into(),
+            host: "h\"q".into(),
+            date: "d".into(),
+            git_sha: "abc",
+        };
+        let report = Report::new(&plan, "shm", true, info);
+        let line = report.json_line(&SizeResult {
+            size: 8,
+            raw: Some(&m),
+            mcapi: None,
+        });
+        assert!(line.starts_with("{\"test\":\"msg-lat\",\"provider\":\"shm\",\"size\":8,"));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["raw_lat_us_p50"], 2.0);
+        assert_eq!(v["raw_lat_us_min"], 2.0);
+        assert!(v["lat_us_p50"].is_null() && v["ratio"].is_null() && v["window"].is_null());
+        assert_eq!(v["host"], "h\"q");
+        assert_eq!(v["raw_iterations_done"], 1);
+    }
+}
