@@ -33,8 +33,9 @@ const SEND_SLOTS: u32 = 64;
 /// Control receive slots a node keeps posted per remote endpoint it sends to, and at least.
 const CONTROL_SLOTS_PER_REMOTE: u32 = 4;
 const CONTROL_SLOTS_MIN: u32 = 64;
-/// Senders one endpoint serves at once.
-const MAX_SENDERS: usize = 1024;
+/// Sender nodes one endpoint serves at once (its credit pool and reorder state are
+/// preallocated for them).
+const MAX_SENDERS: usize = 256;
 
 type Result<T> = std::result::Result<T, Status>;
 
@@ -263,7 +264,8 @@ impl Node {
             slots: n,
             queue: PriorityQueues::new(NUM_PRIORITIES as usize, n as usize),
             credits: CreditPool::new(n, MAX_SENDERS),
-            reorder: SeqReorder::new(MAX_SENDERS, 1 << 15),
+            // A sender has at most n messages in flight (its credits): that is the window.
+            reorder: SeqReorder::new(MAX_SENDERS, n),
             timeout: None,
         };
         for slot in 0..n {
@@ -538,6 +540,13 @@ impl Node {
     }
 }
 
+/// The full sequence number of a 16-bit wire sequence, given the next one expected: the
+/// sender's credits keep every message within a window far below 2^15 of it.
+fn widen(expected: u32, wire: u16) -> u32 {
+    let delta = wire.wrapping_sub(expected as u16) as i16;
+    expected.wrapping_add(delta as i32 as u32)
+}
+
 /// Queues a credit decision of endpoint `port` for the fabric.
 fn queue_control(peers: &[Peer], outbox: &mut VecDeque<(u16, Tag, u64)>, port: u32, ctl: Control) {
     let (kind, to, n) = match ctl {
@@ -728,7 +737,8 @@ impl NodeInner {
         }
         let LocalEndpoint { reorder, queue, .. } = ep;
         // Completion order is not delivery order on most providers: release in sequence.
-        if let Ok(ready) = reorder.accept(tag.peer, u32::from(tag.seq), arrived) {
+        let seq = widen(reorder.expected(&tag.peer).unwrap_or(0), tag.seq);
+        if let Ok(ready) = reorder.accept(tag.peer, seq, arrived) {
             for a in ready {
                 // Credits bound the queue to its slots, so it has room.
                 let _ = queue.push(a.priority as usize, a);
@@ -1074,6 +1084,31 @@ fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Option<Fab> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::widen;
+
+    #[test]
+    fn wire_sequences_widen_across_wraps() {
+        for (expected, wire, full) in [
+            (0, 0, 0),
+            (5, 7, 7),
+            (65_535, 65_535, 65_535),
+            (65_535, 0, 65_536),
+            (65_536, 1, 65_537),
+            (131_070, 65_534, 131_070),
+            (131_072, 65_535, 131_071),
+            (u32::MAX, 0, 0),
+        ] {
+            assert_eq!(
+                widen(expected, wire),
+                full,
+                "expected {expected}, wire {wire}"
+            );
+        }
+    }
 }
 
 /// Spin briefly, then sleep in growing steps: two processes blocked on 2 cores must not

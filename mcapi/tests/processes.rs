@@ -1,0 +1,168 @@
+//! MCAPI nodes in separate processes over real providers: late receivers, killed peers.
+//! Runs one test at a time and re-executes itself as the peer (`MCAPI_TEST_CHILD`).
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use mcapi::config::Config;
+use mcapi::{Node, Status};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MESSAGES: u32 = 3000;
+
+fn main() {
+    if let Ok(spec) = std::env::var("MCAPI_TEST_CHILD") {
+        child(&spec);
+        return;
+    }
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
+    let mut trials = Vec::new();
+    for prov in ["shm", "tcp"] {
+        let absent = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(prov)).is_err();
+        let t = [
+            Trial::test(
+                format!("{prov}::receiver_starts_after_endpoint_get"),
+                move || late_receiver(prov),
+            ),
+            Trial::test(format!("{prov}::killed_peer_gives_an_error"), move || {
+                killed_peer(prov)
+            }),
+        ];
+        for trial in t {
+            if absent {
+                eprintln!("skipping {}: provider {prov} not offered", trial.name());
+            }
+            trials.push(trial.with_ignored_flag(absent));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
+
+fn config(prov: &str, job: &str) -> Config {
+    let mut c = Config::defaults();
+    c.provider = Some(prov.into());
+    c.job = job.into();
+    c.recv_buffers = 16;
+    c
+}
+
+fn spawn(role: &str, prov: &str, job: &str) -> Result<std::process::Child, Failed> {
+    Ok(Command::new(std::env::current_exe()?)
+        .env("MCAPI_TEST_CHILD", format!("{role}:{prov}:{job}"))
+        .stdout(Stdio::piped())
+        .spawn()?)
+}
+
+/// The receiver process starts a second after the sender asked for its endpoint; the
+/// sender's `endpoint_get` waits for it, then prioritized messages all arrive in order.
+fn late_receiver(prov: &str) -> Result<(), Failed> {
+    let job = format!("late-{prov}-{}", std::process::id());
+    let a = Node::initialize(0, 10, config(prov, &job))?;
+    let tx = a.endpoint_create(1)?;
+    let mut child = spawn("receiver", prov, &job)?;
+    let start = Instant::now();
+    let to = a.endpoint_get(0, 11, 5, Some(Duration::from_secs(30)))?;
+    let waited = start.elapsed();
+    for i in 0..MESSAGES {
+        let data = i.to_le_bytes();
+        a.msg_send(tx, to, &data, i % 4)?;
+    }
+    let status = child.wait()?;
+    a.finalize()?;
+    if !status.success() {
+        return Err(format!("receiver failed: {status}").into());
+    }
+    if waited < Duration::from_millis(500) {
+        return Err(
+            format!("endpoint_get returned after {waited:?}, before the receiver existed").into(),
+        );
+    }
+    Ok(())
+}
+
+/// The peer is killed mid-conversation: the survivor's sends fail with
+/// MCAPI_ERR_TRANSMISSION instead of hanging, and its node keeps working.
+fn killed_peer(prov: &str) -> Result<(), Failed> {
+    let job = format!("kill-{prov}-{}", std::process::id());
+    let a = Node::initialize(0, 20, config(prov, &job))?;
+    let tx = a.endpoint_create(1)?;
+    let mut child = spawn("sink", prov, &job)?;
+    let to = a.endpoint_get(0, 21, 5, Some(Duration::from_secs(30)))?;
+    a.msg_send(tx, to, b"first", 0)?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+    if line.trim() != "got" {
+        return Err(format!("peer said {line:?}").into());
+    }
+    child.kill()?;
+    child.wait()?;
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(20)))?;
+    let start = Instant::now();
+    let err = loop {
+        match a.msg_send(tx, to, b"more", 0) {
+            Ok(()) if start.elapsed() < Duration::from_secs(20) => continue,
+            Ok(()) => return Err("sends to a dead peer kept succeeding".into()),
+            Err(e) => break e,
+        }
+    };
+    if err != Status::MCAPI_ERR_TRANSMISSION {
+        return Err(format!("expected MCAPI_ERR_TRANSMISSION, got {err}").into());
+    }
+    // The rest of the node still works.
+    let me = a.endpoint_create(2)?;
+    a.msg_send(me, me, b"still here", 0)?;
+    let mut buf = [0u8; 16];
+    a.set_endpoint_timeout(me, Some(Duration::from_secs(10)))?;
+    let n = a.msg_recv(me, &mut buf)?;
+    a.finalize()?;
+    if &buf[..n] != b"still here" {
+        return Err("local message corrupted".into());
+    }
+    eprintln!("  {prov}: peer death reported after {:?}", start.elapsed());
+    Ok(())
+}
+
+fn child(spec: &str) {
+    let mut parts = spec.splitn(3, ':');
+    let (role, prov, job) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    match role {
+        "receiver" => {
+            std::thread::sleep(Duration::from_secs(1));
+            let b = Node::initialize(0, 11, config(prov, job)).unwrap();
+            let rx = b.endpoint_create(5).unwrap();
+            b.set_endpoint_timeout(rx, Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut next = [0u32; 4];
+            let mut buf = [0u8; 8];
+            for _ in 0..MESSAGES {
+                let n = b.msg_recv(rx, &mut buf).unwrap();
+                let i = u32::from_le_bytes(buf[..n].try_into().unwrap());
+                let prio = (i % 4) as usize;
+                // FIFO within a priority: the next message of this priority.
+                assert_eq!(
+                    i,
+                    next[prio] * 4 + prio as u32,
+                    "out of order within priority {prio}"
+                );
+                next[prio] += 1;
+            }
+            b.finalize().unwrap();
+        }
+        "sink" => {
+            let b = Node::initialize(0, 21, config(prov, job)).unwrap();
+            let rx = b.endpoint_create(5).unwrap();
+            let mut buf = [0u8; 8];
+            b.msg_recv(rx, &mut buf).unwrap();
+            println!("got");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
