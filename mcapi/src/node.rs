@@ -1086,31 +1086,6 @@ fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Option<Fab> {
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::widen;
-
-    #[test]
-    fn wire_sequences_widen_across_wraps() {
-        for (expected, wire, full) in [
-            (0, 0, 0),
-            (5, 7, 7),
-            (65_535, 65_535, 65_535),
-            (65_535, 0, 65_536),
-            (65_536, 1, 65_537),
-            (131_070, 65_534, 131_070),
-            (131_072, 65_535, 131_071),
-            (u32::MAX, 0, 0),
-        ] {
-            assert_eq!(
-                widen(expected, wire),
-                full,
-                "expected {expected}, wire {wire}"
-            );
-        }
-    }
-}
-
 /// Spin briefly, then sleep in growing steps: two processes blocked on 2 cores must not
 /// starve each other.
 struct Backoff {
@@ -1143,5 +1118,30 @@ impl Backoff {
         std::thread::sleep(self.sleep);
         self.sleep = (self.sleep * 2).min(Duration::from_millis(2));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::widen;
+
+    #[test]
+    fn wire_sequences_widen_across_wraps() {
+        for (expected, wire, full) in [
+            (0, 0, 0),
+            (5, 7, 7),
+            (65_535, 65_535, 65_535),
+            (65_535, 0, 65_536),
+            (65_536, 1, 65_537),
+            (131_070, 65_534, 131_070),
+            (131_072, 65_535, 131_071),
+            (u32::MAX, 0, 0),
+        ] {
+            assert_eq!(
+                widen(expected, wire),
+                full,
+                "expected {expected}, wire {wire}"
+            );
+        }
     }
 }
