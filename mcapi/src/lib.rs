@@ -15,4 +15,5 @@ mod node;
 pub mod semantics;
 
 pub use node::{Node, MAX_MSG_SIZE, NUM_PRIORITIES};
+pub use semantics::request::RequestHandle;
 pub use semantics::{EndpointId, Status};

@@ -14,6 +14,7 @@ use crate::control::{self, ControlServer, Frame, Handler, Rendezvous, StartError
 use crate::semantics::credit::{Control, CreditPool, CreditWindow, SenderId};
 use crate::semantics::endpoint_id::{EndpointId, MAX_DOMAIN, MAX_NODE, PORT_ANY};
 use crate::semantics::queue::{PriorityQueues, SeqReorder};
+use crate::semantics::request::{RequestHandle, RequestState, RequestTable};
 use crate::semantics::wire::{Context, Kind, Tag, MAX_PEERS, MAX_WIRE_PORT};
 use crate::semantics::Status;
 use mcapi_ofi::{
@@ -77,7 +78,23 @@ struct State {
     control_posted: u32,
     /// Control messages waiting for the provider to accept them.
     outbox: VecDeque<(u16, Tag, u64)>,
+    requests: RequestTable<Req>,
+    /// Non-blocking sends waiting for credits, in the order they were made.
+    pending_sends: VecDeque<RequestHandle>,
     finalized: bool,
+}
+
+/// What a request is for.
+enum Req {
+    /// A message copied into send slot `slot`, waiting for a credit of `remote`.
+    Send {
+        remote: (u16, u32),
+        priority: u8,
+        slot: u32,
+        len: usize,
+    },
+    /// A receive on local endpoint `port`; it takes a message when tested or waited on.
+    Recv { port: u32 },
 }
 
 struct Peer {
@@ -95,6 +112,8 @@ struct LocalEndpoint {
     credits: CreditPool,
     reorder: SeqReorder<u16, Arrived>,
     timeout: Option<Duration>,
+    /// Non-blocking receives in the order they were made; each takes the next message.
+    pending_recvs: VecDeque<RequestHandle>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -107,7 +126,19 @@ struct Arrived {
 
 struct Remote {
     window: CreditWindow,
+    /// A credit taken for a send the provider refused (-FI_EAGAIN), used first next time.
+    spare: u32,
     next_seq: u16,
+}
+
+impl Remote {
+    fn take_credit(&mut self) -> bool {
+        if self.spare > 0 {
+            self.spare -= 1;
+            return true;
+        }
+        self.window.try_take()
+    }
 }
 
 /// Nodes initialized in this process, so a second `initialize` of one is refused.
@@ -160,6 +191,8 @@ impl Node {
             send_free: (0..SEND_SLOTS).rev().collect(),
             control_posted: 0,
             outbox: VecDeque::with_capacity(256),
+            requests: RequestTable::new(config.request_table_size),
+            pending_sends: VecDeque::with_capacity(64),
             finalized: false,
         };
         let inner = Arc::new(NodeInner {
@@ -267,6 +300,7 @@ impl Node {
             // A sender has at most n messages in flight (its credits): that is the window.
             reorder: SeqReorder::new(MAX_SENDERS, n),
             timeout: None,
+            pending_recvs: VecDeque::with_capacity(16),
         };
         for slot in 0..n {
             self.inner.post_recv_slot(&ep, port, slot)?;
@@ -342,6 +376,7 @@ impl Node {
         if let std::collections::hash_map::Entry::Vacant(e) = st.remotes.entry((peer, port)) {
             e.insert(Remote {
                 window: CreditWindow::new(),
+                spare: 0,
                 next_seq: 0,
             });
             self.inner
@@ -380,6 +415,16 @@ impl Node {
         let deadline = timeout.map(|t| Instant::now() + t);
         let peer = self.remote_peer(to, deadline)?;
         let key = (peer, to.port());
+        {
+            // Behind non-blocking sends still waiting for credits: queue after them.
+            let mut st = self.inner.live_state()?;
+            if !st.pending_sends.is_empty() {
+                let h = self.inner.queue_send(&mut st, key, priority as u8, data)?;
+                self.inner.advance_sends(&mut st);
+                drop(st);
+                return self.wait(h, None, timeout).map(|_| ());
+            }
+        }
         let mut backoff = Backoff::new();
         loop {
             let mut st = self.inner.live_state()?;
@@ -391,7 +436,7 @@ impl Node {
                 .remotes
                 .get_mut(&key)
                 .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-            if remote.window.try_take() {
+            if remote.take_credit() {
                 let seq = remote.next_seq;
                 remote.next_seq = seq.wrapping_add(1);
                 let tag = Tag {
@@ -451,26 +496,168 @@ impl Node {
         loop {
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
-            let ep = st
-                .endpoints
-                .get_mut(&port)
-                .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-            if let Some(head) = ep.queue.peek().copied() {
-                if head.len > buf.len() {
-                    return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
-                }
-                ep.queue.pop();
-                ep.pool
-                    .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..head.len]);
-                self.inner.post_recv_slot(ep, port, head.slot)?;
-                let _ = ep.credits.consumed(SenderId(u32::from(head.peer)));
-                self.inner.collect_credit_controls(&mut st, port);
-                self.inner.flush_outbox(&mut st);
-                return Ok(head.len);
+            if let Some(n) = self.inner.take_message(&mut st, port, buf)? {
+                return Ok(n);
             }
             drop(st);
             backoff.wait(deadline)?;
         }
+    }
+
+    /// `mcapi_msg_send_i`: copies `data` and returns a request that completes when the
+    /// message is handed to the fabric (once the receiver has a free buffer for it).
+    ///
+    /// # Errors
+    /// As [`Node::msg_send`], plus `MCAPI_ERR_REQUEST_LIMIT` (request table full) and
+    /// `MCAPI_ERR_MEM_LIMIT` (all send slots hold messages waiting for credits).
+    pub fn msg_send_i(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[u8],
+        priority: u32,
+    ) -> Result<RequestHandle> {
+        self.local_port(from)?;
+        if priority >= NUM_PRIORITIES {
+            return Err(Status::MCAPI_ERR_PRIORITY);
+        }
+        if data.len() > MAX_MSG_SIZE {
+            return Err(Status::MCAPI_ERR_MSG_SIZE);
+        }
+        let peer = self.remote_peer(to, None)?;
+        let mut st = self.inner.live_state()?;
+        let h = self
+            .inner
+            .queue_send(&mut st, (peer, to.port()), priority as u8, data)?;
+        self.inner.advance_sends(&mut st);
+        Ok(h)
+    }
+
+    /// `mcapi_msg_recv_i`: a request for the next message of local endpoint `endpoint`;
+    /// the message is taken when the request is tested or waited on with a buffer.
+    /// Cancelling it consumes no message.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn msg_recv_i(&self, endpoint: EndpointId) -> Result<RequestHandle> {
+        let port = self.local_port(endpoint)?;
+        let mut st = self.inner.live_state()?;
+        let h = st.requests.alloc(Req::Recv { port })?;
+        match st.endpoints.get_mut(&port) {
+            Some(ep) => ep.pending_recvs.push_back(h),
+            None => return Err(Status::MCAPI_ERR_ENDP_INVALID),
+        }
+        Ok(h)
+    }
+
+    /// `mcapi_test`: `Ok(Some(size))` once the request completed (for a receive, the
+    /// message is copied into `buf`), `Ok(None)` while pending.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_REQUEST_INVALID` (unknown, released or cancelled request), the
+    /// operation's own error (e.g. `MCAPI_ERR_MSG_TRUNCATED`), `MCAPI_ERR_PARAMETER` for a
+    /// receive tested without a buffer.
+    pub fn test(&self, request: RequestHandle, buf: Option<&mut [u8]>) -> Result<Option<usize>> {
+        let mut st = self.inner.live_state()?;
+        self.inner.progress(&mut st);
+        self.inner.try_complete(&mut st, request, buf)?;
+        match st.requests.test(request)? {
+            None => Ok(None),
+            Some((Status::MCAPI_SUCCESS, size)) => Ok(Some(size)),
+            Some((status, _)) => Err(status),
+        }
+    }
+
+    /// `mcapi_wait`: blocks until the request completes (then releases it), is cancelled
+    /// (`MCAPI_ERR_REQUEST_CANCELLED`) or `timeout` passes (`MCAPI_TIMEOUT`; the request
+    /// stays valid). Returns the size transferred.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_WAIT_PENDING` if another thread waits on it, as [`Node::test`] otherwise.
+    pub fn wait(
+        &self,
+        request: RequestHandle,
+        mut buf: Option<&mut [u8]>,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        self.inner.live_state()?.requests.begin_wait(request)?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut backoff = Backoff::new();
+        loop {
+            let mut st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
+            self.inner
+                .try_complete(&mut st, request, buf.as_deref_mut())?;
+            if let Some(done) = st.requests.take_completed(request)? {
+                return match done.status {
+                    Status::MCAPI_SUCCESS => Ok(done.size),
+                    status => Err(status),
+                };
+            }
+            drop(st);
+            if let Err(e) = backoff.wait(deadline) {
+                let _ = self.inner.live_state()?.requests.end_wait(request);
+                return Err(e);
+            }
+        }
+    }
+
+    /// `mcapi_wait_any`: waits until one of `requests` completes; returns its index and
+    /// size and releases it. Receives among them get no buffer here: use [`Node::wait`]
+    /// for receives whose data is wanted.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_PARAMETER` (empty list), `MCAPI_ERR_REQUEST_INVALID`, `MCAPI_TIMEOUT`.
+    pub fn wait_any(
+        &self,
+        requests: &[RequestHandle],
+        timeout: Option<Duration>,
+    ) -> Result<(usize, usize)> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut backoff = Backoff::new();
+        loop {
+            let mut st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
+            if let Some(i) = st.requests.find_ready(requests)? {
+                let done = st
+                    .requests
+                    .take_completed(requests[i])?
+                    .ok_or(Status::MCAPI_ERR_GENERAL)?;
+                return match done.status {
+                    Status::MCAPI_SUCCESS => Ok((i, done.size)),
+                    status => Err(status),
+                };
+            }
+            drop(st);
+            backoff.wait(deadline)?;
+        }
+    }
+
+    /// `mcapi_cancel`: cancels a pending request; a waiter gets
+    /// `MCAPI_ERR_REQUEST_CANCELLED`. A cancelled receive consumes no message; a cancelled
+    /// send that has not left is not sent.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_REQUEST_INVALID`.
+    pub fn cancel(&self, request: RequestHandle) -> Result<()> {
+        let mut st = self.inner.live_state()?;
+        let pending = matches!(st.requests.state(request)?, RequestState::Pending);
+        let payload = st.requests.cancel(request)?;
+        if !pending {
+            return Ok(());
+        }
+        match payload {
+            Req::Recv { port } => {
+                if let Some(ep) = st.endpoints.get_mut(&port) {
+                    ep.pending_recvs.retain(|&h| h != request);
+                }
+            }
+            Req::Send { slot, .. } => {
+                st.pending_sends.retain(|&h| h != request);
+                st.send_free.push(slot);
+            }
+        }
+        Ok(())
     }
 
     /// `mcapi_msg_available`: messages queued at local endpoint `endpoint`.
@@ -631,6 +818,186 @@ impl NodeInner {
         Ok(())
     }
 
+    /// Copies a message into a send slot and queues it as a request.
+    fn queue_send(
+        &self,
+        st: &mut State,
+        remote: (u16, u32),
+        priority: u8,
+        data: &[u8],
+    ) -> Result<RequestHandle> {
+        let slot = st.send_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        let req = Req::Send {
+            remote,
+            priority,
+            slot,
+            len: data.len(),
+        };
+        let h = match st.requests.alloc(req) {
+            Ok(h) => h,
+            Err(e) => {
+                st.send_free.push(slot);
+                return Err(e);
+            }
+        };
+        self.fab.send_pool.write(slot as usize * MAX_MSG_SIZE, data);
+        st.pending_sends.push_back(h);
+        Ok(h)
+    }
+
+    /// Posts queued sends that have credits now, in order per destination; asks for
+    /// credits (over the fabric) where a destination has none.
+    fn advance_sends(&self, st: &mut State) {
+        let mut i = 0;
+        let mut blocked: [(u16, u32); 8] = [(u16::MAX, 0); 8];
+        let mut nblocked = 0;
+        while i < st.pending_sends.len() {
+            let h = st.pending_sends[i];
+            let Ok(&Req::Send {
+                remote,
+                priority,
+                slot,
+                len,
+            }) = st.requests.get(h)
+            else {
+                st.pending_sends.remove(i);
+                continue;
+            };
+            if blocked[..nblocked].contains(&remote) {
+                i += 1;
+                continue;
+            }
+            let peer = remote.0;
+            let index = st.peers[peer as usize].index_at_peer;
+            let dest = st.peers[peer as usize].addr;
+            let alive = st.peers[peer as usize].alive;
+            let Some(r) = st.remotes.get_mut(&remote) else {
+                let _ = st.requests.complete(h, Status::MCAPI_ERR_ENDP_INVALID, 0);
+                st.send_free.push(slot);
+                st.pending_sends.remove(i);
+                continue;
+            };
+            if !alive {
+                let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                st.send_free.push(slot);
+                st.pending_sends.remove(i);
+                continue;
+            }
+            if !r.take_credit() {
+                if r.window.needs_request() {
+                    let seen = r.window.request_sent();
+                    let want = self.config.recv_buffers as u64;
+                    st.outbox.push_back((
+                        peer,
+                        control_tag(Kind::Request, remote.1, index),
+                        want << 32 | u64::from(seen),
+                    ));
+                }
+                if nblocked < blocked.len() {
+                    blocked[nblocked] = remote;
+                    nblocked += 1;
+                }
+                i += 1;
+                continue;
+            }
+            let seq = r.next_seq;
+            r.next_seq = seq.wrapping_add(1);
+            let tag = Tag {
+                kind: Kind::Message,
+                priority,
+                port: remote.1,
+                peer: index,
+                seq,
+            };
+            let Ok(buf) = self.fab.send_pool.slice(slot as usize * MAX_MSG_SIZE, len) else {
+                break;
+            };
+            match self
+                .fab
+                .ep
+                .send_tagged(buf, dest, tag.encode(), Context::SendSlot(slot).encode())
+            {
+                Ok(()) => {
+                    let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, len);
+                    st.pending_sends.remove(i);
+                }
+                Err(e) if e.is_again() => {
+                    // Give the credit and sequence number back; retry on the next progress.
+                    if let Some(r) = st.remotes.get_mut(&remote) {
+                        r.spare += 1;
+                        r.next_seq = seq;
+                    }
+                    break;
+                }
+                Err(_) => {
+                    let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                    st.send_free.push(slot);
+                    st.pending_sends.remove(i);
+                }
+            }
+        }
+    }
+
+    /// Completes a pending receive request if it is the oldest on its endpoint and a
+    /// message is queued; a buffer too small completes it with `MCAPI_ERR_MSG_TRUNCATED`
+    /// and leaves the message queued.
+    fn try_complete(
+        &self,
+        st: &mut State,
+        request: RequestHandle,
+        buf: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let port = match (st.requests.state(request)?, st.requests.get(request)) {
+            (RequestState::Pending, Ok(&Req::Recv { port })) => port,
+            _ => return Ok(()),
+        };
+        let Some(ep) = st.endpoints.get(&port) else {
+            st.requests
+                .complete(request, Status::MCAPI_ERR_ENDP_INVALID, 0)?;
+            return Ok(());
+        };
+        if ep.pending_recvs.front() != Some(&request) {
+            return Ok(());
+        }
+        let buf = buf.ok_or(Status::MCAPI_ERR_PARAMETER)?;
+        let outcome = match self.take_message(st, port, buf) {
+            Ok(Some(n)) => Some((Status::MCAPI_SUCCESS, n)),
+            Ok(None) => None,
+            Err(Status::MCAPI_ERR_MSG_TRUNCATED) => Some((Status::MCAPI_ERR_MSG_TRUNCATED, 0)),
+            Err(e) => return Err(e),
+        };
+        if let Some((status, n)) = outcome {
+            st.requests.complete(request, status, n)?;
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.pending_recvs.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the next message of `port` into `buf`, re-posts its slot and returns its
+    /// credit; `Ok(None)` if none is queued.
+    fn take_message(&self, st: &mut State, port: u32, buf: &mut [u8]) -> Result<Option<usize>> {
+        let ep = st
+            .endpoints
+            .get_mut(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        let Some(head) = ep.queue.peek().copied() else {
+            return Ok(None);
+        };
+        if head.len > buf.len() {
+            return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
+        }
+        ep.queue.pop();
+        ep.pool
+            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..head.len]);
+        self.post_recv_slot(ep, port, head.slot)?;
+        let _ = ep.credits.consumed(SenderId(u32::from(head.peer)));
+        self.collect_credit_controls(st, port);
+        self.flush_outbox(st);
+        Ok(Some(head.len))
+    }
+
     /// Sends a message payload: inject when it fits, else from a send slot.
     fn send_payload(&self, st: &mut State, peer: u16, tag: Tag, data: &[u8]) -> Result<()> {
         let dest = st.peers[peer as usize].addr;
@@ -698,6 +1065,9 @@ impl NodeInner {
                 }
                 Err(_) => break,
             }
+        }
+        if !st.pending_sends.is_empty() {
+            self.advance_sends(st);
         }
         self.flush_outbox(st);
         handled

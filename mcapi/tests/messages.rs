@@ -186,3 +186,124 @@ fn bad_input_gets_the_spec_codes() {
     let again = Node::initialize(0, 5, cfg).unwrap();
     again.finalize().unwrap();
 }
+
+#[test]
+fn requests_test_wait_wait_any_cancel() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cfg = config("shm", "requests");
+    cfg.request_table_size = 40;
+    let a = Node::initialize(0, 40, cfg.clone()).unwrap();
+    let b = Node::initialize(0, 41, cfg).unwrap();
+    let rx = b.endpoint_create(1).unwrap();
+    let tx = a.endpoint_create(1).unwrap();
+    let to = a.endpoint_get(0, 41, 1, None).unwrap();
+    let mut buf = [0u8; 64];
+
+    // A cancelled receive consumes nothing; its handle is dead afterwards.
+    let r = b.msg_recv_i(rx).unwrap();
+    assert_eq!(b.test(r, Some(&mut buf)), Ok(None));
+    b.cancel(r).unwrap();
+    assert_eq!(
+        b.wait(r, Some(&mut buf), None),
+        Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+    );
+    assert_eq!(
+        b.test(r, Some(&mut buf)),
+        Err(Status::MCAPI_ERR_REQUEST_INVALID)
+    );
+    a.msg_send(tx, to, b"kept", 0).unwrap();
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
+
+    // Non-blocking sends beyond the receiver's 16 buffers stay pending, then complete.
+    let sends: Vec<_> = (0..30u32)
+        .map(|i| a.msg_send_i(tx, to, &i.to_le_bytes(), 0).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        a.test(sends[29], None),
+        Ok(None),
+        "send 29 went out without a credit"
+    );
+    let recvs: Vec<_> = (0..30).map(|_| b.msg_recv_i(rx).unwrap()).collect();
+    for (i, r) in recvs.iter().enumerate() {
+        let n = b
+            .wait(*r, Some(&mut buf), Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(u32::from_le_bytes(buf[..n].try_into().unwrap()), i as u32);
+    }
+    let mut left = sends.clone();
+    while !left.is_empty() {
+        let (i, n) = a.wait_any(&left, Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(n, 4);
+        left.remove(i);
+    }
+    assert_eq!(a.wait_any(&[], None), Err(Status::MCAPI_ERR_PARAMETER));
+
+    // Timeout leaves the request valid; a second waiter gets WAIT_PENDING; a cancel from
+    // another thread wakes the waiter.
+    let r = b.msg_recv_i(rx).unwrap();
+    assert_eq!(
+        b.wait(r, Some(&mut buf), Some(Duration::from_millis(10))),
+        Err(Status::MCAPI_TIMEOUT)
+    );
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8];
+            b.wait(r, Some(&mut buf), None)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        b.wait(r, Some(&mut buf), Some(Duration::from_millis(10))),
+        Err(Status::MCAPI_ERR_WAIT_PENDING)
+    );
+    b.cancel(r).unwrap();
+    assert_eq!(
+        waiter.join().unwrap(),
+        Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+    );
+
+    // Truncation through a request: reported, and the message stays queued.
+    a.msg_send(tx, to, &[7u8; 32], 0).unwrap();
+    let r = b.msg_recv_i(rx).unwrap();
+    let mut small = [0u8; 8];
+    assert_eq!(
+        b.wait(r, Some(&mut small), Some(Duration::from_secs(10))),
+        Err(Status::MCAPI_ERR_MSG_TRUNCATED)
+    );
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(32));
+
+    // A garbage handle.
+    let junk = mcapi::RequestHandle::from_raw(0xdead_beef);
+    assert_eq!(a.test(junk, None), Err(Status::MCAPI_ERR_REQUEST_INVALID));
+    assert_eq!(a.cancel(junk), Err(Status::MCAPI_ERR_REQUEST_INVALID));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+#[test]
+fn request_table_limit_and_reclaim_after_test() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cfg = config("shm", "reqlimit");
+    cfg.request_table_size = 4;
+    let a = Node::initialize(0, 42, cfg).unwrap();
+    let ep = a.endpoint_create(1).unwrap();
+    let rs: Vec<_> = (0..4).map(|_| a.msg_recv_i(ep).unwrap()).collect();
+    assert_eq!(a.msg_recv_i(ep), Err(Status::MCAPI_ERR_REQUEST_LIMIT));
+    // Complete the first through test (never waited on), as spec 7.3.8 programs do.
+    a.msg_send(ep, ep, b"x", 0).unwrap();
+    let mut buf = [0u8; 4];
+    let start = std::time::Instant::now();
+    while a.test(rs[0], Some(&mut buf)).unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    // Its slot is reclaimed for a new request; the old handle reads as invalid.
+    let fresh = a.msg_recv_i(ep).unwrap();
+    assert_ne!(fresh, rs[0]);
+    assert_eq!(
+        a.test(rs[0], Some(&mut buf)),
+        Err(Status::MCAPI_ERR_REQUEST_INVALID)
+    );
+    a.finalize().unwrap();
+}
