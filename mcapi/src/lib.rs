@@ -9,6 +9,7 @@
 //! Status: the semantic core is in place; the node, endpoint and message API over the
 //! transport is the subject of the messaging issue.
 
+pub mod attributes;
 pub mod config;
 pub mod control;
 mod node;

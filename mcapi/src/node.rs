@@ -9,6 +9,7 @@
 //! credits for it (`semantics::credit`) so nothing arrives without a posted slot; a message
 //! is copied out of its slot by `msg_recv`, which re-posts the slot and returns the credit.
 
+use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE};
 use crate::config::Config;
 use crate::control::{self, ControlServer, Frame, Handler, Rendezvous, StartError, Stream};
 use crate::semantics::credit::{Control, CreditPool, CreditWindow, SenderId};
@@ -112,6 +113,7 @@ struct LocalEndpoint {
     credits: CreditPool,
     reorder: SeqReorder<u16, Arrived>,
     timeout: Option<Duration>,
+    priority: u32,
     /// Non-blocking receives in the order they were made; each takes the next message.
     pending_recvs: VecDeque<RequestHandle>,
 }
@@ -300,6 +302,7 @@ impl Node {
             // A sender has at most n messages in flight (its credits): that is the window.
             reorder: SeqReorder::new(MAX_SENDERS, n),
             timeout: None,
+            priority: 0,
             pending_recvs: VecDeque::with_capacity(16),
         };
         for slot in 0..n {
@@ -676,6 +679,73 @@ impl Node {
             .len())
     }
 
+    /// `mcapi_endpoint_get_attribute` of a local or remote endpoint (a remote one is asked
+    /// over its node's control plane).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_TRANSMISSION` (remote node
+    /// gone).
+    pub fn endpoint_get_attribute(&self, endpoint: EndpointId, attribute: u32) -> Result<u64> {
+        let attr = EndpointAttribute::from_number(attribute)?;
+        if (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id) {
+            let st = self.inner.live_state()?;
+            return self.inner.local_attribute(&st, endpoint.port(), attr);
+        }
+        let peer = self.inner.connect_peer(
+            endpoint.domain(),
+            endpoint.node(),
+            Some(Instant::now() + Duration::from_secs(10)),
+        )?;
+        match self.inner.control_call(
+            peer,
+            &Frame::GetAttribute {
+                port: endpoint.port(),
+                attribute,
+            },
+        )? {
+            Frame::Value(v) => Ok(v),
+            Frame::Refused(code) => {
+                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
+            }
+            _ => Err(Status::MCAPI_ERR_GENERAL),
+        }
+    }
+
+    /// `mcapi_endpoint_set_attribute` of a local endpoint. Writable: priority (below
+    /// `NUM_PRIORITIES`) and timeout (milliseconds, `TIMEOUT_INFINITE`); the others are
+    /// read-only.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_REMOTE` for another node's endpoint, `MCAPI_ERR_ENDP_INVALID`,
+    /// `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_ATTR_READONLY`, `MCAPI_ERR_ATTR_VALUE`.
+    pub fn endpoint_set_attribute(
+        &self,
+        endpoint: EndpointId,
+        attribute: u32,
+        value: u64,
+    ) -> Result<()> {
+        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
+            return Err(Status::MCAPI_ERR_ENDP_REMOTE);
+        }
+        let attr = EndpointAttribute::from_number(attribute)?;
+        let mut st = self.inner.live_state()?;
+        let ep = st
+            .endpoints
+            .get_mut(&endpoint.port())
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        match attr {
+            EndpointAttribute::Priority if value < u64::from(NUM_PRIORITIES) => {
+                ep.priority = value as u32
+            }
+            EndpointAttribute::Timeout if value <= TIMEOUT_INFINITE => {
+                ep.timeout = (value != TIMEOUT_INFINITE).then(|| Duration::from_millis(value));
+            }
+            a if a.writable() => return Err(Status::MCAPI_ERR_ATTR_VALUE),
+            _ => return Err(Status::MCAPI_ERR_ATTR_READONLY),
+        }
+        Ok(())
+    }
+
     /// Sets the timeout of blocking sends and receives of local endpoint `endpoint`
     /// (`MCAPI_ENDP_ATTR_TIMEOUT`; `None`: infinite).
     ///
@@ -816,6 +886,26 @@ impl NodeInner {
         }
         st.control_posted = want;
         Ok(())
+    }
+
+    fn local_attribute(&self, st: &State, port: u32, attr: EndpointAttribute) -> Result<u64> {
+        let ep = st
+            .endpoints
+            .get(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        Ok(match attr {
+            EndpointAttribute::MaxPayloadSize => MAX_MSG_SIZE as u64,
+            EndpointAttribute::BufferType => FIFO_BUFFER,
+            EndpointAttribute::MemoryType => LOCAL_MEMORY,
+            EndpointAttribute::NumPriorities => u64::from(NUM_PRIORITIES),
+            EndpointAttribute::Priority => u64::from(ep.priority),
+            EndpointAttribute::NumSendBuffers => st.send_free.len() as u64,
+            EndpointAttribute::NumRecvBuffers => u64::from(ep.credits.free_buffers()),
+            EndpointAttribute::Status => 0,
+            EndpointAttribute::Timeout => ep
+                .timeout
+                .map_or(TIMEOUT_INFINITE, |t| t.as_millis() as u64),
+        })
     }
 
     /// Copies a message into a send slot and queues it as a request.
@@ -1374,6 +1464,16 @@ impl Handler for ControlHandler {
                     return Frame::Refused(Status::MCAPI_ERR_PARAMETER.code());
                 };
                 node.answer_credit_request(from, *port, *want, *seen)
+            }
+            Frame::GetAttribute { port, attribute } => {
+                let value = EndpointAttribute::from_number(*attribute).and_then(|a| {
+                    node.live_state()
+                        .and_then(|st| node.local_attribute(&st, *port, a))
+                });
+                match value {
+                    Ok(v) => Frame::Value(v),
+                    Err(s) => Frame::Refused(s.code()),
+                }
             }
             Frame::Lookup { port } => match node.live_state() {
                 Ok(st) if st.endpoints.contains_key(port) => Frame::Value(1),

@@ -307,3 +307,78 @@ fn request_table_limit_and_reclaim_after_test() {
     );
     a.finalize().unwrap();
 }
+
+#[test]
+fn endpoint_attributes_local_and_remote() {
+    use mcapi::attributes::{EndpointAttribute as A, TIMEOUT_INFINITE};
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "attrs");
+        let a = Node::initialize(0, 50, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 51, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a.endpoint_get(0, 51, 1, None).unwrap();
+        assert_eq!(
+            b.endpoint_get_attribute(rx, A::NumRecvBuffers as u32),
+            Ok(16)
+        );
+        assert_eq!(
+            a.endpoint_get_attribute(to, A::MaxPayloadSize as u32),
+            Ok(mcapi::MAX_MSG_SIZE as u64)
+        );
+        assert_eq!(
+            a.endpoint_get_attribute(to, A::Timeout as u32),
+            Ok(TIMEOUT_INFINITE)
+        );
+        for i in 0..5u8 {
+            a.msg_send(tx, to, &[i], 0).unwrap();
+        }
+        // Read from the sender's side, live (3.13 throttling).
+        let start = std::time::Instant::now();
+        while a.endpoint_get_attribute(to, A::NumRecvBuffers as u32) != Ok(11) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{prov}: free buffers never reached 11"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut buf = [0u8; 4];
+        b.msg_recv(rx, &mut buf).unwrap();
+        b.msg_recv(rx, &mut buf).unwrap();
+        assert_eq!(
+            a.endpoint_get_attribute(to, A::NumRecvBuffers as u32),
+            Ok(13)
+        );
+        // Errors.
+        assert_eq!(
+            a.endpoint_get_attribute(to, 99),
+            Err(Status::MCAPI_ERR_ATTR_NUM)
+        );
+        assert_eq!(
+            a.endpoint_set_attribute(to, A::Timeout as u32, 5),
+            Err(Status::MCAPI_ERR_ENDP_REMOTE)
+        );
+        assert_eq!(
+            b.endpoint_set_attribute(rx, A::NumRecvBuffers as u32, 4),
+            Err(Status::MCAPI_ERR_ATTR_READONLY)
+        );
+        assert_eq!(
+            b.endpoint_set_attribute(rx, A::Priority as u32, 99),
+            Err(Status::MCAPI_ERR_ATTR_VALUE)
+        );
+        let gone = EndpointId::encode(0, 51, 999).unwrap();
+        assert_eq!(
+            a.endpoint_get_attribute(gone, A::Status as u32),
+            Err(Status::MCAPI_ERR_ENDP_INVALID)
+        );
+        // The timeout attribute governs blocking receives.
+        b.endpoint_set_attribute(rx, A::Timeout as u32, 20).unwrap();
+        for _ in 0..3 {
+            b.msg_recv(rx, &mut buf).unwrap();
+        }
+        assert_eq!(b.msg_recv(rx, &mut buf), Err(Status::MCAPI_TIMEOUT));
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}

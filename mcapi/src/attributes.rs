@@ -1,0 +1,97 @@
+//! Endpoint attributes (spec 3.16.13): numbers, value types and which are writable.
+
+use crate::semantics::Status;
+
+/// An endpoint attribute, numbered in the order of spec 3.16.13 (from 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum EndpointAttribute {
+    /// Largest message or packet (`size_t`); read-only.
+    MaxPayloadSize = 1,
+    /// FIFO or state buffer (`mcapi_uint_t`); FIFO only, read-only.
+    BufferType = 2,
+    /// Local, shared or remote memory (`mcapi_uint_t`); local only, read-only.
+    MemoryType = 3,
+    /// Number of priorities (`mcapi_uint_t`); read-only.
+    NumPriorities = 4,
+    /// Channel priority (`mcapi_uint_t`), applied when a channel is connected; writable.
+    Priority = 5,
+    /// Free send buffers of the node (`mcapi_uint_t`); read-only, live.
+    NumSendBuffers = 6,
+    /// Free receive buffers of the endpoint (`mcapi_uint_t`); read-only, live, readable
+    /// from other nodes for throttling (spec 3.13). Its capacity is the node parameter
+    /// `recv_buffers`.
+    NumRecvBuffers = 7,
+    /// Status flags (`mcapi_uint_t`); read-only.
+    Status = 8,
+    /// Timeout of blocking sends and receives in milliseconds (`mcapi_timeout_t`,
+    /// `MCAPI_TIMEOUT_INFINITE` = ~0); writable.
+    Timeout = 9,
+}
+
+/// `MCAPI_ENDP_ATTR_FIFO_BUFFER`.
+pub const FIFO_BUFFER: u64 = 0;
+/// `MCAPI_ENDP_ATTR_LOCAL_MEMORY`.
+pub const LOCAL_MEMORY: u64 = 0;
+/// `MCAPI_TIMEOUT_INFINITE` as an attribute value.
+pub const TIMEOUT_INFINITE: u64 = u32::MAX as u64;
+
+impl EndpointAttribute {
+    /// All attributes, in number order.
+    pub const ALL: [EndpointAttribute; 9] = [
+        EndpointAttribute::MaxPayloadSize,
+        EndpointAttribute::BufferType,
+        EndpointAttribute::MemoryType,
+        EndpointAttribute::NumPriorities,
+        EndpointAttribute::Priority,
+        EndpointAttribute::NumSendBuffers,
+        EndpointAttribute::NumRecvBuffers,
+        EndpointAttribute::Status,
+        EndpointAttribute::Timeout,
+    ];
+
+    /// The attribute with number `n`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ATTR_NUM` for an unknown number.
+    pub fn from_number(n: u32) -> Result<EndpointAttribute, Status> {
+        Self::ALL
+            .into_iter()
+            .find(|a| *a as u32 == n)
+            .ok_or(Status::MCAPI_ERR_ATTR_NUM)
+    }
+
+    /// Size in bytes of the attribute's C type (checked against `attribute_size`).
+    pub fn c_size(self) -> usize {
+        match self {
+            EndpointAttribute::MaxPayloadSize => std::mem::size_of::<usize>(),
+            _ => 4,
+        }
+    }
+
+    /// Whether `mcapi_endpoint_set_attribute` may change it.
+    pub fn writable(self) -> bool {
+        matches!(
+            self,
+            EndpointAttribute::Priority | EndpointAttribute::Timeout
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_round_trip_and_unknown_is_attr_num() {
+        for a in EndpointAttribute::ALL {
+            assert_eq!(EndpointAttribute::from_number(a as u32), Ok(a));
+        }
+        for n in [0, 10, u32::MAX] {
+            assert_eq!(
+                EndpointAttribute::from_number(n),
+                Err(Status::MCAPI_ERR_ATTR_NUM)
+            );
+        }
+    }
+}
