@@ -841,19 +841,7 @@ impl NodeInner {
             .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
             .map_err(ofi_status)?;
         let (tag, ignore) = Tag::match_port(Kind::Message, port);
-        let ctx = Context::RecvSlot { port, slot }.encode();
-        self.fab
-            .cq
-            .retry_on_again(
-                || {
-                    self.fab
-                        .ep
-                        .recv_tagged(buf, FiAddr::UNSPEC, tag, ignore, ctx)
-                },
-                |_| {},
-            )
-            .map(|_| ())
-            .map_err(ofi_status)
+        self.post_receive(buf, tag, ignore, Context::RecvSlot { port, slot })
     }
 
     fn post_control_slot(&self, slot: u32) -> Result<()> {
@@ -863,7 +851,17 @@ impl NodeInner {
             .slice(slot as usize * 8, 8)
             .map_err(ofi_status)?;
         let (tag, ignore) = Tag::match_control();
-        let ctx = Context::ControlSlot(slot).encode();
+        self.post_receive(buf, tag, ignore, Context::ControlSlot(slot))
+    }
+
+    fn post_receive(
+        &self,
+        buf: mcapi_ofi::Buf<'_>,
+        tag: u64,
+        ignore: u64,
+        ctx: Context,
+    ) -> Result<()> {
+        let ctx = ctx.encode();
         self.fab
             .cq
             .retry_on_again(
