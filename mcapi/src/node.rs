@@ -854,6 +854,9 @@ impl NodeInner {
         self.post_receive(buf, tag, ignore, Context::ControlSlot(slot))
     }
 
+    /// Posts one receive. A full receive queue (-FI_EAGAIN: shm takes 1024 posted receives,
+    /// tcp;ofi_rxm 2048) is retried briefly without reading the CQ, whose completions only
+    /// the caller can dispatch, then reported as `MCAPI_ERR_MEM_LIMIT`.
     fn post_receive(
         &self,
         buf: mcapi_ofi::Buf<'_>,
@@ -862,18 +865,18 @@ impl NodeInner {
         ctx: Context,
     ) -> Result<()> {
         let ctx = ctx.encode();
-        self.fab
-            .cq
-            .retry_on_again(
-                || {
-                    self.fab
-                        .ep
-                        .recv_tagged(buf, FiAddr::UNSPEC, tag, ignore, ctx)
-                },
-                |_| {},
-            )
-            .map(|_| ())
-            .map_err(ofi_status)
+        for _ in 0..100 {
+            match self
+                .fab
+                .ep
+                .recv_tagged(buf, FiAddr::UNSPEC, tag, ignore, ctx)
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => std::thread::yield_now(),
+                Err(e) => return Err(ofi_status(e)),
+            }
+        }
+        Err(Status::MCAPI_ERR_MEM_LIMIT)
     }
 
     fn post_control_slots(&self, st: &mut State, n: u32) -> Result<()> {
