@@ -78,9 +78,68 @@ impl EndpointAttribute {
     }
 }
 
+/// `MCAPI_NODE_ATTR_TYPE`: the one node attribute of MCAPI 2.000 (`mcapi_uint_t`).
+pub const NODE_ATTR_TYPE: u32 = 1;
+/// `MCAPI_NODE_ATTR_TYPE_REGULAR`, the default (and only) node type.
+pub const NODE_ATTR_TYPE_REGULAR: u64 = 0;
+
+/// `mcapi_node_attributes_t`: what `mcapi_initialize` takes besides the parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeAttributes {
+    node_type: u64,
+}
+
+impl Default for NodeAttributes {
+    /// `mcapi_node_init_attributes`: every attribute at its default.
+    fn default() -> Self {
+        NodeAttributes {
+            node_type: NODE_ATTR_TYPE_REGULAR,
+        }
+    }
+}
+
+impl NodeAttributes {
+    /// `mcapi_node_set_attribute`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ATTR_NUM` for an unknown number, `MCAPI_ERR_ATTR_VALUE` for a node type
+    /// other than regular (the only type MCAPI 2.000 defines).
+    pub fn set(&mut self, attribute: u32, value: u64) -> Result<(), Status> {
+        match attribute {
+            NODE_ATTR_TYPE if value == NODE_ATTR_TYPE_REGULAR => {
+                self.node_type = value;
+                Ok(())
+            }
+            NODE_ATTR_TYPE => Err(Status::MCAPI_ERR_ATTR_VALUE),
+            _ => Err(Status::MCAPI_ERR_ATTR_NUM),
+        }
+    }
+
+    /// The value of `attribute`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ATTR_NUM` for an unknown number.
+    pub fn get(&self, attribute: u32) -> Result<u64, Status> {
+        match attribute {
+            NODE_ATTR_TYPE => Ok(self.node_type),
+            _ => Err(Status::MCAPI_ERR_ATTR_NUM),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_attributes() {
+        let mut a = NodeAttributes::default();
+        assert_eq!(a.get(NODE_ATTR_TYPE), Ok(NODE_ATTR_TYPE_REGULAR));
+        assert_eq!(a.set(NODE_ATTR_TYPE, NODE_ATTR_TYPE_REGULAR), Ok(()));
+        assert_eq!(a.set(NODE_ATTR_TYPE, 7), Err(Status::MCAPI_ERR_ATTR_VALUE));
+        assert_eq!(a.set(2, 0), Err(Status::MCAPI_ERR_ATTR_NUM));
+        assert_eq!(a.get(0), Err(Status::MCAPI_ERR_ATTR_NUM));
+    }
 
     #[test]
     fn numbers_round_trip_and_unknown_is_attr_num() {

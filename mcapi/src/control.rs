@@ -239,6 +239,11 @@ pub enum Frame {
         /// MCAPI attribute number.
         attribute: u32,
     },
+    /// Read a node attribute.
+    NodeAttribute {
+        /// MCAPI node attribute number.
+        attribute: u32,
+    },
     /// A sender out of credits for endpoint `port` asks for `want` (with the stamp of its
     /// credit window); the answer is the credits granted now (`Value`), more may follow
     /// over the fabric.
@@ -291,6 +296,10 @@ impl Frame {
                 put(4);
                 put(*v);
             }
+            Frame::NodeAttribute { attribute } => {
+                put(8);
+                put(u64::from(*attribute));
+            }
             Frame::CreditRequest { port, want, seen } => {
                 put(7);
                 put(u64::from(*port));
@@ -330,6 +339,9 @@ impl Frame {
                 attribute: small(2)?,
             }))?,
             4 => exact(2).and(Some(Frame::Value(word(1)?)))?,
+            8 => exact(2).and(Some(Frame::NodeAttribute {
+                attribute: small(1)?,
+            }))?,
             7 => exact(4).and(Some(Frame::CreditRequest {
                 port: small(1)?,
                 want: small(2)?,
@@ -596,6 +608,7 @@ mod tests {
                 want: 2,
                 seen: 3,
             },
+            Frame::NodeAttribute { attribute: 1 },
         ] {
             assert_eq!(Frame::decode(&f.encode()), Some(f));
         }

@@ -9,7 +9,9 @@
 //! credits for it (`semantics::credit`) so nothing arrives without a posted slot; a message
 //! is copied out of its slot by `msg_recv`, which re-posts the slot and returns the credit.
 
-use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE};
+use crate::attributes::{
+    EndpointAttribute, NodeAttributes, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE,
+};
 use crate::config::Config;
 use crate::control::{self, ControlServer, Frame, Handler, Rendezvous, StartError, Stream};
 use crate::semantics::credit::{Control, CreditPool, CreditWindow, SenderId};
@@ -50,6 +52,7 @@ pub struct Node {
 struct NodeInner {
     domain_id: u32,
     node_id: u32,
+    attributes: NodeAttributes,
     config: Config,
     fab: Fab,
     state: Mutex<State>,
@@ -165,6 +168,20 @@ impl Node {
     /// `MCAPI_ERR_NODE_INITIALIZED` if this process already runs that node,
     /// `MCAPI_ERR_NODE_INITFAILED` if another process does, or no provider works.
     pub fn initialize(domain_id: u32, node_id: u32, config: Config) -> Result<Node> {
+        Node::initialize_with(domain_id, node_id, NodeAttributes::default(), config)
+    }
+
+    /// `mcapi_initialize` with node attributes (`mcapi_node_init_attributes` /
+    /// `mcapi_node_set_attribute`).
+    ///
+    /// # Errors
+    /// As [`Node::initialize`].
+    pub fn initialize_with(
+        domain_id: u32,
+        node_id: u32,
+        attributes: NodeAttributes,
+        config: Config,
+    ) -> Result<Node> {
         if domain_id > MAX_DOMAIN {
             return Err(Status::MCAPI_ERR_DOMAIN_INVALID);
         }
@@ -174,14 +191,19 @@ impl Node {
         if !lock(live_nodes()).insert((domain_id, node_id)) {
             return Err(Status::MCAPI_ERR_NODE_INITIALIZED);
         }
-        let node = Node::start(domain_id, node_id, config);
+        let node = Node::start(domain_id, node_id, attributes, config);
         if node.is_err() {
             lock(live_nodes()).remove(&(domain_id, node_id));
         }
         node
     }
 
-    fn start(domain_id: u32, node_id: u32, config: Config) -> Result<Node> {
+    fn start(
+        domain_id: u32,
+        node_id: u32,
+        attributes: NodeAttributes,
+        config: Config,
+    ) -> Result<Node> {
         let fab =
             open_fabric(&config, domain_id, node_id).ok_or(Status::MCAPI_ERR_NODE_INITFAILED)?;
         let state = State {
@@ -200,6 +222,7 @@ impl Node {
         let inner = Arc::new(NodeInner {
             domain_id,
             node_id,
+            attributes,
             config,
             fab,
             state: Mutex::new(state),
@@ -260,6 +283,42 @@ impl Node {
     /// `mcapi_node_id_get`.
     pub fn node_id(&self) -> u32 {
         self.inner.node_id
+    }
+
+    /// `mcapi_node_get_attribute` of this node or another one (asked over its control
+    /// plane).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_DOMAIN_INVALID`, `MCAPI_ERR_NODE_INVALID` (out of range, or not running),
+    /// `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_NODE_NOTINIT`.
+    pub fn node_get_attribute(&self, domain: u32, node: u32, attribute: u32) -> Result<u64> {
+        if domain > MAX_DOMAIN {
+            return Err(Status::MCAPI_ERR_DOMAIN_INVALID);
+        }
+        if node > MAX_NODE {
+            return Err(Status::MCAPI_ERR_NODE_INVALID);
+        }
+        drop(self.inner.live_state()?);
+        if (domain, node) == (self.inner.domain_id, self.inner.node_id) {
+            return self.inner.attributes.get(attribute);
+        }
+        let peer = match self.inner.connect_peer(domain, node, Some(Instant::now())) {
+            Ok(p) => p,
+            Err(Status::MCAPI_TIMEOUT | Status::MCAPI_ERR_TRANSMISSION) => {
+                return Err(Status::MCAPI_ERR_NODE_INVALID)
+            }
+            Err(e) => return Err(e),
+        };
+        match self
+            .inner
+            .control_call(peer, &Frame::NodeAttribute { attribute })?
+        {
+            Frame::Value(v) => Ok(v),
+            Frame::Refused(code) => {
+                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
+            }
+            _ => Err(Status::MCAPI_ERR_GENERAL),
+        }
     }
 
     /// The libfabric provider this node runs over.
@@ -1466,6 +1525,10 @@ impl Handler for ControlHandler {
                 };
                 node.answer_credit_request(from, *port, *want, *seen)
             }
+            Frame::NodeAttribute { attribute } => match node.attributes.get(*attribute) {
+                Ok(v) => Frame::Value(v),
+                Err(s) => Frame::Refused(s.code()),
+            },
             Frame::GetAttribute { port, attribute } => {
                 let value = EndpointAttribute::from_number(*attribute).and_then(|a| {
                     node.live_state()

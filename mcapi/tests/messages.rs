@@ -458,3 +458,41 @@ fn rss_kib() -> usize {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+#[test]
+fn node_attributes_local_and_remote() {
+    use mcapi::attributes::{NodeAttributes, NODE_ATTR_TYPE, NODE_ATTR_TYPE_REGULAR};
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "nodeattr");
+    let mut attrs = NodeAttributes::default();
+    attrs.set(NODE_ATTR_TYPE, NODE_ATTR_TYPE_REGULAR).unwrap();
+    let a = Node::initialize_with(0, 70, attrs, cfg.clone()).unwrap();
+    let b = Node::initialize(0, 71, cfg).unwrap();
+    assert_eq!(
+        a.node_get_attribute(0, 70, NODE_ATTR_TYPE),
+        Ok(NODE_ATTR_TYPE_REGULAR)
+    );
+    assert_eq!(
+        a.node_get_attribute(0, 71, NODE_ATTR_TYPE),
+        Ok(NODE_ATTR_TYPE_REGULAR)
+    );
+    assert_eq!(
+        a.node_get_attribute(0, 71, 42),
+        Err(Status::MCAPI_ERR_ATTR_NUM)
+    );
+    assert_eq!(
+        a.node_get_attribute(0, 72, NODE_ATTR_TYPE),
+        Err(Status::MCAPI_ERR_NODE_INVALID)
+    );
+    assert_eq!(
+        a.node_get_attribute(300, 71, NODE_ATTR_TYPE),
+        Err(Status::MCAPI_ERR_DOMAIN_INVALID)
+    );
+    assert_eq!((a.domain_id(), a.node_id()), (0, 70));
+    a.finalize().unwrap();
+    assert_eq!(
+        a.node_get_attribute(0, 71, NODE_ATTR_TYPE),
+        Err(Status::MCAPI_ERR_NODE_NOTINIT)
+    );
+    b.finalize().unwrap();
+}
