@@ -152,6 +152,17 @@ fn live_nodes() -> &'static Mutex<HashSet<(u32, u32)>> {
     LIVE.get_or_init(Default::default)
 }
 
+/// Every live node of the process, for [`Node::current`].
+fn process_nodes() -> &'static Mutex<Vec<Weak<NodeInner>>> {
+    static NODES: OnceLock<Mutex<Vec<Weak<NodeInner>>>> = OnceLock::new();
+    NODES.get_or_init(Default::default)
+}
+
+thread_local! {
+    /// The node this thread initialized, if any.
+    static THREAD_NODE: std::cell::RefCell<Weak<NodeInner>> = const { std::cell::RefCell::new(Weak::new()) };
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -192,10 +203,38 @@ impl Node {
             return Err(Status::MCAPI_ERR_NODE_INITIALIZED);
         }
         let node = Node::start(domain_id, node_id, attributes, config);
-        if node.is_err() {
-            lock(live_nodes()).remove(&(domain_id, node_id));
+        match &node {
+            Ok(n) => {
+                THREAD_NODE.with(|t| *t.borrow_mut() = Arc::downgrade(&n.inner));
+                let mut all = lock(process_nodes());
+                all.retain(|w| w.strong_count() > 0);
+                all.push(Arc::downgrade(&n.inner));
+            }
+            Err(_) => {
+                lock(live_nodes()).remove(&(domain_id, node_id));
+            }
         }
         node
+    }
+
+    /// The node the calling thread works with, as the C API's implicit node: the one this
+    /// thread initialized, else the process's node when there is exactly one (threads of a
+    /// process sharing one node, the FAQ's model).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` when the thread initialized none and the process has zero or
+    /// several live nodes.
+    pub fn current() -> Result<Node> {
+        let live = |w: &Weak<NodeInner>| w.upgrade().filter(|n| !lock(&n.state).finalized);
+        if let Some(inner) = THREAD_NODE.with(|t| live(&t.borrow())) {
+            return Ok(Node { inner });
+        }
+        let all = lock(process_nodes());
+        let mut alive = all.iter().filter_map(live);
+        match (alive.next(), alive.next()) {
+            (Some(inner), None) => Ok(Node { inner }),
+            _ => Err(Status::MCAPI_ERR_NODE_NOTINIT),
+        }
     }
 
     fn start(
@@ -271,6 +310,7 @@ impl Node {
         if let Some(t) = lock(&self.inner.progress_thread).take() {
             let _ = t.join();
         }
+        lock(process_nodes()).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.inner)));
         lock(live_nodes()).remove(&(self.inner.domain_id, self.inner.node_id));
         Ok(())
     }

@@ -496,3 +496,47 @@ fn node_attributes_local_and_remote() {
     );
     b.finalize().unwrap();
 }
+
+/// A thread that initialized a node uses its own; other threads use the process's node
+/// when there is exactly one.
+#[test]
+fn current_node_follows_the_thread_rule() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "current");
+    let main = Node::initialize(0, 80, cfg.clone()).unwrap();
+    assert_eq!(Node::current().unwrap().node_id(), 80);
+    // Another thread, no node of its own, one node in the process: that one.
+    assert_eq!(
+        std::thread::spawn(|| Node::current().map(|n| n.node_id()))
+            .join()
+            .unwrap(),
+        Ok(80)
+    );
+    // A thread with its own node uses it; while two exist, a third thread has none.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        let own = Node::initialize(0, 81, cfg).unwrap();
+        tx.send(Node::current().map(|n| n.node_id())).unwrap();
+        done_rx.recv().unwrap();
+        own.finalize().unwrap();
+    });
+    assert_eq!(rx.recv().unwrap(), Ok(81));
+    assert_eq!(Node::current().unwrap().node_id(), 80);
+    assert_eq!(
+        std::thread::spawn(|| Node::current().map(|n| n.node_id()))
+            .join()
+            .unwrap(),
+        Err(Status::MCAPI_ERR_NODE_NOTINIT)
+    );
+    done_tx.send(()).unwrap();
+    worker.join().unwrap();
+    assert_eq!(
+        std::thread::spawn(|| Node::current().map(|n| n.node_id()))
+            .join()
+            .unwrap(),
+        Ok(80)
+    );
+    main.finalize().unwrap();
+    assert_eq!(Node::current().err(), Some(Status::MCAPI_ERR_NODE_NOTINIT));
+}
