@@ -99,6 +99,8 @@ enum Req {
     },
     /// A receive on local endpoint `port`; it takes a message when tested or waited on.
     Recv { port: u32 },
+    /// An endpoint lookup; it completes once the endpoint exists.
+    Get { id: EndpointId },
 }
 
 struct Peer {
@@ -462,6 +464,42 @@ impl Node {
         Ok(id)
     }
 
+    /// `mcapi_endpoint_get_i`: a request that completes once endpoint `<domain, node, port>`
+    /// exists (checked each time it is tested or waited on). The endpoint value is
+    /// `EndpointId::encode(domain, node, port)`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_DOMAIN_INVALID`, `MCAPI_ERR_NODE_INVALID`, `MCAPI_ERR_PORT_INVALID`,
+    /// `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn endpoint_get_i(&self, domain: u32, node: u32, port: u32) -> Result<RequestHandle> {
+        let id = EndpointId::encode(domain, node, port)?;
+        self.inner.live_state()?.requests.alloc(Req::Get { id })
+    }
+
+    /// One non-blocking attempt to complete a pending `endpoint_get_i` request.
+    fn poll_get(&self, request: RequestHandle) -> Result<()> {
+        let id = {
+            let st = self.inner.live_state()?;
+            match (st.requests.state(request), st.requests.get(request)) {
+                (Ok(RequestState::Pending), Ok(&Req::Get { id })) => id,
+                _ => return Ok(()),
+            }
+        };
+        let found = if (id.domain(), id.node()) == (self.inner.domain_id, self.inner.node_id) {
+            self.inner.live_state()?.endpoints.contains_key(&id.port())
+        } else {
+            self.resolve_remote(id, Some(Instant::now())).is_ok()
+        };
+        if found {
+            let _ = self
+                .inner
+                .live_state()?
+                .requests
+                .complete(request, Status::MCAPI_SUCCESS, 0);
+        }
+        Ok(())
+    }
+
     /// Connects to the endpoint's node, waits until the endpoint exists there and sets up
     /// the credit window for sending to it. Returns the peer index.
     fn resolve_remote(&self, id: EndpointId, deadline: Option<Instant>) -> Result<u16> {
@@ -660,6 +698,7 @@ impl Node {
     /// operation's own error (e.g. `MCAPI_ERR_MSG_TRUNCATED`), `MCAPI_ERR_PARAMETER` for a
     /// receive tested without a buffer.
     pub fn test(&self, request: RequestHandle, buf: Option<&mut [u8]>) -> Result<Option<usize>> {
+        self.poll_get(request)?;
         let mut st = self.inner.live_state()?;
         self.inner.progress(&mut st);
         self.inner.try_complete(&mut st, request, buf)?;
@@ -686,6 +725,7 @@ impl Node {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
         loop {
+            self.poll_get(request)?;
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
             self.inner
@@ -718,6 +758,9 @@ impl Node {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
         loop {
+            for &r in requests {
+                self.poll_get(r)?;
+            }
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
             if let Some(i) = st.requests.find_ready(requests)? {
@@ -758,6 +801,7 @@ impl Node {
                 st.pending_sends.retain(|&h| h != request);
                 st.send_free.push(slot);
             }
+            Req::Get { .. } => {}
         }
         Ok(())
     }

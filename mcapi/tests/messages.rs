@@ -540,3 +540,45 @@ fn current_node_follows_the_thread_rule() {
     main.finalize().unwrap();
     assert_eq!(Node::current().err(), Some(Status::MCAPI_ERR_NODE_NOTINIT));
 }
+
+#[test]
+fn endpoint_get_i_completes_when_the_endpoint_appears() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "geti");
+    let a = Node::initialize(0, 90, cfg.clone()).unwrap();
+    // The remote node does not exist yet; then it exists without the endpoint.
+    let r = a.endpoint_get_i(0, 91, 4).unwrap();
+    assert_eq!(a.test(r, None), Ok(None));
+    let b = Node::initialize(0, 91, cfg).unwrap();
+    assert_eq!(a.test(r, None), Ok(None));
+    let late = {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            b.endpoint_create(4).unwrap()
+        })
+    };
+    assert_eq!(a.wait(r, None, Some(Duration::from_secs(10))), Ok(0));
+    let ep = late.join().unwrap();
+    assert_eq!(EndpointId::encode(0, 91, 4).unwrap(), ep);
+    // A local lookup, and a cancelled one.
+    let mine = a.endpoint_create(1).unwrap();
+    let r = a.endpoint_get_i(0, 90, 1).unwrap();
+    assert_eq!(a.wait(r, None, Some(Duration::from_secs(1))), Ok(0));
+    let r = a.endpoint_get_i(0, 91, 5).unwrap();
+    a.cancel(r).unwrap();
+    assert_eq!(
+        a.wait(r, None, None),
+        Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+    );
+    assert_eq!(
+        a.endpoint_get_i(0, 0xFFFF, 1),
+        Err(Status::MCAPI_ERR_NODE_INVALID)
+    );
+    // The looked-up endpoint is usable.
+    a.msg_send(mine, ep, b"hi", 0).unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(b.msg_recv(ep, &mut buf), Ok(2));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
