@@ -419,6 +419,9 @@ impl Node {
     /// `MCAPI_ERR_ENDP_INVALID` for a value that is no endpoint (or already deleted),
     /// `MCAPI_ERR_ENDP_NOTOWNER` for another node's endpoint.
     pub fn endpoint_delete(&self, endpoint: EndpointId) -> Result<()> {
+        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
+            return Err(Status::MCAPI_ERR_ENDP_NOTOWNER);
+        }
         let port = self.local_port(endpoint)?;
         let mut st = self.inner.live_state()?;
         let ep = st
@@ -909,12 +912,14 @@ impl Node {
     }
 
     /// The port of `endpoint` if it is this node's and exists.
+    /// The port of `endpoint` if it is one of this node's live endpoints; another node's
+    /// endpoint is "not a valid local endpoint" (`MCAPI_ERR_ENDP_INVALID`, spec 4.3).
     fn local_port(&self, endpoint: EndpointId) -> Result<u32> {
-        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
-            return Err(Status::MCAPI_ERR_ENDP_NOTOWNER);
-        }
         let port = endpoint.port();
-        if !self.inner.live_state()?.endpoints.contains_key(&port) {
+        let st = self.inner.live_state()?;
+        let ours =
+            (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id);
+        if !ours || !st.endpoints.contains_key(&port) {
             return Err(Status::MCAPI_ERR_ENDP_INVALID);
         }
         Ok(port)

@@ -582,3 +582,255 @@ fn endpoint_get_i_completes_when_the_endpoint_appears() {
     a.finalize().unwrap();
     b.finalize().unwrap();
 }
+
+/// The provokable rows of the ERRORS tables of 4.1, 4.2, 4.3 and 4.6, one per line.
+/// (NULL-pointer rows belong to the C ABI; channel rows to the channels issue.)
+#[test]
+fn errors_tables() {
+    use mcapi::attributes::EndpointAttribute as A;
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "table");
+    let mut tiny = cfg.clone();
+    tiny.request_table_size = 1;
+    let a = Node::initialize(0, 100, tiny).unwrap();
+    let b = Node::initialize(0, 101, cfg.clone()).unwrap();
+    let ep = a.endpoint_create(1).unwrap();
+    let theirs = b.endpoint_create(1).unwrap();
+    let to = a.endpoint_get(0, 101, 1, None).unwrap();
+    let deleted = a.endpoint_create(2).unwrap();
+    a.endpoint_delete(deleted).unwrap();
+    let held = a.msg_recv_i(ep).unwrap(); // fills the one-slot request table
+    let mut bad_provider = cfg.clone();
+    bad_provider.provider = Some("no-such-provider".into());
+    let mut buf = [0u8; 8];
+    let big = vec![0u8; mcapi::MAX_MSG_SIZE + 1];
+    let junk = mcapi::RequestHandle::from_raw(0x1234_5678_9abc);
+    let ms = |n| Some(Duration::from_millis(n));
+
+    type Row<'a> = (&'a str, Box<dyn Fn() -> Result<(), Status> + 'a>, Status);
+    let rows: Vec<Row> = vec![
+        // 4.1 initialize / node attributes
+        (
+            "initialize: domain",
+            Box::new(|| Node::initialize(256, 1, cfg.clone()).map(drop)),
+            Status::MCAPI_ERR_DOMAIN_INVALID,
+        ),
+        (
+            "initialize: node",
+            Box::new(|| Node::initialize(0, 0xFFFF, cfg.clone()).map(drop)),
+            Status::MCAPI_ERR_NODE_INVALID,
+        ),
+        (
+            "initialize: twice",
+            Box::new(|| Node::initialize(0, 100, cfg.clone()).map(drop)),
+            Status::MCAPI_ERR_NODE_INITIALIZED,
+        ),
+        (
+            "initialize: no provider",
+            Box::new(|| Node::initialize(0, 102, bad_provider.clone()).map(drop)),
+            Status::MCAPI_ERR_NODE_INITFAILED,
+        ),
+        (
+            "node_get_attribute: number",
+            Box::new(|| a.node_get_attribute(0, 101, 9).map(drop)),
+            Status::MCAPI_ERR_ATTR_NUM,
+        ),
+        (
+            "node_get_attribute: node",
+            Box::new(|| a.node_get_attribute(0, 0xFFFF, 1).map(drop)),
+            Status::MCAPI_ERR_NODE_INVALID,
+        ),
+        // 4.2 endpoints
+        (
+            "endpoint_create: exists",
+            Box::new(|| a.endpoint_create(1).map(drop)),
+            Status::MCAPI_ERR_ENDP_EXISTS,
+        ),
+        (
+            "endpoint_create: port",
+            Box::new(|| a.endpoint_create(1 << 24).map(drop)),
+            Status::MCAPI_ERR_PORT_INVALID,
+        ),
+        (
+            "endpoint_get: domain",
+            Box::new(|| a.endpoint_get(256, 1, 1, ms(1)).map(drop)),
+            Status::MCAPI_ERR_DOMAIN_INVALID,
+        ),
+        (
+            "endpoint_get: node",
+            Box::new(|| a.endpoint_get(0, 0xFFFF, 1, ms(1)).map(drop)),
+            Status::MCAPI_ERR_NODE_INVALID,
+        ),
+        (
+            "endpoint_get: port",
+            Box::new(|| a.endpoint_get(0, 101, 1 << 24, ms(1)).map(drop)),
+            Status::MCAPI_ERR_PORT_INVALID,
+        ),
+        (
+            "endpoint_get: timeout",
+            Box::new(|| a.endpoint_get(0, 101, 9, ms(10)).map(drop)),
+            Status::MCAPI_TIMEOUT,
+        ),
+        (
+            "endpoint_get_i: request limit",
+            Box::new(|| a.endpoint_get_i(0, 101, 1).map(drop)),
+            Status::MCAPI_ERR_REQUEST_LIMIT,
+        ),
+        (
+            "endpoint_delete: not owner",
+            Box::new(|| a.endpoint_delete(theirs)),
+            Status::MCAPI_ERR_ENDP_NOTOWNER,
+        ),
+        (
+            "endpoint_delete: deleted",
+            Box::new(|| a.endpoint_delete(deleted)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        (
+            "endpoint_get_attribute: number",
+            Box::new(|| a.endpoint_get_attribute(ep, 0).map(drop)),
+            Status::MCAPI_ERR_ATTR_NUM,
+        ),
+        (
+            "endpoint_get_attribute: endpoint",
+            Box::new(|| a.endpoint_get_attribute(deleted, 1).map(drop)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        (
+            "endpoint_set_attribute: remote",
+            Box::new(|| a.endpoint_set_attribute(to, A::Timeout as u32, 1)),
+            Status::MCAPI_ERR_ENDP_REMOTE,
+        ),
+        (
+            "endpoint_set_attribute: read-only",
+            Box::new(|| a.endpoint_set_attribute(ep, A::MaxPayloadSize as u32, 1)),
+            Status::MCAPI_ERR_ATTR_READONLY,
+        ),
+        (
+            "endpoint_set_attribute: value",
+            Box::new(|| a.endpoint_set_attribute(ep, A::Priority as u32, 8)),
+            Status::MCAPI_ERR_ATTR_VALUE,
+        ),
+        // 4.3 messages
+        (
+            "msg_send: from another node",
+            Box::new(|| a.msg_send(theirs, to, b"x", 0)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        (
+            "msg_send: from deleted",
+            Box::new(|| a.msg_send(deleted, to, b"x", 0)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        (
+            "msg_send: to deleted",
+            Box::new(|| a.msg_send(ep, deleted, b"x", 0)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        (
+            "msg_send: size",
+            Box::new(|| a.msg_send(ep, to, &big, 0)),
+            Status::MCAPI_ERR_MSG_SIZE,
+        ),
+        (
+            "msg_send: priority",
+            Box::new(|| a.msg_send(ep, to, b"x", 8)),
+            Status::MCAPI_ERR_PRIORITY,
+        ),
+        (
+            "msg_send_i: request limit",
+            Box::new(|| a.msg_send_i(ep, to, b"x", 0).map(drop)),
+            Status::MCAPI_ERR_REQUEST_LIMIT,
+        ),
+        (
+            "msg_send_i: size",
+            Box::new(|| a.msg_send_i(ep, to, &big, 0).map(drop)),
+            Status::MCAPI_ERR_MSG_SIZE,
+        ),
+        (
+            "msg_recv: not local",
+            Box::new(|| a.msg_recv(to, &mut [0u8; 8][..]).map(drop)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        (
+            "msg_recv_i: not local",
+            Box::new(|| a.msg_recv_i(to).map(drop)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        (
+            "msg_available: not local",
+            Box::new(|| a.msg_available(to).map(drop)),
+            Status::MCAPI_ERR_ENDP_INVALID,
+        ),
+        // 4.6 requests
+        (
+            "test: invalid",
+            Box::new(|| a.test(junk, None).map(drop)),
+            Status::MCAPI_ERR_REQUEST_INVALID,
+        ),
+        (
+            "wait: invalid",
+            Box::new(|| a.wait(junk, None, ms(1)).map(drop)),
+            Status::MCAPI_ERR_REQUEST_INVALID,
+        ),
+        (
+            "wait: timeout",
+            Box::new(|| a.wait(held, Some(&mut [0u8; 8][..]), ms(5)).map(drop)),
+            Status::MCAPI_TIMEOUT,
+        ),
+        (
+            "wait_any: none",
+            Box::new(|| a.wait_any(&[], ms(1)).map(drop)),
+            Status::MCAPI_ERR_PARAMETER,
+        ),
+        (
+            "wait_any: invalid",
+            Box::new(|| a.wait_any(&[held, junk], ms(1)).map(drop)),
+            Status::MCAPI_ERR_REQUEST_INVALID,
+        ),
+        (
+            "wait_any: timeout",
+            Box::new(|| a.wait_any(&[held], ms(5)).map(drop)),
+            Status::MCAPI_TIMEOUT,
+        ),
+        (
+            "cancel: invalid",
+            Box::new(|| a.cancel(junk)),
+            Status::MCAPI_ERR_REQUEST_INVALID,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (name, call, want) in &rows {
+        let got = call();
+        if got != Err(*want) {
+            wrong.push(format!("{name}: expected {want}, got {got:?}"));
+        }
+    }
+    drop(rows);
+    a.cancel(held).unwrap();
+    assert_eq!(
+        a.wait(held, Some(&mut buf), None),
+        Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+    );
+    a.finalize().unwrap();
+    // 4.1-4.6 before initialize / after finalize.
+    for (name, got) in [
+        ("finalize twice", a.finalize()),
+        ("endpoint_create", a.endpoint_create(3).map(drop)),
+        ("endpoint_get", a.endpoint_get(0, 101, 1, ms(1)).map(drop)),
+        ("msg_send", a.msg_send(ep, to, b"x", 0)),
+        ("msg_recv_i", a.msg_recv_i(ep).map(drop)),
+        ("test", a.test(held, None).map(drop)),
+    ] {
+        if got != Err(Status::MCAPI_ERR_NODE_NOTINIT) {
+            wrong.push(format!("{name} after finalize: {got:?}"));
+        }
+    }
+    b.finalize().unwrap();
+    assert!(
+        wrong.is_empty(),
+        "{} rows wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
