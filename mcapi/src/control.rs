@@ -435,6 +435,10 @@ impl Drop for ControlServer {
         }
         if let Rendezvous::Unix(path) = &self.rendezvous {
             let _ = std::fs::remove_file(path);
+            // The job's directory goes with its last node (a no-op while others remain).
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
     }
 }
