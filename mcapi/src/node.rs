@@ -1674,9 +1674,12 @@ fn background_progress(node: Weak<NodeInner>) {
 
 /// Opens the fabric stack with the first provider candidate that works.
 fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Option<Fab> {
-    let local = match &config.topology {
-        Some(t) => t.get(domain_id, node_id)?.host.clone(),
-        None => "127.0.0.1".to_owned(),
+    // The local address the network providers bind to: the chosen interface's, else this
+    // node's topology entry, else loopback (every node on this host).
+    let local = match (&config.tcp_iface, &config.topology) {
+        (Some(iface), _) => interface_address(iface)?,
+        (None, Some(t)) => t.get(domain_id, node_id)?.host.clone(),
+        (None, None) => "127.0.0.1".to_owned(),
     };
     for provider in config.provider_candidates() {
         let mut hints = Hints::new().provider(provider.clone()).caps(flags::TAGGED);
@@ -1707,6 +1710,14 @@ fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Option<Fab> {
         }
     }
     None
+}
+
+/// The first IPv4 address of network interface `name` (`MCAPI_TCP_IFACE`).
+fn interface_address(name: &str) -> Option<String> {
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|i| i.interface_name == name)
+        .find_map(|i| i.address?.as_sockaddr_in().map(|a| a.ip().to_string()))
 }
 
 /// Spin briefly, then sleep in growing steps: two processes blocked on 2 cores must not

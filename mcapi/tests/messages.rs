@@ -834,3 +834,25 @@ fn errors_tables() {
         wrong.join("\n")
     );
 }
+
+#[test]
+fn tcp_interface_is_chosen_by_name() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cfg = config("tcp", "iface");
+    cfg.tcp_iface = Some("lo".into());
+    let a = Node::initialize(0, 110, cfg.clone()).unwrap();
+    let b = Node::initialize(0, 111, cfg.clone()).unwrap();
+    let rx = b.endpoint_create(1).unwrap();
+    let tx = a.endpoint_create(1).unwrap();
+    let to = a.endpoint_get(0, 111, 1, None).unwrap();
+    a.msg_send(tx, to, b"lo", 0).unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(2));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    cfg.tcp_iface = Some("no-such-iface0".into());
+    assert_eq!(
+        Node::initialize(0, 112, cfg).err(),
+        Some(Status::MCAPI_ERR_NODE_INITFAILED)
+    );
+}
