@@ -28,6 +28,9 @@ fn main() {
             Trial::test(format!("{prov}::killed_peer_gives_an_error"), move || {
                 killed_peer(prov)
             }),
+            Trial::test(format!("{prov}::three_sender_processes"), move || {
+                three_senders(prov)
+            }),
         ];
         for trial in t {
             if absent {
@@ -125,6 +128,44 @@ fn killed_peer(prov: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+const PER_SENDER: u32 = 20_000;
+
+/// Three sender processes, mixed priorities and sizes, one receiver that stalls now and then:
+/// everything arrives once, in order per sender and priority.
+fn three_senders(prov: &str) -> Result<(), Failed> {
+    let job = format!("three-{prov}-{}", std::process::id());
+    let node = Node::initialize(0, 30, config(prov, &job))?;
+    let rx = node.endpoint_create(1)?;
+    node.set_endpoint_timeout(rx, Some(Duration::from_secs(60)))?;
+    let children: Vec<_> = (0..3)
+        .map(|k| spawn(&format!("sender{k}"), prov, &job))
+        .collect::<Result<_, _>>()?;
+    let mut next = [[0u32; 3]; 3];
+    let mut buf = vec![0u8; 4096];
+    for n in 0..3 * PER_SENDER {
+        if n % 20_000 == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let len = node.msg_recv(rx, &mut buf)?;
+        let k = buf[0] as usize;
+        let i = u32::from_le_bytes(buf[1..5].try_into()?);
+        let prio = (i % 3) as usize;
+        if len != 5 + (i as usize * 97) % 1500 || i != next[k][prio] * 3 + prio as u32 {
+            return Err(
+                format!("sender {k}: message {i} ({len} B) out of order or damaged").into(),
+            );
+        }
+        next[k][prio] += 1;
+    }
+    for mut c in children {
+        if !c.wait()?.success() {
+            return Err("a sender failed".into());
+        }
+    }
+    node.finalize()?;
+    Ok(())
+}
+
 fn child(spec: &str) {
     let mut parts = spec.splitn(3, ':');
     let (role, prov, job) = (
@@ -164,6 +205,21 @@ fn child(spec: &str) {
             loop {
                 std::thread::sleep(Duration::from_secs(1));
             }
+        }
+        sender if sender.starts_with("sender") => {
+            let k: u8 = sender["sender".len()..].parse().unwrap();
+            let n = Node::initialize(0, 31 + u32::from(k), config(prov, job)).unwrap();
+            let tx = n.endpoint_create(1).unwrap();
+            let to = n
+                .endpoint_get(0, 30, 1, Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut msg = vec![k; 2048];
+            for i in 0..PER_SENDER {
+                msg[1..5].copy_from_slice(&i.to_le_bytes());
+                n.msg_send(tx, to, &msg[..5 + (i as usize * 97) % 1500], i % 3)
+                    .unwrap();
+            }
+            n.finalize().unwrap();
         }
         other => panic!("unknown role {other}"),
     }
