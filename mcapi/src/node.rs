@@ -1723,15 +1723,21 @@ fn interface_address(name: &str) -> Option<String> {
 /// Spin briefly, then sleep in growing steps: two processes blocked on 2 cores must not
 /// starve each other.
 struct Backoff {
-    spins: u32,
+    start: Instant,
     sleep: Duration,
 }
+
+/// How long a blocked call polls the CQ back to back: long enough to catch a reply over
+/// shm or tcp on this host without a context switch.
+const SPIN: Duration = Duration::from_micros(50);
+/// Then it yields the core between polls for this long, before sleeping.
+const YIELD: Duration = Duration::from_micros(500);
 
 impl Backoff {
     fn new() -> Backoff {
         Backoff {
-            spins: 0,
-            sleep: Duration::from_micros(10),
+            start: Instant::now(),
+            sleep: Duration::from_micros(20),
         }
     }
 
@@ -1741,16 +1747,19 @@ impl Backoff {
     }
 
     fn wait(&mut self, deadline: Option<Instant>) -> Result<()> {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
             return Err(Status::MCAPI_TIMEOUT);
         }
-        if self.spins < 200 {
-            self.spins += 1;
+        let waited = now - self.start;
+        if waited < SPIN {
             std::hint::spin_loop();
-            return Ok(());
+        } else if waited < SPIN + YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep);
+            self.sleep = (self.sleep * 2).min(Duration::from_millis(2));
         }
-        std::thread::sleep(self.sleep);
-        self.sleep = (self.sleep * 2).min(Duration::from_millis(2));
         Ok(())
     }
 }
