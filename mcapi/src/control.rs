@@ -667,6 +667,7 @@ mod tests {
             Rendezvous::Unix(p) => p,
             _ => unreachable!(),
         };
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         drop(UnixListener::bind(&path).unwrap());
         assert!(path.exists());
         let again = ControlServer::start(&c, 0, 1, handler).unwrap();

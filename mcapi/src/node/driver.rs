@@ -1,0 +1,687 @@
+//! The driver: what moves between the semantic core and the fabric (posting, progress,
+//! credits, peers).
+
+use super::*;
+
+/// The full sequence number of a 16-bit wire sequence, given the next one expected: the
+/// sender's credits keep every message within a window far below 2^15 of it.
+pub(super) fn widen(expected: u32, wire: u16) -> u32 {
+    let delta = wire.wrapping_sub(expected as u16) as i16;
+    expected.wrapping_add(delta as i32 as u32)
+}
+
+/// Queues a credit decision of endpoint `port` for the fabric.
+pub(super) fn queue_control(
+    peers: &[Peer],
+    outbox: &mut VecDeque<(u16, Tag, u64)>,
+    port: u32,
+    ctl: Control,
+) {
+    let (kind, to, n) = match ctl {
+        Control::Grant(g) => (Kind::Grant, g.to, g.credits),
+        Control::Recall { from, credits } => (Kind::Recall, from, credits),
+    };
+    let peer = to.0 as u16;
+    if let Some(p) = peers.get(peer as usize) {
+        outbox.push_back((peer, control_tag(kind, port, p.index_at_peer), u64::from(n)));
+    }
+}
+
+pub(super) fn control_tag(kind: Kind, port: u32, peer: u16) -> Tag {
+    Tag {
+        kind,
+        priority: 0,
+        port,
+        peer,
+        seq: 0,
+    }
+}
+
+impl NodeInner {
+    pub(super) fn live_state(&self) -> Result<MutexGuard<'_, State>> {
+        let st = lock(&self.state);
+        if st.finalized {
+            return Err(Status::MCAPI_ERR_NODE_NOTINIT);
+        }
+        Ok(st)
+    }
+
+    pub(super) fn post_recv_slot(&self, ep: &LocalEndpoint, port: u32, slot: u32) -> Result<()> {
+        let buf = ep
+            .pool
+            .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
+            .map_err(ofi_status)?;
+        let (tag, ignore) = Tag::match_port(Kind::Message, port);
+        self.post_receive(buf, tag, ignore, Context::RecvSlot { port, slot })
+    }
+
+    pub(super) fn post_control_slot(&self, slot: u32) -> Result<()> {
+        let buf = self
+            .fab
+            .control_pool
+            .slice(slot as usize * 8, 8)
+            .map_err(ofi_status)?;
+        let (tag, ignore) = Tag::match_control();
+        self.post_receive(buf, tag, ignore, Context::ControlSlot(slot))
+    }
+
+    /// Posts one receive. A full receive queue (-FI_EAGAIN: shm takes 1024 posted receives,
+    /// tcp;ofi_rxm 2048) is retried briefly without reading the CQ, whose completions only
+    /// the caller can dispatch, then reported as `MCAPI_ERR_MEM_LIMIT`.
+    pub(super) fn post_receive(
+        &self,
+        buf: mcapi_ofi::Buf<'_>,
+        tag: u64,
+        ignore: u64,
+        ctx: Context,
+    ) -> Result<()> {
+        let ctx = ctx.encode();
+        for _ in 0..100 {
+            match self
+                .fab
+                .ep
+                .recv_tagged(buf, FiAddr::UNSPEC, tag, ignore, ctx)
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => std::thread::yield_now(),
+                Err(e) => return Err(ofi_status(e)),
+            }
+        }
+        Err(Status::MCAPI_ERR_MEM_LIMIT)
+    }
+
+    pub(super) fn post_control_slots(&self, st: &mut State, n: u32) -> Result<()> {
+        let capacity = (self.fab.control_pool.len() / 8) as u32;
+        let want = (st.control_posted + n).min(capacity);
+        for slot in st.control_posted..want {
+            self.post_control_slot(slot)?;
+        }
+        st.control_posted = want;
+        Ok(())
+    }
+
+    pub(super) fn local_attribute(
+        &self,
+        st: &State,
+        port: u32,
+        attr: EndpointAttribute,
+    ) -> Result<u64> {
+        let ep = st
+            .endpoints
+            .get(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        Ok(match attr {
+            EndpointAttribute::MaxPayloadSize => MAX_MSG_SIZE as u64,
+            EndpointAttribute::BufferType => FIFO_BUFFER,
+            EndpointAttribute::MemoryType => LOCAL_MEMORY,
+            EndpointAttribute::NumPriorities => u64::from(NUM_PRIORITIES),
+            EndpointAttribute::Priority => u64::from(ep.priority),
+            EndpointAttribute::NumSendBuffers => st.send_free.len() as u64,
+            EndpointAttribute::NumRecvBuffers => u64::from(ep.credits.free_buffers()),
+            EndpointAttribute::Status => 0,
+            EndpointAttribute::Timeout => ep
+                .timeout
+                .map_or(TIMEOUT_INFINITE, |t| t.as_millis() as u64),
+        })
+    }
+
+    /// Copies a message into a send slot and queues it as a request.
+    pub(super) fn queue_send(
+        &self,
+        st: &mut State,
+        remote: (u16, u32),
+        priority: u8,
+        data: &[u8],
+    ) -> Result<RequestHandle> {
+        let slot = st.send_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        let req = Req::Send {
+            remote,
+            priority,
+            slot,
+            len: data.len(),
+        };
+        let h = match st.requests.alloc(req) {
+            Ok(h) => h,
+            Err(e) => {
+                st.send_free.push(slot);
+                return Err(e);
+            }
+        };
+        self.fab.send_pool.write(slot as usize * MAX_MSG_SIZE, data);
+        st.pending_sends.push_back(h);
+        Ok(h)
+    }
+
+    /// Posts queued sends that have credits now, in order per destination; asks for
+    /// credits (over the fabric) where a destination has none.
+    pub(super) fn advance_sends(&self, st: &mut State) {
+        let mut i = 0;
+        let mut blocked: [(u16, u32); 8] = [(u16::MAX, 0); 8];
+        let mut nblocked = 0;
+        while i < st.pending_sends.len() {
+            let h = st.pending_sends[i];
+            let Ok(&Req::Send {
+                remote,
+                priority,
+                slot,
+                len,
+            }) = st.requests.get(h)
+            else {
+                st.pending_sends.remove(i);
+                continue;
+            };
+            if blocked[..nblocked].contains(&remote) {
+                i += 1;
+                continue;
+            }
+            let peer = remote.0;
+            let index = st.peers[peer as usize].index_at_peer;
+            let dest = st.peers[peer as usize].addr;
+            let alive = st.peers[peer as usize].alive;
+            let Some(r) = st.remotes.get_mut(&remote) else {
+                let _ = st.requests.complete(h, Status::MCAPI_ERR_ENDP_INVALID, 0);
+                st.send_free.push(slot);
+                st.pending_sends.remove(i);
+                continue;
+            };
+            if !alive {
+                let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                st.send_free.push(slot);
+                st.pending_sends.remove(i);
+                continue;
+            }
+            if !r.take_credit() {
+                if r.window.needs_request() {
+                    let seen = r.window.request_sent();
+                    let want = self.config.recv_buffers as u64;
+                    st.outbox.push_back((
+                        peer,
+                        control_tag(Kind::Request, remote.1, index),
+                        want << 32 | u64::from(seen),
+                    ));
+                }
+                if nblocked < blocked.len() {
+                    blocked[nblocked] = remote;
+                    nblocked += 1;
+                }
+                i += 1;
+                continue;
+            }
+            let seq = r.next_seq;
+            r.next_seq = seq.wrapping_add(1);
+            let tag = Tag {
+                kind: Kind::Message,
+                priority,
+                port: remote.1,
+                peer: index,
+                seq,
+            };
+            let Ok(buf) = self.fab.send_pool.slice(slot as usize * MAX_MSG_SIZE, len) else {
+                break;
+            };
+            match self
+                .fab
+                .ep
+                .send_tagged(buf, dest, tag.encode(), Context::SendSlot(slot).encode())
+            {
+                Ok(()) => {
+                    let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, len);
+                    st.pending_sends.remove(i);
+                }
+                Err(e) if e.is_again() => {
+                    // Give the credit and sequence number back; retry on the next progress.
+                    if let Some(r) = st.remotes.get_mut(&remote) {
+                        r.spare += 1;
+                        r.next_seq = seq;
+                    }
+                    break;
+                }
+                Err(_) => {
+                    let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                    st.send_free.push(slot);
+                    st.pending_sends.remove(i);
+                }
+            }
+        }
+    }
+
+    /// Completes a pending receive request if it is the oldest on its endpoint and a
+    /// message is queued; a buffer too small completes it with `MCAPI_ERR_MSG_TRUNCATED`
+    /// and leaves the message queued.
+    pub(super) fn try_complete(
+        &self,
+        st: &mut State,
+        request: RequestHandle,
+        buf: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let port = match (st.requests.state(request)?, st.requests.get(request)) {
+            (RequestState::Pending, Ok(&Req::Recv { port })) => port,
+            _ => return Ok(()),
+        };
+        let Some(ep) = st.endpoints.get(&port) else {
+            st.requests
+                .complete(request, Status::MCAPI_ERR_ENDP_INVALID, 0)?;
+            return Ok(());
+        };
+        if ep.pending_recvs.front() != Some(&request) {
+            return Ok(());
+        }
+        let buf = buf.ok_or(Status::MCAPI_ERR_PARAMETER)?;
+        let outcome = match self.take_message(st, port, buf) {
+            Ok(Some(n)) => Some((Status::MCAPI_SUCCESS, n)),
+            Ok(None) => None,
+            Err(Status::MCAPI_ERR_MSG_TRUNCATED) => Some((Status::MCAPI_ERR_MSG_TRUNCATED, 0)),
+            Err(e) => return Err(e),
+        };
+        if let Some((status, n)) = outcome {
+            st.requests.complete(request, status, n)?;
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.pending_recvs.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the next message of `port` into `buf`, re-posts its slot and returns its
+    /// credit; `Ok(None)` if none is queued.
+    pub(super) fn take_message(
+        &self,
+        st: &mut State,
+        port: u32,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>> {
+        let ep = st
+            .endpoints
+            .get_mut(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        let Some(head) = ep.queue.peek().copied() else {
+            return Ok(None);
+        };
+        if head.len > buf.len() {
+            return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
+        }
+        ep.queue.pop();
+        ep.pool
+            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..head.len]);
+        self.post_recv_slot(ep, port, head.slot)?;
+        let _ = ep.credits.consumed(SenderId(u32::from(head.peer)));
+        self.collect_credit_controls(st, port);
+        self.flush_outbox(st);
+        Ok(Some(head.len))
+    }
+
+    /// Sends a message payload: inject when it fits, else from a send slot.
+    pub(super) fn send_payload(
+        &self,
+        st: &mut State,
+        peer: u16,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<()> {
+        let dest = st.peers[peer as usize].addr;
+        if data.len() <= self.fab.inject_size {
+            loop {
+                match self.fab.ep.inject_tagged(data, dest, tag.encode()) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.is_again() => self.progress(st),
+                    Err(e) => return Err(ofi_status(e)),
+                }
+            }
+        }
+        let slot = loop {
+            if let Some(s) = st.send_free.pop() {
+                break s;
+            }
+            self.progress(st);
+        };
+        let offset = slot as usize * MAX_MSG_SIZE;
+        self.fab.send_pool.write(offset, data);
+        let buf = self
+            .fab
+            .send_pool
+            .slice(offset, data.len())
+            .map_err(ofi_status)?;
+        let ctx = Context::SendSlot(slot).encode();
+        loop {
+            match self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => self.progress(st),
+                Err(e) => {
+                    st.send_free.push(slot);
+                    return Err(ofi_status(e));
+                }
+            }
+        }
+    }
+
+    /// Reads the CQ and dispatches what completed; sends queued control messages.
+    pub(super) fn progress(&self, st: &mut State) {
+        self.progress_counting(st);
+    }
+
+    /// As `progress`, returning how many completions were handled.
+    pub(super) fn progress_counting(&self, st: &mut State) -> usize {
+        let mut buf = [Completion::default(); 16];
+        let mut handled = 0;
+        loop {
+            match self.fab.cq.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    handled += n;
+                    for c in &buf[..n] {
+                        self.dispatch(st, c);
+                    }
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(OfiError::Completion(e)) => {
+                    // Cancelled slots of deleted endpoints, or a send to a dead peer.
+                    if let Some(Context::SendSlot(s)) = Context::decode(e.context) {
+                        st.send_free.push(s);
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        if !st.pending_sends.is_empty() {
+            self.advance_sends(st);
+        }
+        self.flush_outbox(st);
+        handled
+    }
+
+    pub(super) fn dispatch(&self, st: &mut State, c: &Completion) {
+        match Context::decode(c.context()) {
+            Some(Context::SendSlot(s)) => st.send_free.push(s),
+            Some(Context::RecvSlot { port, slot }) => self.message_arrived(st, port, slot, c),
+            Some(Context::ControlSlot(slot)) => {
+                if let Some(tag) = Tag::decode(c.tag()) {
+                    self.control_arrived(st, tag, c.data());
+                }
+                let _ = self.post_control_slot(slot);
+            }
+            None => {}
+        }
+    }
+
+    pub(super) fn message_arrived(&self, st: &mut State, port: u32, slot: u32, c: &Completion) {
+        let Some(ep) = st.endpoints.get_mut(&port) else {
+            return;
+        };
+        let Some(tag) = Tag::decode(c.tag()) else {
+            return;
+        };
+        let arrived = Arrived {
+            slot,
+            len: c.len(),
+            peer: tag.peer,
+            priority: tag.priority,
+        };
+        if ep.credits.arrived(SenderId(u32::from(tag.peer))).is_err() {
+            // Protocol violation: a message without a credit. Drop it, keep the slot.
+            let _ = self.post_recv_slot(ep, port, slot);
+            return;
+        }
+        let LocalEndpoint { reorder, queue, .. } = ep;
+        // Completion order is not delivery order on most providers: release in sequence.
+        let seq = widen(reorder.expected(&tag.peer).unwrap_or(0), tag.seq);
+        if let Ok(ready) = reorder.accept(tag.peer, seq, arrived) {
+            for a in ready {
+                // Credits bound the queue to its slots, so it has room.
+                let _ = queue.push(a.priority as usize, a);
+            }
+        }
+    }
+
+    pub(super) fn control_arrived(&self, st: &mut State, tag: Tag, data: u64) {
+        let from = tag.peer;
+        match tag.kind {
+            Kind::Grant | Kind::Recall => {
+                let Some(remote) = st.remotes.get_mut(&(from, tag.port)) else {
+                    return;
+                };
+                if tag.kind == Kind::Grant {
+                    remote.window.add(data as u32);
+                } else {
+                    let back = remote.window.recall(data as u32);
+                    if back > 0 {
+                        let index = st.peers[from as usize].index_at_peer;
+                        st.outbox.push_back((
+                            from,
+                            control_tag(Kind::Return, tag.port, index),
+                            u64::from(back),
+                        ));
+                    }
+                }
+            }
+            Kind::Request | Kind::Return => {
+                let Some(ep) = st.endpoints.get_mut(&tag.port) else {
+                    return;
+                };
+                let sender = SenderId(u32::from(from));
+                let _ = if tag.kind == Kind::Request {
+                    ep.credits.request(sender, (data >> 32) as u32, data as u32)
+                } else {
+                    ep.credits.returned(sender, data as u32)
+                };
+                self.collect_credit_controls(st, tag.port);
+            }
+            Kind::Message => {}
+        }
+    }
+
+    /// A credit request from node `from` (on its control connection): grants for it go back
+    /// in the answer, other decisions (grants to others, recalls) over the fabric.
+    pub(super) fn answer_credit_request(
+        &self,
+        from: (u32, u32),
+        port: u32,
+        want: u32,
+        seen: u32,
+    ) -> Frame {
+        let Ok(mut st) = self.live_state() else {
+            return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
+        };
+        let Some(&peer) = st.peer_of.get(&from) else {
+            return Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code());
+        };
+        let me = SenderId(u32::from(peer));
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            ..
+        } = &mut *st;
+        let Some(ep) = endpoints.get_mut(&port) else {
+            return Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code());
+        };
+        if let Err(s) = ep.credits.request(me, want, seen) {
+            return Frame::Refused(s.code());
+        }
+        let mut granted = 0u64;
+        while let Some(ctl) = ep.credits.poll() {
+            match ctl {
+                Control::Grant(g) if g.to == me => granted += u64::from(g.credits),
+                other => queue_control(peers, outbox, port, other),
+            }
+        }
+        self.flush_outbox(&mut st);
+        Frame::Value(granted)
+    }
+
+    /// Moves the credit decisions of endpoint `port` into the outbox.
+    pub(super) fn collect_credit_controls(&self, st: &mut State, port: u32) {
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            ..
+        } = st;
+        let Some(ep) = endpoints.get_mut(&port) else {
+            return;
+        };
+        while let Some(ctl) = ep.credits.poll() {
+            queue_control(peers, outbox, port, ctl);
+        }
+    }
+
+    pub(super) fn flush_outbox(&self, st: &mut State) {
+        while let Some(&(peer, tag, data)) = st.outbox.front() {
+            let Some(p) = st.peers.get(peer as usize) else {
+                st.outbox.pop_front();
+                continue;
+            };
+            if !p.alive {
+                st.outbox.pop_front();
+                continue;
+            }
+            match self
+                .fab
+                .ep
+                .inject_tagged_data(&[], data, p.addr, tag.encode())
+            {
+                Ok(()) => {
+                    st.outbox.pop_front();
+                }
+                Err(e) if e.is_again() => break,
+                Err(_) => {
+                    st.outbox.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Our peer index for `<domain, node>`, connecting its control plane (and exchanging
+    /// fabric addresses) on first use.
+    pub(super) fn connect_peer(
+        &self,
+        domain: u32,
+        node: u32,
+        deadline: Option<Instant>,
+    ) -> Result<u16> {
+        {
+            let st = self.live_state()?;
+            if let Some(&p) = st.peer_of.get(&(domain, node)) {
+                if st.peers[p as usize].stream.is_some() {
+                    return Ok(p);
+                }
+            }
+        }
+        let to =
+            Rendezvous::of(&self.config, domain, node).ok_or(Status::MCAPI_ERR_NODE_INVALID)?;
+        let mut stream = match control::connect_when_up(&to, deadline) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(Status::MCAPI_TIMEOUT),
+            Err(_) => return Err(Status::MCAPI_ERR_TRANSMISSION),
+        };
+        let index = {
+            let mut st = self.live_state()?;
+            match st.peer_of.get(&(domain, node)) {
+                Some(&p) => p,
+                None => self.add_peer(&mut st, domain, node, None)?,
+            }
+        };
+        let hello = Frame::Hello {
+            domain: self.domain_id,
+            node: self.node_id,
+            peer: u32::from(index),
+            fabric_addr: self.fab.ep.address().to_vec(),
+        };
+        let Ok(Frame::Welcome { peer, fabric_addr }) = stream.call(&hello) else {
+            return Err(Status::MCAPI_ERR_TRANSMISSION);
+        };
+        let addr = self.fab.av.insert(&fabric_addr).map_err(ofi_status)?;
+        let mut st = self.live_state()?;
+        let p = &mut st.peers[index as usize];
+        p.addr = addr;
+        p.index_at_peer = peer as u16;
+        p.alive = true;
+        p.stream = Some(Arc::new(Mutex::new(stream)));
+        Ok(index)
+    }
+
+    pub(super) fn add_peer(
+        &self,
+        st: &mut State,
+        domain: u32,
+        node: u32,
+        addr: Option<FiAddr>,
+    ) -> Result<u16> {
+        if st.peers.len() >= MAX_PEERS {
+            return Err(Status::MCAPI_ERR_MEM_LIMIT);
+        }
+        let index = st.peers.len() as u16;
+        st.peers.push(Peer {
+            addr: addr.unwrap_or(FiAddr::UNSPEC),
+            index_at_peer: 0,
+            alive: true,
+            stream: None,
+        });
+        st.peer_of.insert((domain, node), index);
+        Ok(index)
+    }
+
+    pub(super) fn control_call(&self, peer: u16, request: &Frame) -> Result<Frame> {
+        let stream = {
+            let st = self.live_state()?;
+            st.peers[peer as usize]
+                .stream
+                .clone()
+                .ok_or(Status::MCAPI_ERR_TRANSMISSION)?
+        };
+        let answer = lock(&stream).call(request);
+        answer.map_err(|_| {
+            self.peer_died(peer);
+            Status::MCAPI_ERR_TRANSMISSION
+        })
+    }
+
+    /// Slow-path liveness check of a peer we hold a control connection to.
+    pub(super) fn check_peer(&self, peer: u16) {
+        let stream = match self.live_state() {
+            Ok(st) => st.peers[peer as usize].stream.clone(),
+            Err(_) => return,
+        };
+        if let Some(s) = stream {
+            if lock(&s).is_closed() {
+                self.peer_died(peer);
+            }
+        }
+    }
+
+    pub(super) fn peer_died(&self, peer: u16) {
+        let mut st = lock(&self.state);
+        if let Some(p) = st.peers.get_mut(peer as usize) {
+            p.alive = false;
+        }
+        for ep in st.endpoints.values_mut() {
+            ep.credits.sender_gone(SenderId(u32::from(peer)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::widen;
+
+    #[test]
+    pub(super) fn wire_sequences_widen_across_wraps() {
+        for (expected, wire, full) in [
+            (0, 0, 0),
+            (5, 7, 7),
+            (65_535, 65_535, 65_535),
+            (65_535, 0, 65_536),
+            (65_536, 1, 65_537),
+            (131_070, 65_534, 131_070),
+            (131_072, 65_535, 131_071),
+            (u32::MAX, 0, 0),
+        ] {
+            assert_eq!(
+                widen(expected, wire),
+                full,
+                "expected {expected}, wire {wire}"
+            );
+        }
+    }
+}

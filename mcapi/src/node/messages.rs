@@ -1,0 +1,205 @@
+//! Message calls of a node (spec 4.3).
+
+use super::*;
+
+impl Node {
+    /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
+    /// blocking while the receiver's buffers are full (up to `from`'s timeout).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID` (either endpoint), `MCAPI_ERR_MSG_SIZE`,
+    /// `MCAPI_ERR_PRIORITY`, `MCAPI_TIMEOUT`, `MCAPI_ERR_TRANSMISSION` (peer gone).
+    pub fn msg_send(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[u8],
+        priority: u32,
+    ) -> Result<()> {
+        let from_port = self.local_port(from)?;
+        if priority >= NUM_PRIORITIES {
+            return Err(Status::MCAPI_ERR_PRIORITY);
+        }
+        if data.len() > MAX_MSG_SIZE {
+            return Err(Status::MCAPI_ERR_MSG_SIZE);
+        }
+        let timeout = self
+            .inner
+            .live_state()?
+            .endpoints
+            .get(&from_port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
+            .timeout;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let peer = self.remote_peer(to, deadline)?;
+        let key = (peer, to.port());
+        {
+            // Behind non-blocking sends still waiting for credits: queue after them.
+            let mut st = self.inner.live_state()?;
+            if !st.pending_sends.is_empty() {
+                let h = self.inner.queue_send(&mut st, key, priority as u8, data)?;
+                self.inner.advance_sends(&mut st);
+                drop(st);
+                return self.wait(h, None, timeout).map(|_| ());
+            }
+        }
+        let mut backoff = Backoff::new();
+        loop {
+            let mut st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
+            if !st.peers[peer as usize].alive {
+                return Err(Status::MCAPI_ERR_TRANSMISSION);
+            }
+            let remote = st
+                .remotes
+                .get_mut(&key)
+                .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+            if remote.take_credit() {
+                let seq = remote.next_seq;
+                remote.next_seq = seq.wrapping_add(1);
+                let tag = Tag {
+                    kind: Kind::Message,
+                    priority: priority as u8,
+                    port: to.port(),
+                    peer: st.peers[peer as usize].index_at_peer,
+                    seq,
+                };
+                return self.inner.send_payload(&mut st, peer, tag, data);
+            }
+            if remote.window.needs_request() {
+                // Out of credits: ask the receiver's control plane, which answers even while
+                // its application is busy elsewhere. Later grants come over the fabric.
+                let seen = remote.window.request_sent();
+                let want = self.inner.config.recv_buffers as u32;
+                drop(st);
+                let request = Frame::CreditRequest {
+                    port: to.port(),
+                    want,
+                    seen,
+                };
+                if let Frame::Value(n) = self.inner.control_call(peer, &request)? {
+                    let mut st = self.inner.live_state()?;
+                    if let Some(remote) = st.remotes.get_mut(&key) {
+                        remote.window.add(n as u32);
+                    }
+                }
+                continue;
+            }
+            drop(st);
+            if backoff.slow() {
+                self.inner.check_peer(peer);
+            }
+            backoff.wait(deadline)?;
+        }
+    }
+
+    /// `mcapi_msg_recv`: the next message of local endpoint `endpoint` (highest priority
+    /// first, FIFO within a priority) into `buf`; returns its length. Blocks up to the
+    /// endpoint's timeout.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_MSG_TRUNCATED` (the message stays queued),
+    /// `MCAPI_TIMEOUT`.
+    pub fn msg_recv(&self, endpoint: EndpointId, buf: &mut [u8]) -> Result<usize> {
+        let port = self.local_port(endpoint)?;
+        let timeout = self
+            .inner
+            .live_state()?
+            .endpoints
+            .get(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
+            .timeout;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut backoff = Backoff::new();
+        loop {
+            let mut st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
+            if let Some(n) = self.inner.take_message(&mut st, port, buf)? {
+                return Ok(n);
+            }
+            drop(st);
+            backoff.wait(deadline)?;
+        }
+    }
+
+    /// `mcapi_msg_send_i`: copies `data` and returns a request that completes when the
+    /// message is handed to the fabric (once the receiver has a free buffer for it).
+    ///
+    /// # Errors
+    /// As [`Node::msg_send`], plus `MCAPI_ERR_REQUEST_LIMIT` (request table full) and
+    /// `MCAPI_ERR_MEM_LIMIT` (all send slots hold messages waiting for credits).
+    pub fn msg_send_i(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[u8],
+        priority: u32,
+    ) -> Result<RequestHandle> {
+        self.local_port(from)?;
+        if priority >= NUM_PRIORITIES {
+            return Err(Status::MCAPI_ERR_PRIORITY);
+        }
+        if data.len() > MAX_MSG_SIZE {
+            return Err(Status::MCAPI_ERR_MSG_SIZE);
+        }
+        let peer = self.remote_peer(to, None)?;
+        let mut st = self.inner.live_state()?;
+        let h = self
+            .inner
+            .queue_send(&mut st, (peer, to.port()), priority as u8, data)?;
+        self.inner.advance_sends(&mut st);
+        Ok(h)
+    }
+
+    /// `mcapi_msg_recv_i`: a request for the next message of local endpoint `endpoint`;
+    /// the message is taken when the request is tested or waited on with a buffer.
+    /// Cancelling it consumes no message.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn msg_recv_i(&self, endpoint: EndpointId) -> Result<RequestHandle> {
+        let port = self.local_port(endpoint)?;
+        let mut st = self.inner.live_state()?;
+        let h = st.requests.alloc(Req::Recv { port })?;
+        match st.endpoints.get_mut(&port) {
+            Some(ep) => ep.pending_recvs.push_back(h),
+            None => return Err(Status::MCAPI_ERR_ENDP_INVALID),
+        }
+        Ok(h)
+    }
+
+    /// `mcapi_msg_available`: messages queued at local endpoint `endpoint`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`.
+    pub fn msg_available(&self, endpoint: EndpointId) -> Result<usize> {
+        let port = self.local_port(endpoint)?;
+        let mut st = self.inner.live_state()?;
+        self.inner.progress(&mut st);
+        Ok(st
+            .endpoints
+            .get(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
+            .queue
+            .len())
+    }
+
+    /// The peer index for a remote endpoint, resolving it (as `endpoint_get` does) when it
+    /// came to us as a value in a message rather than through `endpoint_get`.
+    pub(super) fn remote_peer(&self, to: EndpointId, deadline: Option<Instant>) -> Result<u16> {
+        {
+            let st = self.inner.live_state()?;
+            if let Some(&peer) = st.peer_of.get(&(to.domain(), to.node())) {
+                if st.remotes.contains_key(&(peer, to.port())) {
+                    return Ok(peer);
+                }
+            }
+        }
+        // An endpoint value that reached us in a message exists already: wait briefly only.
+        let deadline = deadline.or_else(|| Some(Instant::now() + Duration::from_secs(5)));
+        self.resolve_remote(to, deadline).map_err(|e| match e {
+            Status::MCAPI_TIMEOUT => Status::MCAPI_ERR_ENDP_INVALID,
+            e => e,
+        })
+    }
+}

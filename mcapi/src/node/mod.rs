@@ -1,0 +1,600 @@
+//! MCAPI nodes: the driver that moves the semantic core's decisions over libfabric.
+//!
+//! A [`Node`] owns one fabric stack (domain, CQ, AV, one RDM endpoint; see
+//! `docs/design.md`), a control server, and its state behind one mutex. Blocking calls take
+//! the mutex, read the CQ themselves (no thread hop), release it and back off between
+//! attempts, so threads of one node and processes on two cores do not starve each other.
+//!
+//! Messages: a local endpoint posts its N receive slots (tag = its port); senders hold
+//! credits for it (`semantics::credit`) so nothing arrives without a posted slot; a message
+//! is copied out of its slot by `msg_recv`, which re-posts the slot and returns the credit.
+
+use crate::attributes::{
+    EndpointAttribute, NodeAttributes, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE,
+};
+use crate::config::Config;
+use crate::control::{self, ControlServer, Frame, Handler, Rendezvous, StartError, Stream};
+use crate::semantics::credit::{Control, CreditPool, CreditWindow, SenderId};
+use crate::semantics::endpoint_id::{EndpointId, MAX_DOMAIN, MAX_NODE, PORT_ANY};
+use crate::semantics::queue::{PriorityQueues, SeqReorder};
+use crate::semantics::request::{RequestHandle, RequestState, RequestTable};
+use crate::semantics::wire::{Context, Kind, Tag, MAX_PEERS, MAX_WIRE_PORT};
+use crate::semantics::Status;
+use mcapi_ofi::{
+    flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
+    Error as OfiError, FiAddr, Hints, Info, MemoryRegion, WaitObject,
+};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// Largest message (`MCAPI_MAX_MSG_SIZE`): the size of a receive slot.
+pub const MAX_MSG_SIZE: usize = 64 * 1024;
+/// Priorities per endpoint (`MCAPI_MAX_PRIORITY` + 1); 0 is the highest.
+pub const NUM_PRIORITIES: u32 = 8;
+/// Send slots of a node (copies of messages above the inject size until sent).
+const SEND_SLOTS: u32 = 64;
+/// Control receive slots a node keeps posted per remote endpoint it sends to, and at least.
+const CONTROL_SLOTS_PER_REMOTE: u32 = 4;
+const CONTROL_SLOTS_MIN: u32 = 64;
+/// Sender nodes one endpoint serves at once (its credit pool and reorder state are
+/// preallocated for them).
+const MAX_SENDERS: usize = 256;
+
+mod driver;
+mod messages;
+mod requests;
+mod service;
+
+use service::{background_progress, open_fabric, Backoff, ControlHandler};
+
+type Result<T> = std::result::Result<T, Status>;
+
+/// An initialized MCAPI node. Cheap to clone; usable from any thread.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<NodeInner>,
+}
+
+struct NodeInner {
+    domain_id: u32,
+    node_id: u32,
+    attributes: NodeAttributes,
+    config: Config,
+    fab: Fab,
+    state: Mutex<State>,
+    control: Mutex<Option<ControlServer>>,
+    progress_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The node's libfabric objects.
+struct Fab {
+    ep: Endpoint,
+    cq: CompletionQueue,
+    av: AddressVector,
+    domain: Domain,
+    provider: String,
+    inject_size: usize,
+    send_pool: MemoryRegion,
+    control_pool: MemoryRegion,
+}
+
+struct State {
+    endpoints: HashMap<u32, LocalEndpoint>,
+    next_any_port: u32,
+    peers: Vec<Peer>,
+    peer_of: HashMap<(u32, u32), u16>,
+    remotes: HashMap<(u16, u32), Remote>,
+    send_free: Vec<u32>,
+    control_posted: u32,
+    /// Control messages waiting for the provider to accept them.
+    outbox: VecDeque<(u16, Tag, u64)>,
+    requests: RequestTable<Req>,
+    /// Non-blocking sends waiting for credits, in the order they were made.
+    pending_sends: VecDeque<RequestHandle>,
+    finalized: bool,
+}
+
+/// What a request is for.
+enum Req {
+    /// A message copied into send slot `slot`, waiting for a credit of `remote`.
+    Send {
+        remote: (u16, u32),
+        priority: u8,
+        slot: u32,
+        len: usize,
+    },
+    /// A receive on local endpoint `port`; it takes a message when tested or waited on.
+    Recv { port: u32 },
+    /// An endpoint lookup; it completes once the endpoint exists.
+    Get { id: EndpointId },
+}
+
+struct Peer {
+    addr: FiAddr,
+    /// How the peer numbers us: goes into the tags we send it.
+    index_at_peer: u16,
+    alive: bool,
+    stream: Option<Arc<Mutex<Stream>>>,
+}
+
+struct LocalEndpoint {
+    pool: MemoryRegion,
+    slots: u32,
+    queue: PriorityQueues<Arrived>,
+    credits: CreditPool,
+    reorder: SeqReorder<u16, Arrived>,
+    timeout: Option<Duration>,
+    priority: u32,
+    /// Non-blocking receives in the order they were made; each takes the next message.
+    pending_recvs: VecDeque<RequestHandle>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Arrived {
+    slot: u32,
+    len: usize,
+    peer: u16,
+    priority: u8,
+}
+
+struct Remote {
+    window: CreditWindow,
+    /// A credit taken for a send the provider refused (-FI_EAGAIN), used first next time.
+    spare: u32,
+    next_seq: u16,
+}
+
+impl Remote {
+    fn take_credit(&mut self) -> bool {
+        if self.spare > 0 {
+            self.spare -= 1;
+            return true;
+        }
+        self.window.try_take()
+    }
+}
+
+/// Nodes initialized in this process, so a second `initialize` of one is refused.
+fn live_nodes() -> &'static Mutex<HashSet<(u32, u32)>> {
+    static LIVE: OnceLock<Mutex<HashSet<(u32, u32)>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+/// Every live node of the process, for [`Node::current`].
+fn process_nodes() -> &'static Mutex<Vec<Weak<NodeInner>>> {
+    static NODES: OnceLock<Mutex<Vec<Weak<NodeInner>>>> = OnceLock::new();
+    NODES.get_or_init(Default::default)
+}
+
+thread_local! {
+    /// The node this thread initialized, if any.
+    static THREAD_NODE: std::cell::RefCell<Weak<NodeInner>> = const { std::cell::RefCell::new(Weak::new()) };
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn ofi_status(_: OfiError) -> Status {
+    Status::MCAPI_ERR_TRANSMISSION
+}
+
+impl Node {
+    /// `mcapi_initialize`: creates node `<domain, node>` with `config`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_DOMAIN_INVALID` / `MCAPI_ERR_NODE_INVALID` for out-of-range ids,
+    /// `MCAPI_ERR_NODE_INITIALIZED` if this process already runs that node,
+    /// `MCAPI_ERR_NODE_INITFAILED` if another process does, or no provider works.
+    pub fn initialize(domain_id: u32, node_id: u32, config: Config) -> Result<Node> {
+        Node::initialize_with(domain_id, node_id, NodeAttributes::default(), config)
+    }
+
+    /// `mcapi_initialize` with node attributes (`mcapi_node_init_attributes` /
+    /// `mcapi_node_set_attribute`).
+    ///
+    /// # Errors
+    /// As [`Node::initialize`].
+    pub fn initialize_with(
+        domain_id: u32,
+        node_id: u32,
+        attributes: NodeAttributes,
+        config: Config,
+    ) -> Result<Node> {
+        if domain_id > MAX_DOMAIN {
+            return Err(Status::MCAPI_ERR_DOMAIN_INVALID);
+        }
+        if node_id > MAX_NODE {
+            return Err(Status::MCAPI_ERR_NODE_INVALID);
+        }
+        if !lock(live_nodes()).insert((domain_id, node_id)) {
+            return Err(Status::MCAPI_ERR_NODE_INITIALIZED);
+        }
+        let node = Node::start(domain_id, node_id, attributes, config);
+        match &node {
+            Ok(n) => {
+                THREAD_NODE.with(|t| *t.borrow_mut() = Arc::downgrade(&n.inner));
+                let mut all = lock(process_nodes());
+                all.retain(|w| w.strong_count() > 0);
+                all.push(Arc::downgrade(&n.inner));
+            }
+            Err(_) => {
+                lock(live_nodes()).remove(&(domain_id, node_id));
+            }
+        }
+        node
+    }
+
+    /// The node the calling thread works with, as the C API's implicit node: the one this
+    /// thread initialized, else the process's node when there is exactly one (threads of a
+    /// process sharing one node, the FAQ's model).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` when the thread initialized none and the process has zero or
+    /// several live nodes.
+    pub fn current() -> Result<Node> {
+        let live = |w: &Weak<NodeInner>| w.upgrade().filter(|n| !lock(&n.state).finalized);
+        if let Some(inner) = THREAD_NODE.with(|t| live(&t.borrow())) {
+            return Ok(Node { inner });
+        }
+        let all = lock(process_nodes());
+        let mut alive = all.iter().filter_map(live);
+        match (alive.next(), alive.next()) {
+            (Some(inner), None) => Ok(Node { inner }),
+            _ => Err(Status::MCAPI_ERR_NODE_NOTINIT),
+        }
+    }
+
+    fn start(
+        domain_id: u32,
+        node_id: u32,
+        attributes: NodeAttributes,
+        config: Config,
+    ) -> Result<Node> {
+        let fab =
+            open_fabric(&config, domain_id, node_id).ok_or(Status::MCAPI_ERR_NODE_INITFAILED)?;
+        let state = State {
+            endpoints: HashMap::new(),
+            next_any_port: 1 << 20,
+            peers: Vec::new(),
+            peer_of: HashMap::new(),
+            remotes: HashMap::new(),
+            send_free: (0..SEND_SLOTS).rev().collect(),
+            control_posted: 0,
+            outbox: VecDeque::with_capacity(256),
+            requests: RequestTable::new(config.request_table_size),
+            pending_sends: VecDeque::with_capacity(64),
+            finalized: false,
+        };
+        let inner = Arc::new(NodeInner {
+            domain_id,
+            node_id,
+            attributes,
+            config,
+            fab,
+            state: Mutex::new(state),
+            control: Mutex::new(None),
+            progress_thread: Mutex::new(None),
+        });
+        inner.post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
+        let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
+        let server = ControlServer::start(&inner.config, domain_id, node_id, handler).map_err(
+            |e| match e {
+                StartError::NodeTaken | StartError::NotInTopology | StartError::Io(_) => {
+                    Status::MCAPI_ERR_NODE_INITFAILED
+                }
+            },
+        )?;
+        *lock(&inner.control) = Some(server);
+        let weak = Arc::downgrade(&inner);
+        let thread = std::thread::Builder::new()
+            .name(format!("mcapi-progress-{domain_id}.{node_id}"))
+            .spawn(move || background_progress(weak))
+            .map_err(|_| Status::MCAPI_ERR_NODE_INITFAILED)?;
+        *lock(&inner.progress_thread) = Some(thread);
+        Ok(Node { inner })
+    }
+
+    /// `mcapi_finalize`: stops the control server, discards pending data and releases every
+    /// fabric resource once the last handle of this node is gone.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` if the node was already finalized.
+    pub fn finalize(&self) -> Result<()> {
+        {
+            let mut st = lock(&self.inner.state);
+            if st.finalized {
+                return Err(Status::MCAPI_ERR_NODE_NOTINIT);
+            }
+            st.finalized = true;
+            st.endpoints.clear();
+            for p in &st.peers {
+                if let Some(s) = &p.stream {
+                    lock(s).shutdown();
+                }
+            }
+        }
+        drop(lock(&self.inner.control).take());
+        if let Some(t) = lock(&self.inner.progress_thread).take() {
+            let _ = t.join();
+        }
+        lock(process_nodes()).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.inner)));
+        lock(live_nodes()).remove(&(self.inner.domain_id, self.inner.node_id));
+        Ok(())
+    }
+
+    /// `mcapi_domain_id_get`.
+    pub fn domain_id(&self) -> u32 {
+        self.inner.domain_id
+    }
+
+    /// `mcapi_node_id_get`.
+    pub fn node_id(&self) -> u32 {
+        self.inner.node_id
+    }
+
+    /// `mcapi_node_get_attribute` of this node or another one (asked over its control
+    /// plane).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_DOMAIN_INVALID`, `MCAPI_ERR_NODE_INVALID` (out of range, or not running),
+    /// `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_NODE_NOTINIT`.
+    pub fn node_get_attribute(&self, domain: u32, node: u32, attribute: u32) -> Result<u64> {
+        if domain > MAX_DOMAIN {
+            return Err(Status::MCAPI_ERR_DOMAIN_INVALID);
+        }
+        if node > MAX_NODE {
+            return Err(Status::MCAPI_ERR_NODE_INVALID);
+        }
+        drop(self.inner.live_state()?);
+        if (domain, node) == (self.inner.domain_id, self.inner.node_id) {
+            return self.inner.attributes.get(attribute);
+        }
+        let peer = match self.inner.connect_peer(domain, node, Some(Instant::now())) {
+            Ok(p) => p,
+            Err(Status::MCAPI_TIMEOUT | Status::MCAPI_ERR_TRANSMISSION) => {
+                return Err(Status::MCAPI_ERR_NODE_INVALID)
+            }
+            Err(e) => return Err(e),
+        };
+        match self
+            .inner
+            .control_call(peer, &Frame::NodeAttribute { attribute })?
+        {
+            Frame::Value(v) => Ok(v),
+            Frame::Refused(code) => {
+                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
+            }
+            _ => Err(Status::MCAPI_ERR_GENERAL),
+        }
+    }
+
+    /// The libfabric provider this node runs over.
+    pub fn provider(&self) -> &str {
+        &self.inner.fab.provider
+    }
+
+    /// `mcapi_endpoint_create`: a local endpoint on `port` (`PORT_ANY`: a free port).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_PORT_INVALID`, `MCAPI_ERR_ENDP_EXISTS`, `MCAPI_ERR_NODE_NOTINIT`,
+    /// `MCAPI_ERR_MEM_LIMIT` if the receive slots cannot be allocated.
+    pub fn endpoint_create(&self, port: u32) -> Result<EndpointId> {
+        let mut st = self.inner.live_state()?;
+        let port = if port == PORT_ANY {
+            let mut p = st.next_any_port;
+            while st.endpoints.contains_key(&p) {
+                p += 1;
+            }
+            st.next_any_port = p + 1;
+            p
+        } else {
+            port
+        };
+        if port > MAX_WIRE_PORT {
+            return Err(Status::MCAPI_ERR_PORT_INVALID);
+        }
+        if st.endpoints.contains_key(&port) {
+            return Err(Status::MCAPI_ERR_ENDP_EXISTS);
+        }
+        let id = EndpointId::encode(self.inner.domain_id, self.inner.node_id, port)?;
+        let n = self.inner.config.recv_buffers as u32;
+        let pool = MemoryRegion::new(&self.inner.fab.domain, n as usize * MAX_MSG_SIZE)
+            .map_err(|_| Status::MCAPI_ERR_MEM_LIMIT)?;
+        let ep = LocalEndpoint {
+            pool,
+            slots: n,
+            queue: PriorityQueues::new(NUM_PRIORITIES as usize, n as usize),
+            credits: CreditPool::new(n, MAX_SENDERS),
+            // A sender has at most n messages in flight (its credits): that is the window.
+            reorder: SeqReorder::new(MAX_SENDERS, n),
+            timeout: None,
+            priority: 0,
+            pending_recvs: VecDeque::with_capacity(16),
+        };
+        for slot in 0..n {
+            self.inner.post_recv_slot(&ep, port, slot)?;
+        }
+        st.endpoints.insert(port, ep);
+        Ok(id)
+    }
+
+    /// `mcapi_endpoint_delete`: deletes a local endpoint; queued messages are discarded.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID` for a value that is no endpoint (or already deleted),
+    /// `MCAPI_ERR_ENDP_NOTOWNER` for another node's endpoint.
+    pub fn endpoint_delete(&self, endpoint: EndpointId) -> Result<()> {
+        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
+            return Err(Status::MCAPI_ERR_ENDP_NOTOWNER);
+        }
+        let port = self.local_port(endpoint)?;
+        let mut st = self.inner.live_state()?;
+        let ep = st
+            .endpoints
+            .remove(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        for slot in 0..ep.slots {
+            let _ = self
+                .inner
+                .fab
+                .ep
+                .cancel(Context::RecvSlot { port, slot }.encode());
+        }
+        // The slots' memory stays registered with the fabric endpoint until the node ends.
+        Ok(())
+    }
+
+    /// `mcapi_endpoint_get`: the endpoint `<domain, node, port>`, waiting up to `timeout`
+    /// (`None`: forever) for it to be created, also when its node starts later.
+    ///
+    /// # Errors
+    /// `MCAPI_TIMEOUT`, `MCAPI_ERR_DOMAIN_INVALID`, `MCAPI_ERR_NODE_INVALID`,
+    /// `MCAPI_ERR_PORT_INVALID`, `MCAPI_ERR_NODE_NOTINIT`.
+    pub fn endpoint_get(
+        &self,
+        domain: u32,
+        node: u32,
+        port: u32,
+        timeout: Option<Duration>,
+    ) -> Result<EndpointId> {
+        let id = EndpointId::encode(domain, node, port)?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        if (domain, node) == (self.inner.domain_id, self.inner.node_id) {
+            let mut backoff = Backoff::new();
+            loop {
+                if self.inner.live_state()?.endpoints.contains_key(&port) {
+                    return Ok(id);
+                }
+                backoff.wait(deadline)?;
+            }
+        }
+        self.resolve_remote(id, deadline)?;
+        Ok(id)
+    }
+
+    /// Connects to the endpoint's node, waits until the endpoint exists there and sets up
+    /// the credit window for sending to it. Returns the peer index.
+    fn resolve_remote(&self, id: EndpointId, deadline: Option<Instant>) -> Result<u16> {
+        let port = id.port();
+        let peer = self.inner.connect_peer(id.domain(), id.node(), deadline)?;
+        let mut backoff = Backoff::new();
+        loop {
+            match self.inner.control_call(peer, &Frame::Lookup { port })? {
+                Frame::Value(_) => break,
+                _ => backoff.wait(deadline)?,
+            }
+        }
+        let mut st = self.inner.live_state()?;
+        if let std::collections::hash_map::Entry::Vacant(e) = st.remotes.entry((peer, port)) {
+            e.insert(Remote {
+                window: CreditWindow::new(),
+                spare: 0,
+                next_seq: 0,
+            });
+            self.inner
+                .post_control_slots(&mut st, CONTROL_SLOTS_PER_REMOTE)?;
+        }
+        Ok(peer)
+    }
+
+    /// `mcapi_endpoint_get_attribute` of a local or remote endpoint (a remote one is asked
+    /// over its node's control plane).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_TRANSMISSION` (remote node
+    /// gone).
+    pub fn endpoint_get_attribute(&self, endpoint: EndpointId, attribute: u32) -> Result<u64> {
+        let attr = EndpointAttribute::from_number(attribute)?;
+        if (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id) {
+            let st = self.inner.live_state()?;
+            return self.inner.local_attribute(&st, endpoint.port(), attr);
+        }
+        let peer = self.inner.connect_peer(
+            endpoint.domain(),
+            endpoint.node(),
+            Some(Instant::now() + Duration::from_secs(10)),
+        )?;
+        match self.inner.control_call(
+            peer,
+            &Frame::GetAttribute {
+                port: endpoint.port(),
+                attribute,
+            },
+        )? {
+            Frame::Value(v) => Ok(v),
+            Frame::Refused(code) => {
+                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
+            }
+            _ => Err(Status::MCAPI_ERR_GENERAL),
+        }
+    }
+
+    /// `mcapi_endpoint_set_attribute` of a local endpoint. Writable: priority (below
+    /// `NUM_PRIORITIES`) and timeout (milliseconds, `TIMEOUT_INFINITE`); the others are
+    /// read-only.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_REMOTE` for another node's endpoint, `MCAPI_ERR_ENDP_INVALID`,
+    /// `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_ATTR_READONLY`, `MCAPI_ERR_ATTR_VALUE`.
+    pub fn endpoint_set_attribute(
+        &self,
+        endpoint: EndpointId,
+        attribute: u32,
+        value: u64,
+    ) -> Result<()> {
+        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
+            return Err(Status::MCAPI_ERR_ENDP_REMOTE);
+        }
+        let attr = EndpointAttribute::from_number(attribute)?;
+        let mut st = self.inner.live_state()?;
+        let ep = st
+            .endpoints
+            .get_mut(&endpoint.port())
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        match attr {
+            EndpointAttribute::Priority if value < u64::from(NUM_PRIORITIES) => {
+                ep.priority = value as u32
+            }
+            EndpointAttribute::Timeout if value <= TIMEOUT_INFINITE => {
+                ep.timeout = (value != TIMEOUT_INFINITE).then(|| Duration::from_millis(value));
+            }
+            a if a.writable() => return Err(Status::MCAPI_ERR_ATTR_VALUE),
+            _ => return Err(Status::MCAPI_ERR_ATTR_READONLY),
+        }
+        Ok(())
+    }
+
+    /// Sets the timeout of blocking sends and receives of local endpoint `endpoint`
+    /// (`MCAPI_ENDP_ATTR_TIMEOUT`; `None`: infinite).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`.
+    pub fn set_endpoint_timeout(
+        &self,
+        endpoint: EndpointId,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let port = self.local_port(endpoint)?;
+        let mut st = self.inner.live_state()?;
+        st.endpoints
+            .get_mut(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
+            .timeout = timeout;
+        Ok(())
+    }
+
+    /// The port of `endpoint` if it is one of this node's live endpoints; another node's
+    /// endpoint is "not a valid local endpoint" (`MCAPI_ERR_ENDP_INVALID`, spec 4.3).
+    fn local_port(&self, endpoint: EndpointId) -> Result<u32> {
+        let port = endpoint.port();
+        let st = self.inner.live_state()?;
+        let ours =
+            (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id);
+        if !ours || !st.endpoints.contains_key(&port) {
+            return Err(Status::MCAPI_ERR_ENDP_INVALID);
+        }
+        Ok(port)
+    }
+}

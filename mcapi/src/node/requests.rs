@@ -1,0 +1,157 @@
+//! Non-blocking lookups and the request calls (spec 4.2.3, 4.6).
+
+use super::*;
+
+impl Node {
+    /// `mcapi_endpoint_get_i`: a request that completes once endpoint `<domain, node, port>`
+    /// exists (checked each time it is tested or waited on). The endpoint value is
+    /// `EndpointId::encode(domain, node, port)`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_DOMAIN_INVALID`, `MCAPI_ERR_NODE_INVALID`, `MCAPI_ERR_PORT_INVALID`,
+    /// `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn endpoint_get_i(&self, domain: u32, node: u32, port: u32) -> Result<RequestHandle> {
+        let id = EndpointId::encode(domain, node, port)?;
+        self.inner.live_state()?.requests.alloc(Req::Get { id })
+    }
+
+    /// One non-blocking attempt to complete a pending `endpoint_get_i` request.
+    pub(super) fn poll_get(&self, request: RequestHandle) -> Result<()> {
+        let id = {
+            let st = self.inner.live_state()?;
+            match (st.requests.state(request), st.requests.get(request)) {
+                (Ok(RequestState::Pending), Ok(&Req::Get { id })) => id,
+                _ => return Ok(()),
+            }
+        };
+        let found = if (id.domain(), id.node()) == (self.inner.domain_id, self.inner.node_id) {
+            self.inner.live_state()?.endpoints.contains_key(&id.port())
+        } else {
+            self.resolve_remote(id, Some(Instant::now())).is_ok()
+        };
+        if found {
+            let _ = self
+                .inner
+                .live_state()?
+                .requests
+                .complete(request, Status::MCAPI_SUCCESS, 0);
+        }
+        Ok(())
+    }
+
+    /// `mcapi_test`: `Ok(Some(size))` once the request completed (for a receive, the
+    /// message is copied into `buf`), `Ok(None)` while pending.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_REQUEST_INVALID` (unknown, released or cancelled request), the
+    /// operation's own error (e.g. `MCAPI_ERR_MSG_TRUNCATED`), `MCAPI_ERR_PARAMETER` for a
+    /// receive tested without a buffer.
+    pub fn test(&self, request: RequestHandle, buf: Option<&mut [u8]>) -> Result<Option<usize>> {
+        self.poll_get(request)?;
+        let mut st = self.inner.live_state()?;
+        self.inner.progress(&mut st);
+        self.inner.try_complete(&mut st, request, buf)?;
+        match st.requests.test(request)? {
+            None => Ok(None),
+            Some((Status::MCAPI_SUCCESS, size)) => Ok(Some(size)),
+            Some((status, _)) => Err(status),
+        }
+    }
+
+    /// `mcapi_wait`: blocks until the request completes (then releases it), is cancelled
+    /// (`MCAPI_ERR_REQUEST_CANCELLED`) or `timeout` passes (`MCAPI_TIMEOUT`; the request
+    /// stays valid). Returns the size transferred.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_WAIT_PENDING` if another thread waits on it, as [`Node::test`] otherwise.
+    pub fn wait(
+        &self,
+        request: RequestHandle,
+        mut buf: Option<&mut [u8]>,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        self.inner.live_state()?.requests.begin_wait(request)?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut backoff = Backoff::new();
+        loop {
+            self.poll_get(request)?;
+            let mut st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
+            self.inner
+                .try_complete(&mut st, request, buf.as_deref_mut())?;
+            if let Some(done) = st.requests.take_completed(request)? {
+                return match done.status {
+                    Status::MCAPI_SUCCESS => Ok(done.size),
+                    status => Err(status),
+                };
+            }
+            drop(st);
+            if let Err(e) = backoff.wait(deadline) {
+                let _ = self.inner.live_state()?.requests.end_wait(request);
+                return Err(e);
+            }
+        }
+    }
+
+    /// `mcapi_wait_any`: waits until one of `requests` completes; returns its index and
+    /// size and releases it. Receives among them get no buffer here: use [`Node::wait`]
+    /// for receives whose data is wanted.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_PARAMETER` (empty list), `MCAPI_ERR_REQUEST_INVALID`, `MCAPI_TIMEOUT`.
+    pub fn wait_any(
+        &self,
+        requests: &[RequestHandle],
+        timeout: Option<Duration>,
+    ) -> Result<(usize, usize)> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut backoff = Backoff::new();
+        loop {
+            for &r in requests {
+                self.poll_get(r)?;
+            }
+            let mut st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
+            if let Some(i) = st.requests.find_ready(requests)? {
+                let done = st
+                    .requests
+                    .take_completed(requests[i])?
+                    .ok_or(Status::MCAPI_ERR_GENERAL)?;
+                return match done.status {
+                    Status::MCAPI_SUCCESS => Ok((i, done.size)),
+                    status => Err(status),
+                };
+            }
+            drop(st);
+            backoff.wait(deadline)?;
+        }
+    }
+
+    /// `mcapi_cancel`: cancels a pending request; a waiter gets
+    /// `MCAPI_ERR_REQUEST_CANCELLED`. A cancelled receive consumes no message; a cancelled
+    /// send that has not left is not sent.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_REQUEST_INVALID`.
+    pub fn cancel(&self, request: RequestHandle) -> Result<()> {
+        let mut st = self.inner.live_state()?;
+        let pending = matches!(st.requests.state(request)?, RequestState::Pending);
+        let payload = st.requests.cancel(request)?;
+        if !pending {
+            return Ok(());
+        }
+        match payload {
+            Req::Recv { port } => {
+                if let Some(ep) = st.endpoints.get_mut(&port) {
+                    ep.pending_recvs.retain(|&h| h != request);
+                }
+            }
+            Req::Send { slot, .. } => {
+                st.pending_sends.retain(|&h| h != request);
+                st.send_free.push(slot);
+            }
+            Req::Get { .. } => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,197 @@
+//! What runs besides the application's calls: the control-plane handler, background
+//! progress, opening the fabric, and the blocking-call backoff.
+
+use super::*;
+
+/// Answers other nodes on the control plane.
+pub(super) struct ControlHandler(pub(super) Weak<NodeInner>);
+
+impl Handler for ControlHandler {
+    fn handle(&self, peer: Option<(u32, u32)>, request: &Frame) -> Frame {
+        let Some(node) = self.0.upgrade() else {
+            return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
+        };
+        match request {
+            Frame::Hello {
+                domain,
+                node: n,
+                peer,
+                fabric_addr,
+            } => {
+                let Ok(addr) = node.fab.av.insert(fabric_addr) else {
+                    return Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code());
+                };
+                let Ok(mut st) = node.live_state() else {
+                    return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
+                };
+                let index = match st.peer_of.get(&(*domain, *n)) {
+                    Some(&i) => i,
+                    None => match node.add_peer(&mut st, *domain, *n, Some(addr)) {
+                        Ok(i) => i,
+                        Err(s) => return Frame::Refused(s.code()),
+                    },
+                };
+                let p = &mut st.peers[index as usize];
+                p.addr = addr;
+                p.index_at_peer = *peer as u16;
+                p.alive = true;
+                Frame::Welcome {
+                    peer: u32::from(index),
+                    fabric_addr: node.fab.ep.address().to_vec(),
+                }
+            }
+            Frame::CreditRequest { port, want, seen } => {
+                let Some(from) = peer else {
+                    return Frame::Refused(Status::MCAPI_ERR_PARAMETER.code());
+                };
+                node.answer_credit_request(from, *port, *want, *seen)
+            }
+            Frame::NodeAttribute { attribute } => match node.attributes.get(*attribute) {
+                Ok(v) => Frame::Value(v),
+                Err(s) => Frame::Refused(s.code()),
+            },
+            Frame::GetAttribute { port, attribute } => {
+                let value = EndpointAttribute::from_number(*attribute).and_then(|a| {
+                    node.live_state()
+                        .and_then(|st| node.local_attribute(&st, *port, a))
+                });
+                match value {
+                    Ok(v) => Frame::Value(v),
+                    Err(s) => Frame::Refused(s.code()),
+                }
+            }
+            Frame::Lookup { port } => match node.live_state() {
+                Ok(st) if st.endpoints.contains_key(port) => Frame::Value(1),
+                Ok(_) => Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code()),
+                Err(s) => Frame::Refused(s.code()),
+            },
+            _ => Frame::Refused(Status::MCAPI_ERR_PARAMETER.code()),
+        }
+    }
+
+    fn peer_gone(&self, peer: (u32, u32)) {
+        let Some(node) = self.0.upgrade() else { return };
+        let index = lock(&node.state).peer_of.get(&peer).copied();
+        if let Some(i) = index {
+            node.peer_died(i);
+        }
+    }
+}
+
+/// Progresses a node while no application thread does: with manual-progress providers
+/// (shm, tcp;ofi_rxm) nothing arrives, and shm does not even connect, unless someone reads
+/// the CQ. It never waits for the state lock: a thread inside an MCAPI call is already
+/// progressing. It polls often while traffic flows and backs off to a few milliseconds
+/// when the node is idle.
+pub(super) fn background_progress(node: Weak<NodeInner>) {
+    let mut pause = Duration::from_micros(100);
+    loop {
+        std::thread::sleep(pause);
+        let Some(node) = node.upgrade() else { return };
+        let Ok(mut st) = node.state.try_lock() else {
+            pause = Duration::from_micros(100);
+            continue;
+        };
+        if st.finalized {
+            return;
+        }
+        let busy = node.progress_counting(&mut st) > 0;
+        pause = if busy {
+            Duration::from_micros(100)
+        } else {
+            (pause * 2).min(Duration::from_millis(5))
+        };
+    }
+}
+
+/// Opens the fabric stack with the first provider candidate that works.
+pub(super) fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Option<Fab> {
+    // The local address the network providers bind to: the chosen interface's, else this
+    // node's topology entry, else loopback (every node on this host).
+    let local = match (&config.tcp_iface, &config.topology) {
+        (Some(iface), _) => interface_address(iface)?,
+        (None, Some(t)) => t.get(domain_id, node_id)?.host.clone(),
+        (None, None) => "127.0.0.1".to_owned(),
+    };
+    for provider in config.provider_candidates() {
+        let mut hints = Hints::new().provider(provider.clone()).caps(flags::TAGGED);
+        if provider != "shm" {
+            hints = hints.source(Some(&local), None);
+        }
+        let Ok(info) = Info::first(&hints) else {
+            continue;
+        };
+        let open = || -> std::result::Result<Fab, OfiError> {
+            let domain = Domain::open_info(&info)?;
+            let cq = CompletionQueue::open(&domain, 0, WaitObject::None)?;
+            let av = AddressVector::open(&domain, 64)?;
+            let ep = Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?;
+            Ok(Fab {
+                inject_size: info.attributes().inject_size,
+                provider: info.provider().to_owned(),
+                send_pool: MemoryRegion::new(&domain, SEND_SLOTS as usize * MAX_MSG_SIZE)?,
+                control_pool: MemoryRegion::new(&domain, 8 * 4096)?,
+                ep,
+                cq,
+                av,
+                domain,
+            })
+        };
+        if let Ok(fab) = open() {
+            return Some(fab);
+        }
+    }
+    None
+}
+
+/// The first IPv4 address of network interface `name` (`MCAPI_TCP_IFACE`).
+pub(super) fn interface_address(name: &str) -> Option<String> {
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|i| i.interface_name == name)
+        .find_map(|i| i.address?.as_sockaddr_in().map(|a| a.ip().to_string()))
+}
+
+/// Spin briefly, then sleep in growing steps: two processes blocked on 2 cores must not
+/// starve each other.
+pub(super) struct Backoff {
+    start: Instant,
+    sleep: Duration,
+}
+
+/// How long a blocked call polls the CQ back to back: long enough to catch a reply over
+/// shm or tcp on this host without a context switch.
+const SPIN: Duration = Duration::from_micros(50);
+/// Then it yields the core between polls for this long, before sleeping.
+const YIELD: Duration = Duration::from_micros(500);
+
+impl Backoff {
+    pub(super) fn new() -> Backoff {
+        Backoff {
+            start: Instant::now(),
+            sleep: Duration::from_micros(20),
+        }
+    }
+
+    /// True once the caller has been waiting long enough for slow-path checks.
+    pub(super) fn slow(&self) -> bool {
+        self.sleep >= Duration::from_millis(1)
+    }
+
+    pub(super) fn wait(&mut self, deadline: Option<Instant>) -> Result<()> {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(Status::MCAPI_TIMEOUT);
+        }
+        let waited = now - self.start;
+        if waited < SPIN {
+            std::hint::spin_loop();
+        } else if waited < SPIN + YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep);
+            self.sleep = (self.sleep * 2).min(Duration::from_millis(2));
+        }
+        Ok(())
+    }
+}
