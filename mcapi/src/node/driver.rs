@@ -387,6 +387,9 @@ impl NodeInner {
         if !st.pending_sends.is_empty() {
             self.advance_sends(st);
         }
+        if !st.departed.is_empty() {
+            self.reclaim_departed(st);
+        }
         self.flush_outbox(st);
         handled
     }
@@ -650,13 +653,38 @@ impl NodeInner {
         }
     }
 
+    /// A peer's control connection closed: it finalized or died. Sends to it fail from now
+    /// on. Its credits go back to the other senders only after a grace period: messages it
+    /// sent before a clean finalize may still be on their way (the fabric and the control
+    /// socket are different channels) and must be delivered, not refused.
     pub(super) fn peer_died(&self, peer: u16) {
         let mut st = lock(&self.state);
         if let Some(p) = st.peers.get_mut(peer as usize) {
-            p.alive = false;
+            if p.alive {
+                p.alive = false;
+                st.departed.push((peer, Instant::now() + DEPARTURE_GRACE));
+            }
         }
-        for ep in st.endpoints.values_mut() {
-            ep.credits.sender_gone(SenderId(u32::from(peer)));
+    }
+
+    /// Reclaims the credits of peers whose grace period is over.
+    fn reclaim_departed(&self, st: &mut State) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < st.departed.len() {
+            let (peer, when) = st.departed[i];
+            if now < when {
+                i += 1;
+                continue;
+            }
+            st.departed.swap_remove(i);
+            let ports: Vec<u32> = st.endpoints.keys().copied().collect();
+            for port in ports {
+                if let Some(ep) = st.endpoints.get_mut(&port) {
+                    ep.credits.sender_gone(SenderId(u32::from(peer)));
+                }
+                self.collect_credit_controls(st, port);
+            }
         }
     }
 }

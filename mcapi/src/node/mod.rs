@@ -37,6 +37,8 @@ const SEND_SLOTS: u32 = 64;
 /// Control receive slots a node keeps posted per remote endpoint it sends to, and at least.
 const CONTROL_SLOTS_PER_REMOTE: u32 = 4;
 const CONTROL_SLOTS_MIN: u32 = 64;
+/// How long messages of a peer that closed its control connection are still accepted.
+const DEPARTURE_GRACE: Duration = Duration::from_secs(2);
 /// Sender nodes one endpoint serves at once (its credit pool and reorder state are
 /// preallocated for them).
 const MAX_SENDERS: usize = 256;
@@ -92,6 +94,8 @@ struct State {
     requests: RequestTable<Req>,
     /// Non-blocking sends waiting for credits, in the order they were made.
     pending_sends: VecDeque<RequestHandle>,
+    /// Peers gone (control connection closed) whose credits are reclaimed at the instant.
+    departed: Vec<(u16, Instant)>,
     finalized: bool,
 }
 
@@ -265,6 +269,7 @@ impl Node {
             outbox: VecDeque::with_capacity(256),
             requests: RequestTable::new(config.request_table_size),
             pending_sends: VecDeque::with_capacity(64),
+            departed: Vec::new(),
             finalized: false,
         };
         let inner = Arc::new(NodeInner {
