@@ -420,8 +420,21 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the acceptor with a connection of our own.
-        let _ = Stream::connect(&self.rendezvous, Duration::from_millis(200));
+        // Wake the acceptor with a connection of our own, through loopback: the rendezvous
+        // host may be an address this host cannot reach itself by (IPv6 without a route).
+        let wake = match &self.rendezvous {
+            Rendezvous::Unix(_) => vec![self.rendezvous.clone()],
+            Rendezvous::Tcp(_, port) => vec![
+                Rendezvous::Tcp("127.0.0.1".into(), *port),
+                Rendezvous::Tcp("::1".into(), *port),
+                self.rendezvous.clone(),
+            ],
+        };
+        for to in &wake {
+            if Stream::connect(to, Duration::from_millis(200)).is_ok() {
+                break;
+            }
+        }
         if let Some(t) = self.acceptor.take() {
             let _ = t.join();
         }
@@ -469,7 +482,10 @@ fn bind(to: &Rendezvous) -> Result<Listener, StartError> {
                 Err(e) => Err(StartError::Io(e)),
             }
         }
-        Rendezvous::Tcp(_, port) => match TcpListener::bind(("0.0.0.0", *port)) {
+        // Every address, IPv6 and (dual-stack) IPv4; IPv4 alone where IPv6 is off.
+        Rendezvous::Tcp(_, port) => match TcpListener::bind(("::", *port))
+            .or_else(|_| TcpListener::bind(("0.0.0.0", *port)))
+        {
             Ok(l) => Ok(Listener::Tcp(l)),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(StartError::NodeTaken),
             Err(e) => Err(StartError::Io(e)),
@@ -674,6 +690,31 @@ mod tests {
         drop(again);
         assert!(!path.exists());
         let _ = std::fs::remove_dir_all(&c.runtime_dir);
+    }
+
+    /// A TCP server answers over IPv4 and IPv6 loopback, and stops (no hang) whichever
+    /// address its topology entry gives.
+    #[test]
+    fn tcp_rendezvous_serves_ipv4_and_ipv6() {
+        for host in ["127.0.0.1", "::1"] {
+            let mut c = config("tcp");
+            c.topology =
+                Some(crate::config::Topology::parse(&format!("0 3 [{host}]:47731\n")).unwrap());
+            let handler = Arc::new(Ports {
+                ports: vec![8],
+                gone: AtomicUsize::new(0),
+            });
+            let server = ControlServer::start(&c, 0, 3, handler).unwrap();
+            for to in ["127.0.0.1", "::1"] {
+                let mut s =
+                    Stream::connect(&Rendezvous::Tcp(to.into(), 47731), Duration::from_secs(1))
+                        .unwrap();
+                assert_eq!(s.call(&Frame::Lookup { port: 8 }).unwrap(), Frame::Value(1));
+            }
+            let start = Instant::now();
+            drop(server);
+            assert!(start.elapsed() < Duration::from_secs(2));
+        }
     }
 
     #[test]

@@ -355,7 +355,9 @@ impl NodeInner {
     }
 
     /// Reads the CQ and dispatches what completed; sends queued control messages.
+    /// Progress on behalf of an application call (the background thread then keeps away).
     pub(super) fn progress(&self, st: &mut State) {
+        self.app_progress.fetch_add(1, Ordering::Relaxed);
         self.progress_counting(st);
     }
 

@@ -25,6 +25,7 @@ use mcapi_ofi::{
     Error as OfiError, FiAddr, Hints, Info, MemoryRegion, WaitObject,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,8 @@ struct NodeInner {
     state: Mutex<State>,
     control: Mutex<Option<ControlServer>>,
     progress_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Counts progress made by application calls, so the background thread can keep away.
+    app_progress: AtomicU64,
 }
 
 /// The node's libfabric objects.
@@ -281,6 +284,7 @@ impl Node {
             state: Mutex::new(state),
             control: Mutex::new(None),
             progress_thread: Mutex::new(None),
+            app_progress: AtomicU64::new(0),
         });
         inner.post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));

@@ -85,11 +85,20 @@ impl Handler for ControlHandler {
 /// when the node is idle.
 pub(super) fn background_progress(node: Weak<NodeInner>) {
     let mut pause = Duration::from_micros(100);
+    let mut seen_app_progress = u64::MAX;
     loop {
         std::thread::sleep(pause);
         let Some(node) = node.upgrade() else { return };
+        // While application threads progress the node themselves, stay out of their way
+        // (no lock traffic, no preemption of a busy core).
+        let app = node.app_progress.load(Ordering::Relaxed);
+        if app != seen_app_progress {
+            seen_app_progress = app;
+            pause = Duration::from_millis(1);
+            continue;
+        }
         let Ok(mut st) = node.state.try_lock() else {
-            pause = Duration::from_micros(100);
+            pause = Duration::from_millis(1);
             continue;
         };
         if st.finalized {
