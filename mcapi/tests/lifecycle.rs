@@ -1,4 +1,4 @@
-//! `initialize` after `finalize` works again, 100 times, without leaking file descriptors,
+//! `initialize` after `finalize` works again, 150 times, without leaking file descriptors,
 //! threads or memory. Its own test binary: nothing else runs in this process.
 
 use mcapi::config::Config;
@@ -31,22 +31,28 @@ fn cycle(config: &Config) {
 }
 
 #[test]
-fn hundred_initialize_finalize_cycles_leak_nothing() {
+fn initialize_finalize_cycles_leak_nothing() {
     let mut config = Config::defaults();
     config.provider = Some("shm".into());
     config.job = format!("lifecycle-{}", std::process::id());
     config.recv_buffers = 4;
     cycle(&config);
-    let (fds, threads, rss) = (count("/proc/self/fd"), count("/proc/self/task"), rss_kib());
-    for _ in 0..99 {
+    let (fds, threads) = (count("/proc/self/fd"), count("/proc/self/task"));
+    // The allocator and libfabric's caches settle during the first few dozen cycles;
+    // memory is measured from then on.
+    for _ in 0..49 {
+        cycle(&config);
+    }
+    let rss = rss_kib();
+    for _ in 0..100 {
         cycle(&config);
     }
     let (fds2, threads2, rss2) = (count("/proc/self/fd"), count("/proc/self/task"), rss_kib());
-    eprintln!("after 1 cycle: {fds} fds, {threads} threads, {rss} KiB; after 100: {fds2}, {threads2}, {rss2} KiB");
+    eprintln!("after 1 cycle: {fds} fds, {threads} threads; after 150: {fds2}, {threads2}; RSS {rss} KiB after 50, {rss2} KiB after 150");
     assert_eq!(fds2, fds, "file descriptors leaked");
     assert_eq!(threads2, threads, "threads leaked");
     assert!(
-        rss2 < rss + 8 * 1024,
-        "memory grew from {rss} to {rss2} KiB"
+        rss2 < rss + 4 * 1024,
+        "memory grew from {rss} to {rss2} KiB over 100 cycles"
     );
 }
