@@ -19,9 +19,11 @@ const ALL_SIZES_MAX: usize = 4 << 20;
 #[command(
     name = "perftest",
     version,
-    about = "Latency and bandwidth of messages over libfabric (raw baseline; MCAPI later)",
-    long_about = "Latency and bandwidth of messages over libfabric: the raw-libfabric baseline \
-                  against which MCAPI is measured.\n\n\
+    about = "Latency and bandwidth of MCAPI messages, beside raw libfabric on the same provider",
+    long_about = "Latency and bandwidth of MCAPI messages, measured beside raw libfabric over \
+                  the same provider, sizes and window: each size runs over raw libfabric, then \
+                  over MCAPI (up to MCAPI's 64 KiB message limit), and the results are printed \
+                  side by side with their ratio (MCAPI/raw: p50 latency, or MB/s).\n\n\
                   Run the server with no host argument and the client with the server's host, \
                   or both at once on this machine with --local:\n\n  \
                   perftest msg-lat --local -p tcp -S 8,4k\n  \
@@ -137,7 +139,8 @@ pub struct Opts {
     #[arg(long)]
     pub local: bool,
 
-    /// TCP port of the out-of-band channel that exchanges fabric addresses and synchronises
+    /// TCP port of the out-of-band channel that exchanges fabric addresses and synchronises;
+    /// across hosts the two MCAPI nodes' control planes use the next two ports
     #[arg(long, default_value_t = DEFAULT_OOB_PORT)]
     pub oob_port: u16,
 

@@ -1,13 +1,16 @@
-//! `perftest`: latency, bandwidth and message rate of messages over libfabric — the raw
-//! libfabric baseline that MCAPI is measured against.
+//! `perftest`: latency, bandwidth and message rate of MCAPI messages, measured beside raw
+//! libfabric over the same provider, sizes and window.
 //!
 //! # Place in the workspace
 //! `ofi-sys` (bindings) <- `mcapi-ofi` (safe fabric layer) <- `mcapi` (MCAPI 2.000) <-
 //! `perftest`. The benchmark patterns are written once over a small
 //! [`transport::Transport`] trait; [`transport::raw`] implements it directly on `mcapi-ofi`
-//! (tagged messages on an RDM endpoint, busy-polled CQ). An MCAPI transport over `mcapi`
-//! message endpoints is the other half, to come: then each size runs over both and the JSON
-//! line carries both results (`raw_*` and unprefixed MCAPI fields) and their ratio.
+//! (tagged messages on an RDM endpoint, busy-polled CQ), [`transport::mcapi`] with MCAPI
+//! message endpoints (blocking `msg_send`/`msg_recv`). Each size runs over raw libfabric,
+//! then over MCAPI (sizes up to MCAPI's 64 KiB message limit); the table has a row per layer
+//! and the MCAPI row ends with the ratio MCAPI/raw (p50 latency for msg-lat, MB/s for
+//! msg-bw); a JSON line carries both results (`raw_*` and unprefixed MCAPI fields) and
+//! `ratio`.
 //!
 //! # Usage
 //! fabtests' dialect (`-p` provider, `-S` sizes, `-I` iterations, `-w` warmup, `-W` window):

@@ -139,6 +139,11 @@ impl Oob {
         self.local.ip()
     }
 
+    /// The peer's address on the connection.
+    pub fn peer_ip(&self) -> IpAddr {
+        self.peer.ip()
+    }
+
     /// Sends one line (without the newline).
     pub fn send(&mut self, line: &str) -> Result<()> {
         debug_assert!(!line.contains('\n'));
@@ -309,6 +314,7 @@ mod tests {
         });
         let mut c = Oob::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
         assert_eq!(c.local_ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(c.peer_ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         c.send("hello").unwrap();
         assert_eq!(c.line_blocking().unwrap(), "echo hello");
         let e = c.line_blocking().unwrap_err().to_string();

@@ -61,6 +61,17 @@ impl Plan {
         }
     }
 
+    /// The plan with at most `max_messages` messages per direction (warmup included: one
+    /// per iteration each way), by cutting timed iterations; `None` if the warmup alone
+    /// leaves no room for one.
+    pub fn capped(&self, max_messages: u64) -> Option<Plan> {
+        let room = max_messages.checked_sub(self.warmup).filter(|&n| n > 0)?;
+        Some(Plan {
+            iterations: self.iterations.min(room),
+            ..self.clone()
+        })
+    }
+
     /// The hello line's parameters.
     pub fn to_words(&self) -> String {
         format!(
@@ -91,16 +102,20 @@ impl Plan {
 /// `end`, or an error, or its disappearance) and a stall check.
 struct Watch {
     spins: u32,
+    /// Empty polls between looks, minus one (a power of two minus one): few for a transport
+    /// whose polls wait by themselves.
+    look_mask: u32,
     last_look: Instant,
     last_activity: Instant,
     active: bool,
 }
 
 impl Watch {
-    fn new() -> Watch {
+    fn new<T: Transport>(t: &T) -> Watch {
         let now = Instant::now();
         Watch {
             spins: 0,
+            look_mask: if t.waits() { 0 } else { 0xff },
             last_look: now,
             last_activity: now,
             active: false,
@@ -118,10 +133,10 @@ impl Watch {
     #[inline]
     fn idle(&mut self, oob: &mut Oob) -> Result<Option<String>> {
         self.spins = self.spins.wrapping_add(1);
-        if self.spins & 0xff != 0 {
+        if self.spins & self.look_mask != 0 {
             return Ok(None);
         }
-        if self.spins >= YIELD_AFTER_SPINS {
+        if self.spins >= YIELD_AFTER_SPINS && self.look_mask != 0 {
             // A long wait: if the machine is oversubscribed (more busy processes than cores),
             // let the peer run. Without contention this returns at once.
             std::thread::yield_now();
@@ -192,7 +207,7 @@ fn check_len(got: usize, want: usize) -> Result<()> {
 
 /// Waits until every send posted has completed locally.
 fn flush<T: Transport>(t: &mut T, oob: &mut Oob) -> Result<()> {
-    let mut w = Watch::new();
+    let mut w = Watch::new(t);
     while t.pending_sends() > 0 {
         t.progress()?;
         if let Some(line) = w.idle(oob)? {
@@ -230,7 +245,7 @@ fn lat_client<T: Transport>(
     plan: &Plan,
     size: usize,
 ) -> Result<Measurement> {
-    let mut w = Watch::new();
+    let mut w = Watch::new(t);
     for _ in 0..plan.warmup {
         send(t, oob, &mut w, size)?;
         recv(t, oob, &mut w, size)?;
@@ -266,7 +281,7 @@ fn bw_client<T: Transport>(
     plan: &Plan,
     size: usize,
 ) -> Result<Measurement> {
-    let mut w = Watch::new();
+    let mut w = Watch::new(t);
     let mut window = |t: &mut T, n: u64| -> Result<()> {
         for _ in 0..n {
             send(t, oob, &mut w, size)?;
@@ -307,7 +322,7 @@ fn bw_client<T: Transport>(
 /// Serves one size (after the client's `size` line).
 pub fn serve_size<T: Transport>(t: &mut T, oob: &mut Oob, plan: &Plan, size: usize) -> Result<()> {
     oob.send("ready")?;
-    let mut w = Watch::new();
+    let mut w = Watch::new(t);
     let mut windows = Windows::new(plan);
     let mut received = 0u64;
     loop {
@@ -440,5 +455,12 @@ mod tests {
         let parsed = Plan::from_words(&words.split(' ').collect::<Vec<_>>()).unwrap();
         assert_eq!(parsed, p);
         assert!(Plan::from_words(&["msg-bw", "1"]).is_none());
+    }
+
+    #[test]
+    fn capped_plans() {
+        assert_eq!(plan(5, 1000, 32).capped(2000), Some(plan(5, 1000, 32)));
+        assert_eq!(plan(5, 1000, 32).capped(505), Some(plan(5, 500, 32)));
+        assert_eq!(plan(5, 1000, 32).capped(5), None);
     }
 }

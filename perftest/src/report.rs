@@ -93,6 +93,22 @@ pub struct SizeResult<'a> {
     pub size: usize,
     pub raw: Option<&'a Measurement>,
     pub mcapi: Option<&'a Measurement>,
+    /// Why MCAPI did not run this size (shown in the table; its JSON fields are null).
+    pub mcapi_not_run: Option<&'a str>,
+}
+
+impl SizeResult<'_> {
+    /// MCAPI over raw: p50 latency for msg-lat, MB/s for msg-bw.
+    pub fn ratio(&self, test: Test) -> Option<f64> {
+        let (mc, raw) = (self.mcapi?, self.raw?);
+        match test {
+            Test::MsgLat => {
+                let (a, b) = (mc.latency()?, raw.latency()?);
+                (b.p50 > 0.0).then(|| a.p50 / b.p50)
+            }
+            Test::MsgBw => (raw.mb_s() > 0.0).then(|| mc.mb_s() / raw.mb_s()),
+        }
+    }
 }
 
 pub struct Report {
@@ -155,10 +171,17 @@ impl Report {
                     "min", "p50", "p99", "p99.9", "max"
                 );
             }
+            s += &format!(" {:>6}", "ratio");
             s.push('\n');
         }
+        let ratio = r.ratio(self.test);
         for (layer, m) in [("raw", r.raw), ("mcapi", r.mcapi)] {
-            let Some(m) = m else { continue };
+            let Some(m) = m else {
+                if let (true, Some(why)) = (layer == "mcapi", r.mcapi_not_run) {
+                    s += &format!("{layer:<8} {:<9} not run: {why}\n", r.size);
+                }
+                continue;
+            };
             s += &format!(
                 "{:<8} {:<9} {:>8} {:>7} {:>7.2}s {:>10.2} {:>9.2} {:>10.3}",
                 layer,
@@ -175,6 +198,9 @@ impl Report {
                     " {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
                     l.min, l.p50, l.p99, l.p999, l.max
                 );
+            }
+            if let (true, Some(ratio)) = (layer == "mcapi", ratio) {
+                s += &format!(" {ratio:>6.2}");
             }
             s.push('\n');
         }
@@ -218,17 +244,7 @@ impl Report {
             ];
             fields.extend(entries.map(|(k, v)| (format!("{prefix}{k}"), v)));
         }
-        let ratio = match (r.mcapi, r.raw) {
-            (Some(mc), Some(raw)) => match self.test {
-                Test::MsgLat => match (mc.latency(), raw.latency()) {
-                    (Some(a), Some(b)) if b.p50 > 0.0 => round(a.p50 / b.p50, 4),
-                    _ => Value::Null,
-                },
-                Test::MsgBw if raw.mb_s() > 0.0 => round(mc.mb_s() / raw.mb_s(), 4),
-                Test::MsgBw => Value::Null,
-            },
-            _ => Value::Null,
-        };
+        let ratio = r.ratio(self.test).map_or(Value::Null, |v| round(v, 4));
         fields.push(("ratio".into(), ratio));
         fields.push((
             "libfabric_version".into(),
@@ -333,6 +349,7 @@ mod tests {
             size: 8,
             raw: Some(&m),
             mcapi: None,
+            mcapi_not_run: Some("why"),
         });
         assert!(line.starts_with("{\"test\":\"msg-lat\",\"provider\":\"shm\",\"size\":8,"));
         let v: Value = serde_json::from_str(&line).unwrap();
@@ -341,5 +358,44 @@ mod tests {
         assert!(v["lat_us_p50"].is_null() && v["ratio"].is_null() && v["window"].is_null());
         assert_eq!(v["host"], "h\"q");
         assert_eq!(v["raw_iterations_done"], 1);
+
+        // Both halves: MCAPI unprefixed, the ratio of the p50s, and in the table a row each.
+        let mut rt = RoundTrips::new();
+        rt.record(Duration::from_micros(6));
+        let mc = Measurement {
+            round_trips: Some(rt),
+            ..m.clone()
+        };
+        let both = SizeResult {
+            size: 8,
+            raw: Some(&m),
+            mcapi: Some(&mc),
+            mcapi_not_run: None,
+        };
+        let v: Value = serde_json::from_str(&report.json_line(&both)).unwrap();
+        assert_eq!(v["lat_us_p50"], 3.0);
+        assert_eq!(v["raw_lat_us_p50"], 2.0);
+        assert_eq!(v["ratio"], 1.5);
+        let mut table = Report::new(&plan, "shm", false, report.info.clone());
+        let text = table.table_rows(&both);
+        let rows: Vec<&str> = text.lines().skip(2).collect();
+        assert!(
+            rows[0].starts_with("raw ") && rows[1].starts_with("mcapi "),
+            "{text}"
+        );
+        assert!(
+            rows[1].ends_with(" 1.50") && !rows[0].ends_with("1.50"),
+            "{text}"
+        );
+        let text = table.table_rows(&SizeResult {
+            size: 1 << 20,
+            raw: Some(&m),
+            mcapi: None,
+            mcapi_not_run: Some("too large"),
+        });
+        assert!(
+            text.contains("mcapi    1048576   not run: too large"),
+            "{text}"
+        );
     }
 }

@@ -7,8 +7,17 @@
 //! 2. Both open their transport, IP providers bound to the local address of this connection.
 //!    `addr <transport> <hex address> <max_msg_size>`, answered likewise by the server.
 //! 3. `prepare <max bytes>`: both post their receives.
-//! 4. Per size and transport, the frame of [`crate::pattern`]: `size`/`ready`, `end`/`done`.
-//! 5. `quit` -> `bye`.
+//! 4. MCAPI: `mcapi <job> <server port> <client port>` (the job name and, across hosts, the
+//!    control-plane ports of the two nodes); the server starts its node and answers
+//!    `mcapi-up`, or `mcapi-off <why>` when MCAPI cannot run here (the run goes on over raw
+//!    libfabric alone). Then the client starts its node and says `mcapi-up` (or
+//!    `mcapi-off <why>`); the server looks its endpoint up and answers `mcapi-connected`,
+//!    and the client looks the server's up. Before a size that could carry a pair of
+//!    endpoints past [`MESSAGES_PER_ENDPOINT`], the client moves both to a fresh pair:
+//!    `mcapi-ep <port>` -> `mcapi-ep-ok`.
+//! 5. Per size, raw then MCAPI (sizes up to `MCAPI_MAX_MSG_SIZE`), the frame of
+//!    [`crate::pattern`]: `size <transport> <bytes>`/`ready`, `end`/`done`.
+//! 6. `quit` -> `bye`.
 //!
 //! Any side that fails sends `error <text>` before it exits, so the other reports the cause.
 
@@ -18,6 +27,10 @@ use crate::error::{Error, Result};
 use crate::oob::{self, Listener, Oob};
 use crate::pattern::{self, Plan, ACK_LEN};
 use crate::report::{Progress, Report, RunInfo, SizeResult};
+use crate::stats::Measurement;
+use crate::transport::mcapi::{
+    self, McapiTransport, Setup, CLIENT_NODE, MESSAGES_PER_ENDPOINT, SERVER_NODE,
+};
 use crate::transport::raw::{self, RawTransport};
 use crate::transport::{Kind, Transport};
 use std::io::IsTerminal;
@@ -29,6 +42,9 @@ const PROTOCOL: &str = "perftest/1";
 const LOCAL_CONNECT_RETRY: Duration = Duration::from_secs(10);
 /// How long a `--local` server waits for its client.
 const LOCAL_ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an MCAPI node waits for the peer's endpoint (it exists by then: this only
+/// bounds the control-plane connection).
+const MCAPI_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn pin_side(opts: &Opts, side: Side) -> Result<()> {
     match opts.cpu {
@@ -38,7 +54,7 @@ fn pin_side(opts: &Opts, side: Side) -> Result<()> {
 }
 
 /// Sends our transport's address, returns the peer's (with its largest message size).
-fn exchange_addresses<T: Transport>(t: &mut T, oob: &mut Oob, first: bool) -> Result<usize> {
+fn exchange_addresses(t: &mut RawTransport, oob: &mut Oob, first: bool) -> Result<usize> {
     let mine = format!(
         "addr {} {} {}",
         t.kind(),
@@ -109,6 +125,21 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     let max_len = max_len.max(ACK_LEN);
     oob.send(&format!("prepare {max_len}"))?;
     raw.prepare(max_len, plan.depth())?;
+    let (mut mcapi, why_not) = match plan.capped(MESSAGES_PER_ENDPOINT) {
+        Some(mplan) => client_mcapi(opts, mplan, &mut raw, oob)?,
+        None => (
+            None,
+            Some(format!(
+                "a warmup of {} messages is more than mcapi carries from one node to one \
+                 endpoint ({MESSAGES_PER_ENDPOINT}: its sequence numbers are 16-bit)",
+                plan.warmup
+            )),
+        ),
+    };
+    if let Some(why) = &why_not {
+        eprintln!("perftest: MCAPI not run: {why}");
+    }
+    let too_large = format!("larger than MCAPI_MAX_MSG_SIZE ({} bytes)", mcapi::MAX_SIZE);
 
     let mut report = Report::new(&plan, raw.provider(), opts.json, RunInfo::collect());
     let mut progress = Progress::new();
@@ -119,17 +150,121 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
             i + 1,
             sizes.len()
         ));
+        // Interleaved: each size over raw libfabric, then at once over MCAPI.
         let m = pattern::client_size(&mut raw, oob, &plan, size)?;
+        let (mc, note) = match &mut mcapi {
+            Some(t) if size <= mcapi::MAX_SIZE => (Some(t.run_size(oob, size)?), None),
+            Some(_) => (None, Some(too_large.as_str())),
+            None => (None, Some("MCAPI could not start (see above)")),
+        };
         progress.clear();
         report.row(&SizeResult {
             size,
             raw: Some(&m),
-            mcapi: None,
+            mcapi: mc.as_ref(),
+            mcapi_not_run: note,
         });
     }
     progress.clear();
     oob.send("quit")?;
     oob.expect("bye", || raw.progress())
+}
+
+/// Unique per run (client pid and bootstrap port), so that parallel runs never meet.
+fn mcapi_setup(opts: &Opts) -> Setup {
+    // Two ports next to the bootstrap port (below it at the top of the range).
+    let base = if opts.oob_port > u16::MAX - 2 {
+        opts.oob_port - 3
+    } else {
+        opts.oob_port
+    };
+    Setup {
+        job: format!("perftest-{}-{}", std::process::id(), opts.oob_port),
+        ports: (base + 1, base + 2),
+    }
+}
+
+/// One line of text for the bootstrap channel.
+fn one_line(e: &Error) -> String {
+    e.to_string().replace('\n', " ")
+}
+
+/// The client's MCAPI half: the transport, the plan it runs (capped, see
+/// [`MESSAGES_PER_ENDPOINT`]) and how many messages each way the current pair of endpoints
+/// has carried.
+struct McapiClient {
+    t: McapiTransport,
+    plan: Plan,
+    used: u64,
+}
+
+impl McapiClient {
+    /// Runs one size, first moving both sides to fresh endpoints if it could carry the
+    /// current ones past [`MESSAGES_PER_ENDPOINT`].
+    fn run_size(&mut self, oob: &mut Oob, size: usize) -> Result<Measurement> {
+        if self.used + self.plan.warmup + self.plan.iterations > MESSAGES_PER_ENDPOINT {
+            let port = self.t.port() + 1;
+            self.t.renew(port)?;
+            oob.send(&format!("mcapi-ep {port}"))?;
+            oob.expect("mcapi-ep-ok", || self.t.progress())?;
+            self.t.connect(SERVER_NODE, MCAPI_CONNECT_TIMEOUT)?;
+            self.used = 0;
+        }
+        let m = pattern::client_size(&mut self.t, oob, &self.plan, size)?;
+        self.used += self.plan.warmup + m.iterations;
+        Ok(m)
+    }
+}
+
+/// Starts the client's MCAPI node and connects it to the server's. `Ok((None, why))` when
+/// MCAPI cannot run here (either side could not start its node): the run goes on over raw.
+fn client_mcapi(
+    opts: &Opts,
+    plan: Plan,
+    raw: &mut RawTransport,
+    oob: &mut Oob,
+) -> Result<(Option<McapiClient>, Option<String>)> {
+    if plan.iterations < opts.iterations {
+        eprintln!(
+            "perftest: MCAPI runs at most {} timed iterations per size: mcapi stalls after \
+             {MESSAGES_PER_ENDPOINT} messages from one node to one endpoint (16-bit sequence \
+             numbers)",
+            plan.iterations
+        );
+    }
+    let setup = mcapi_setup(opts);
+    oob.send(&format!(
+        "mcapi {} {} {}",
+        setup.job, setup.ports.0, setup.ports.1
+    ))?;
+    let reply = oob.line(|| raw.progress())?;
+    if let Some(why) = reply.strip_prefix("mcapi-off ") {
+        return Ok((None, Some(format!("the server's node: {why}"))));
+    }
+    if reply != "mcapi-up" {
+        return Err(oob::protocol(&reply, "mcapi-up"));
+    }
+    let opened = mcapi::topology(oob.peer_ip(), oob.local_ip(), setup.ports)
+        .and_then(|topo| mcapi::config(&setup, topo, &opts.provider, plan.depth()))
+        .and_then(|config| McapiTransport::open(CLIENT_NODE, config));
+    let mut t = match opened {
+        Ok(t) => t,
+        Err(e) => {
+            oob.send(&format!("mcapi-off {}", one_line(&e)))?;
+            return Ok((None, Some(e.to_string())));
+        }
+    };
+    oob.send("mcapi-up")?;
+    oob.expect("mcapi-connected", || raw.progress())?;
+    t.connect(SERVER_NODE, MCAPI_CONNECT_TIMEOUT)?;
+    if t.provider() != raw.provider() {
+        eprintln!(
+            "perftest: warning: MCAPI runs over {}, raw libfabric over {}",
+            t.provider(),
+            raw.provider()
+        );
+    }
+    Ok((Some(McapiClient { t, plan, used: 0 }), None))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -175,6 +310,10 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     oob.send("ok")?;
     let mut raw = RawTransport::open(&opts.provider, Some(oob.local_ip()))?;
     exchange_addresses(&mut raw, oob, false)?;
+    // Started, waiting for the client's node; then connected.
+    let mut mcapi_started: Option<McapiTransport> = None;
+    let mut mcapi: Option<McapiTransport> = None;
+    let mcapi_plan = plan.capped(MESSAGES_PER_ENDPOINT);
     loop {
         let line = oob.line(|| raw.progress())?;
         let words: Vec<&str> = line.split(' ').collect();
@@ -185,12 +324,55 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
                     .map_err(|_| oob::protocol(&line, "prepare <bytes>"))?;
                 raw.prepare(max, plan.depth())?;
             }
+            ["mcapi", job, server_port, client_port] => {
+                let port = |p: &str| {
+                    p.parse::<u16>()
+                        .map_err(|_| oob::protocol(&line, "mcapi <job> <port> <port>"))
+                };
+                let setup = Setup {
+                    job: job.to_owned(),
+                    ports: (port(server_port)?, port(client_port)?),
+                };
+                let opened = mcapi::topology(oob.local_ip(), oob.peer_ip(), setup.ports)
+                    .and_then(|topo| mcapi::config(&setup, topo, &opts.provider, plan.depth()))
+                    .and_then(|config| McapiTransport::open(SERVER_NODE, config));
+                match opened {
+                    Ok(t) => {
+                        mcapi_started = Some(t);
+                        oob.send("mcapi-up")?;
+                    }
+                    Err(e) => oob.send(&format!("mcapi-off {}", one_line(&e)))?,
+                }
+            }
+            ["mcapi-up"] => {
+                let mut t = mcapi_started
+                    .take()
+                    .ok_or_else(|| oob::protocol(&line, "mcapi-off"))?;
+                t.connect(CLIENT_NODE, MCAPI_CONNECT_TIMEOUT)?;
+                mcapi = Some(t);
+                oob.send("mcapi-connected")?;
+            }
+            ["mcapi-off", ..] => mcapi_started = None,
+            ["mcapi-ep", port] => {
+                let port = port
+                    .parse()
+                    .map_err(|_| oob::protocol(&line, "mcapi-ep <port>"))?;
+                let t = mcapi
+                    .as_mut()
+                    .ok_or_else(|| oob::protocol(&line, "no mcapi-ep before mcapi-up"))?;
+                t.renew(port)?;
+                t.connect(CLIENT_NODE, MCAPI_CONNECT_TIMEOUT)?;
+                oob.send("mcapi-ep-ok")?;
+            }
             ["size", kind, size] => {
                 let size = size
                     .parse()
                     .map_err(|_| oob::protocol(&line, "size <kind> <bytes>"))?;
-                match Kind::from_name(kind) {
-                    Some(Kind::Raw) => pattern::serve_size(&mut raw, oob, &plan, size)?,
+                match (Kind::from_name(kind), &mut mcapi, &mcapi_plan) {
+                    (Some(Kind::Raw), _, _) => pattern::serve_size(&mut raw, oob, &plan, size)?,
+                    (Some(Kind::Mcapi), Some(t), Some(mplan)) => {
+                        pattern::serve_size(t, oob, mplan, size)?;
+                    }
                     _ => {
                         return Err(Error::failed(format!(
                             "this server cannot run over '{kind}'"
@@ -199,7 +381,7 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
                 }
             }
             ["quit"] => return oob.send("bye"),
-            _ => return Err(oob::protocol(&line, "prepare, size or quit")),
+            _ => return Err(oob::protocol(&line, "prepare, mcapi, size or quit")),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Runs the built `perftest` binary end to end (server and client as real processes via
-//! `--local`) on shm and tcp, and checks its error paths. The numbers are only checked to be
-//! present and positive, not fast.
+//! `--local`) on shm and tcp, and checks its error paths. The numbers (raw libfabric and
+//! MCAPI, and their ratio) are only checked to be present and positive, not fast.
 //!
 //! The tests run one at a time (a static lock): each run busy-polls two processes, and a
 //! 2-core machine cannot run several at once without starving them. Each uses its own
@@ -88,8 +88,9 @@ fn positive(v: &Value, field: &str) -> f64 {
     x
 }
 
-/// Checks one result line: every field present, raw numbers positive, MCAPI half null.
-fn check_line(v: &Value, test: &str, provider: &str, size: u64, latency: bool) {
+/// Checks one result line: every field present, raw numbers positive, and the MCAPI half
+/// (unprefixed) and `ratio` positive when `mcapi` (else null: the size is above MCAPI's limit).
+fn check_line(v: &Value, test: &str, provider: &str, size: u64, latency: bool, mcapi: bool) {
     let obj = v.as_object().expect("a JSON object");
     for f in COMMON {
         assert!(obj.contains_key(*f), "{f} missing from {v}");
@@ -100,15 +101,18 @@ fn check_line(v: &Value, test: &str, provider: &str, size: u64, latency: bool) {
             obj.contains_key(&format!("raw_{f}")),
             "raw_{f} missing from {v}"
         );
-        assert!(
-            v[*f].is_null(),
-            "MCAPI field {f} should be null for now: {v}"
-        );
+        if !mcapi {
+            assert!(v[*f].is_null(), "MCAPI field {f} should be null: {v}");
+        }
     }
     assert_eq!(v["test"], test);
     assert_eq!(v["provider"], provider);
     assert_eq!(v["size"], size);
-    assert!(v["ratio"].is_null());
+    if mcapi {
+        positive(v, "ratio");
+    } else {
+        assert!(v["ratio"].is_null(), "{v}");
+    }
     assert_eq!(v["libfabric_version"], "1.17");
     for f in ["host", "git_sha"] {
         assert!(!v[f].as_str().unwrap_or_default().is_empty(), "{f} in {v}");
@@ -118,24 +122,29 @@ fn check_line(v: &Value, test: &str, provider: &str, size: u64, latency: bool) {
         date.len() == 20 && date.ends_with('Z') && date.as_bytes()[10] == b'T',
         "{date}"
     );
-    positive(v, "raw_iterations_done");
-    positive(v, "raw_time_s");
-    positive(v, "raw_mb_s");
-    positive(v, "raw_mmsg_s");
+    let layers: &[&str] = if mcapi { &["raw_", ""] } else { &["raw_"] };
+    for prefix in layers {
+        for f in ["iterations_done", "time_s", "mb_s", "mmsg_s"] {
+            positive(v, &format!("{prefix}{f}"));
+        }
+        if latency {
+            let lat: Vec<f64> = ["min", "p50", "p99", "p999", "max"]
+                .iter()
+                .map(|p| positive(v, &format!("{prefix}lat_us_{p}")))
+                .collect();
+            assert!(
+                lat.windows(2).all(|w| w[0] <= w[1]),
+                "{prefix} percentiles out of order: {v}"
+            );
+        } else {
+            for p in ["min", "p50", "p99", "p999", "max"] {
+                assert!(v[format!("{prefix}lat_us_{p}")].is_null(), "{v}");
+            }
+        }
+    }
     if latency {
-        let lat: Vec<f64> = ["min", "p50", "p99", "p999", "max"]
-            .iter()
-            .map(|p| positive(v, &format!("raw_lat_us_{p}")))
-            .collect();
-        assert!(
-            lat.windows(2).all(|w| w[0] <= w[1]),
-            "percentiles out of order: {v}"
-        );
         assert!(v["window"].is_null());
     } else {
-        for p in ["min", "p50", "p99", "p999", "max"] {
-            assert!(v[format!("raw_lat_us_{p}")].is_null(), "{v}");
-        }
         assert!(v["window"].as_u64().is_some());
     }
 }
@@ -158,11 +167,13 @@ fn latency_run(provider: &str, libfabric_name: &str, port: &str) {
     ]);
     assert_eq!(lines.len(), 2, "{lines:?}");
     for (v, size) in lines.iter().zip([8, 4096]) {
-        check_line(v, "msg-lat", libfabric_name, size, true);
+        check_line(v, "msg-lat", libfabric_name, size, true, true);
         assert_eq!(v["iterations"], 200);
+        assert_eq!(v["iterations_done"], 200);
     }
 }
 
+/// msg-bw at 64 B and, over MCAPI's 64 KiB limit, 128 KiB (raw only).
 fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
     let lines = json_run(&[
         "msg-bw",
@@ -170,7 +181,7 @@ fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
         "-p",
         provider,
         "-S",
-        "64",
+        "64,128k",
         "-I",
         "2000",
         "-W",
@@ -179,9 +190,11 @@ fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
         "--oob-port",
         port,
     ]);
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    check_line(&lines[0], "msg-bw", libfabric_name, 64, false);
-    assert_eq!(lines[0]["window"], 32);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (v, size, mcapi) in [(&lines[0], 64, true), (&lines[1], 128 << 10, false)] {
+        check_line(v, "msg-bw", libfabric_name, size, false, mcapi);
+        assert_eq!(v["window"], 32);
+    }
 }
 
 #[test]
@@ -202,6 +215,33 @@ fn tcp_latency() {
 #[test]
 fn tcp_bandwidth() {
     bandwidth_run("tcp", "tcp;ofi_rxm", "47614");
+}
+
+/// Two sizes of 40000 messages: more than mcapi carries over one pair of endpoints (65536),
+/// so the second size runs on a fresh pair; every iteration is done over both layers.
+#[test]
+fn mcapi_long_runs_move_to_fresh_endpoints() {
+    let lines = json_run(&[
+        "msg-bw",
+        "--local",
+        "-S",
+        "8,16",
+        "-I",
+        "40000",
+        "-W",
+        "64",
+        "--max-time",
+        "60",
+        "--json",
+        "--oob-port",
+        "47617",
+    ]);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (v, size) in lines.iter().zip([8, 16]) {
+        check_line(v, "msg-bw", "shm", size, false, true);
+        assert_eq!(v["iterations_done"], 40000, "{v}");
+        assert_eq!(v["raw_iterations_done"], 40000, "{v}");
+    }
 }
 
 #[test]
@@ -233,13 +273,19 @@ fn table_output_by_default() {
     ] {
         assert!(header.contains(col), "{col} missing from {header}");
     }
-    let row: Vec<&str> = stdout
+    assert!(header.ends_with("ratio"), "{header}");
+    let rows: Vec<Vec<&str>> = stdout
         .lines()
-        .nth(2)
-        .expect("a row")
-        .split_whitespace()
+        .skip(2)
+        .map(|l| l.split_whitespace().collect())
         .collect();
-    assert_eq!(row[..3], ["raw", "64", "100"], "{stdout}");
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert_eq!(rows[0][..3], ["raw", "64", "100"], "{stdout}");
+    assert_eq!(rows[1][..3], ["mcapi", "64", "100"], "{stdout}");
+    // The raw row has no ratio; the MCAPI row ends with it.
+    assert_eq!(rows[0].len() + 1, rows[1].len(), "{stdout}");
+    let ratio: f64 = rows[1].last().unwrap().parse().expect("a ratio");
+    assert!(ratio > 0.0, "{stdout}");
 }
 
 #[test]

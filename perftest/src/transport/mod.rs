@@ -3,13 +3,20 @@
 //! A pattern (ping-pong, windowed streaming) talks to exactly one peer through a
 //! [`Transport`]: post a message of `len` bytes, poll for the next arrived message, wait for
 //! local send completions. The same pattern code runs over every transport, so the numbers
-//! of the raw-libfabric baseline ([`raw::RawTransport`]) and of MCAPI (to come: a transport
-//! over `mcapi` message endpoints) measure the same protocol.
+//! of the raw-libfabric baseline ([`raw::RawTransport`]) and of MCAPI
+//! ([`mcapi::McapiTransport`], blocking `msg_send`/`msg_recv` on MCAPI message endpoints)
+//! measure the same protocol.
 //!
-//! All methods are non-blocking; waiting (busy polling, with the occasional look at the
-//! bootstrap channel) is the pattern's business, so no transport adds a thread or a sleep to
-//! the measured path.
+//! The raw transport never blocks: waiting (busy polling, with the occasional look at the
+//! bootstrap channel) is the pattern's business, so it adds no thread or sleep to the
+//! measured path. The MCAPI transport measures MCAPI as an application uses it, with its
+//! blocking calls (and their own way of waiting) under a short endpoint timeout, and says so
+//! through [`Transport::waits`].
+//!
+//! Setting a transport up (opening, exchanging addresses with the peer) is transport
+//! specific and lives with each one.
 
+pub mod mcapi;
 pub mod raw;
 
 use crate::error::Result;
@@ -20,7 +27,7 @@ use std::fmt;
 pub enum Kind {
     /// libfabric directly: tagged messages on an RDM endpoint.
     Raw,
-    /// MCAPI messages over libfabric (not yet implemented).
+    /// MCAPI messages over libfabric.
     Mcapi,
 }
 
@@ -43,11 +50,8 @@ impl fmt::Display for Kind {
     }
 }
 
-/// A message transport between this process and one peer.
-///
-/// Lifecycle: open (transport specific), exchange [`Transport::address`] with the peer over the
-/// bootstrap channel, [`Transport::connect`], [`Transport::prepare`] once, then any number of
-/// sends and receives.
+/// A message transport between this process and one peer, set up (transport specific) and
+/// connected, with its buffers allocated.
 pub trait Transport {
     /// Which layer this is.
     fn kind(&self) -> Kind;
@@ -55,18 +59,12 @@ pub trait Transport {
     /// The libfabric provider underneath, as libfabric names it (`tcp;ofi_rxm`).
     fn provider(&self) -> &str;
 
-    /// The largest message this side can send or receive.
-    fn max_msg_size(&self) -> usize;
-
-    /// An opaque blob the peer needs to reach this side.
-    fn address(&self) -> Vec<u8>;
-
-    /// Makes the peer (its [`Transport::address`]) the destination of sends.
-    fn connect(&mut self, peer: &[u8]) -> Result<()>;
-
-    /// Allocates buffers for messages up to `max_len` bytes and keeps `depth` receives posted
-    /// from now on: the peer may have up to `depth` messages in flight towards this side.
-    fn prepare(&mut self, max_len: usize, depth: usize) -> Result<()>;
+    /// Whether [`Transport::try_send`] and [`Transport::try_recv`] may wait (up to a short
+    /// timeout) before answering "not yet". The pattern then looks at the bootstrap channel
+    /// after every such answer instead of every few hundred.
+    fn waits(&self) -> bool {
+        false
+    }
 
     /// Posts a message of `len` bytes to the peer. `Ok(false)`: no room right now (the
     /// transport has progressed; call again).

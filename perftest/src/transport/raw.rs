@@ -150,26 +150,19 @@ impl RawTransport {
         }
         Ok(())
     }
-}
 
-impl Transport for RawTransport {
-    fn kind(&self) -> Kind {
-        Kind::Raw
-    }
-
-    fn provider(&self) -> &str {
-        &self.provider
-    }
-
-    fn max_msg_size(&self) -> usize {
+    /// The largest message this side can send or receive.
+    pub fn max_msg_size(&self) -> usize {
         self.max_msg_size
     }
 
-    fn address(&self) -> Vec<u8> {
+    /// The endpoint's fabric address, for the peer.
+    pub fn address(&self) -> Vec<u8> {
         self.ep.address().to_vec()
     }
 
-    fn connect(&mut self, peer: &[u8]) -> Result<()> {
+    /// Makes the peer (its [`RawTransport::address`]) the destination of sends.
+    pub fn connect(&mut self, peer: &[u8]) -> Result<()> {
         self.peer = self
             .av
             .insert(peer)
@@ -177,7 +170,9 @@ impl Transport for RawTransport {
         Ok(())
     }
 
-    fn prepare(&mut self, max_len: usize, depth: usize) -> Result<()> {
+    /// Allocates buffers for messages up to `max_len` bytes and keeps `depth` receives
+    /// posted from now on: the peer may have up to `depth` messages in flight towards us.
+    pub fn prepare(&mut self, max_len: usize, depth: usize) -> Result<()> {
         let rx_size = self.domain.attributes().rx_size;
         if rx_size > 0 && depth > rx_size {
             return Err(Error::failed(format!(
@@ -207,6 +202,16 @@ impl Transport for RawTransport {
             self.post_recv(slot).context("posting a receive")?;
         }
         Ok(())
+    }
+}
+
+impl Transport for RawTransport {
+    fn kind(&self) -> Kind {
+        Kind::Raw
+    }
+
+    fn provider(&self) -> &str {
+        &self.provider
     }
 
     #[inline]
