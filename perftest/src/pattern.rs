@@ -61,17 +61,6 @@ impl Plan {
         }
     }
 
-    /// The plan with at most `max_messages` messages per direction (warmup included: one
-    /// per iteration each way), by cutting timed iterations; `None` if the warmup alone
-    /// leaves no room for one.
-    pub fn capped(&self, max_messages: u64) -> Option<Plan> {
-        let room = max_messages.checked_sub(self.warmup).filter(|&n| n > 0)?;
-        Some(Plan {
-            iterations: self.iterations.min(room),
-            ..self.clone()
-        })
-    }
-
     /// The hello line's parameters.
     pub fn to_words(&self) -> String {
         format!(
@@ -455,12 +444,5 @@ mod tests {
         let parsed = Plan::from_words(&words.split(' ').collect::<Vec<_>>()).unwrap();
         assert_eq!(parsed, p);
         assert!(Plan::from_words(&["msg-bw", "1"]).is_none());
-    }
-
-    #[test]
-    fn capped_plans() {
-        assert_eq!(plan(5, 1000, 32).capped(2000), Some(plan(5, 1000, 32)));
-        assert_eq!(plan(5, 1000, 32).capped(505), Some(plan(5, 500, 32)));
-        assert_eq!(plan(5, 1000, 32).capped(5), None);
     }
 }

@@ -12,9 +12,7 @@
 //!    `mcapi-up`, or `mcapi-off <why>` when MCAPI cannot run here (the run goes on over raw
 //!    libfabric alone). Then the client starts its node and says `mcapi-up` (or
 //!    `mcapi-off <why>`); the server looks its endpoint up and answers `mcapi-connected`,
-//!    and the client looks the server's up. Before a size that could carry a pair of
-//!    endpoints past [`MESSAGES_PER_ENDPOINT`], the client moves both to a fresh pair:
-//!    `mcapi-ep <port>` -> `mcapi-ep-ok`.
+//!    and the client looks the server's up.
 //! 5. Per size, raw then MCAPI (sizes up to `MCAPI_MAX_MSG_SIZE`), the frame of
 //!    [`crate::pattern`]: `size <transport> <bytes>`/`ready`, `end`/`done`.
 //! 6. `quit` -> `bye`.
@@ -27,10 +25,7 @@ use crate::error::{Error, Result};
 use crate::oob::{self, Listener, Oob};
 use crate::pattern::{self, Plan, ACK_LEN};
 use crate::report::{Progress, Report, RunInfo, SizeResult};
-use crate::stats::Measurement;
-use crate::transport::mcapi::{
-    self, McapiTransport, Setup, CLIENT_NODE, MESSAGES_PER_ENDPOINT, SERVER_NODE,
-};
+use crate::transport::mcapi::{self, McapiTransport, Setup, CLIENT_NODE, SERVER_NODE};
 use crate::transport::raw::{self, RawTransport};
 use crate::transport::{Kind, Transport};
 use std::io::IsTerminal;
@@ -125,17 +120,7 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     let max_len = max_len.max(ACK_LEN);
     oob.send(&format!("prepare {max_len}"))?;
     raw.prepare(max_len, plan.depth())?;
-    let (mut mcapi, why_not) = match plan.capped(MESSAGES_PER_ENDPOINT) {
-        Some(mplan) => client_mcapi(opts, mplan, &mut raw, oob)?,
-        None => (
-            None,
-            Some(format!(
-                "a warmup of {} messages is more than mcapi carries from one node to one \
-                 endpoint ({MESSAGES_PER_ENDPOINT}: its sequence numbers are 16-bit)",
-                plan.warmup
-            )),
-        ),
-    };
+    let (mut mcapi, why_not) = client_mcapi(opts, &plan, &mut raw, oob)?;
     if let Some(why) = &why_not {
         eprintln!("perftest: MCAPI not run: {why}");
     }
@@ -153,7 +138,9 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
         // Interleaved: each size over raw libfabric, then at once over MCAPI.
         let m = pattern::client_size(&mut raw, oob, &plan, size)?;
         let (mc, note) = match &mut mcapi {
-            Some(t) if size <= mcapi::MAX_SIZE => (Some(t.run_size(oob, size)?), None),
+            Some(t) if size <= mcapi::MAX_SIZE => {
+                (Some(pattern::client_size(t, oob, &plan, size)?), None)
+            }
             Some(_) => (None, Some(too_large.as_str())),
             None => (None, Some("MCAPI could not start (see above)")),
         };
@@ -189,49 +176,14 @@ fn one_line(e: &Error) -> String {
     e.to_string().replace('\n', " ")
 }
 
-/// The client's MCAPI half: the transport, the plan it runs (capped, see
-/// [`MESSAGES_PER_ENDPOINT`]) and how many messages each way the current pair of endpoints
-/// has carried.
-struct McapiClient {
-    t: McapiTransport,
-    plan: Plan,
-    used: u64,
-}
-
-impl McapiClient {
-    /// Runs one size, first moving both sides to fresh endpoints if it could carry the
-    /// current ones past [`MESSAGES_PER_ENDPOINT`].
-    fn run_size(&mut self, oob: &mut Oob, size: usize) -> Result<Measurement> {
-        if self.used + self.plan.warmup + self.plan.iterations > MESSAGES_PER_ENDPOINT {
-            let port = self.t.port() + 1;
-            self.t.renew(port)?;
-            oob.send(&format!("mcapi-ep {port}"))?;
-            oob.expect("mcapi-ep-ok", || self.t.progress())?;
-            self.t.connect(SERVER_NODE, MCAPI_CONNECT_TIMEOUT)?;
-            self.used = 0;
-        }
-        let m = pattern::client_size(&mut self.t, oob, &self.plan, size)?;
-        self.used += self.plan.warmup + m.iterations;
-        Ok(m)
-    }
-}
-
 /// Starts the client's MCAPI node and connects it to the server's. `Ok((None, why))` when
 /// MCAPI cannot run here (either side could not start its node): the run goes on over raw.
 fn client_mcapi(
     opts: &Opts,
-    plan: Plan,
+    plan: &Plan,
     raw: &mut RawTransport,
     oob: &mut Oob,
-) -> Result<(Option<McapiClient>, Option<String>)> {
-    if plan.iterations < opts.iterations {
-        eprintln!(
-            "perftest: MCAPI runs at most {} timed iterations per size: mcapi stalls after \
-             {MESSAGES_PER_ENDPOINT} messages from one node to one endpoint (16-bit sequence \
-             numbers)",
-            plan.iterations
-        );
-    }
+) -> Result<(Option<McapiTransport>, Option<String>)> {
     let setup = mcapi_setup(opts);
     oob.send(&format!(
         "mcapi {} {} {}",
@@ -264,7 +216,7 @@ fn client_mcapi(
             raw.provider()
         );
     }
-    Ok((Some(McapiClient { t, plan, used: 0 }), None))
+    Ok((Some(t), None))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -313,7 +265,6 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     // Started, waiting for the client's node; then connected.
     let mut mcapi_started: Option<McapiTransport> = None;
     let mut mcapi: Option<McapiTransport> = None;
-    let mcapi_plan = plan.capped(MESSAGES_PER_ENDPOINT);
     loop {
         let line = oob.line(|| raw.progress())?;
         let words: Vec<&str> = line.split(' ').collect();
@@ -353,26 +304,13 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
                 oob.send("mcapi-connected")?;
             }
             ["mcapi-off", ..] => mcapi_started = None,
-            ["mcapi-ep", port] => {
-                let port = port
-                    .parse()
-                    .map_err(|_| oob::protocol(&line, "mcapi-ep <port>"))?;
-                let t = mcapi
-                    .as_mut()
-                    .ok_or_else(|| oob::protocol(&line, "no mcapi-ep before mcapi-up"))?;
-                t.renew(port)?;
-                t.connect(CLIENT_NODE, MCAPI_CONNECT_TIMEOUT)?;
-                oob.send("mcapi-ep-ok")?;
-            }
             ["size", kind, size] => {
                 let size = size
                     .parse()
                     .map_err(|_| oob::protocol(&line, "size <kind> <bytes>"))?;
-                match (Kind::from_name(kind), &mut mcapi, &mcapi_plan) {
-                    (Some(Kind::Raw), _, _) => pattern::serve_size(&mut raw, oob, &plan, size)?,
-                    (Some(Kind::Mcapi), Some(t), Some(mplan)) => {
-                        pattern::serve_size(t, oob, mplan, size)?;
-                    }
+                match (Kind::from_name(kind), &mut mcapi) {
+                    (Some(Kind::Raw), _) => pattern::serve_size(&mut raw, oob, &plan, size)?,
+                    (Some(Kind::Mcapi), Some(t)) => pattern::serve_size(t, oob, &plan, size)?,
                     _ => {
                         return Err(Error::failed(format!(
                             "this server cannot run over '{kind}'"

@@ -217,10 +217,10 @@ fn tcp_bandwidth() {
     bandwidth_run("tcp", "tcp;ofi_rxm", "47614");
 }
 
-/// Two sizes of 40000 messages: more than mcapi carries over one pair of endpoints (65536),
-/// so the second size runs on a fresh pair; every iteration is done over both layers.
+/// Two sizes of 40000 messages over one pair of endpoints: more than 65536, so mcapi's 16-bit
+/// wire sequence numbers wrap; every iteration is done over both layers.
 #[test]
-fn mcapi_long_runs_move_to_fresh_endpoints() {
+fn mcapi_long_runs_cross_sequence_wraps() {
     let lines = json_run(&[
         "msg-bw",
         "--local",

@@ -1,18 +1,12 @@
 //! MCAPI messages: the layer under test, through the `mcapi` crate's Rust API.
 //!
 //! Each side runs one MCAPI node (server node 0, client node 1, domain 0) with one message
-//! endpoint (port 1, later 2, 3...: see below), and the benchmark messages are MCAPI messages at priority 0: blocking
+//! endpoint (port [`PORT`]), and the benchmark messages are MCAPI messages at priority 0: blocking
 //! `msg_send` (which copies or injects the payload and blocks while the receiver has no free
 //! buffer: credit flow control) and blocking `msg_recv` (which copies the message out of its
 //! receive slot). Both wait in MCAPI's own way (spinning on the node's CQ, then sleeping);
 //! the endpoint timeout ([`WAIT`]) only bounds each call so the pattern can look at the
 //! bootstrap channel while it waits.
-//!
-//! Message streams: mcapi numbers the messages of one sender to one endpoint with 16-bit
-//! sequence numbers but reorders them as 32-bit ones, so the 65537th message from a node to
-//! an endpoint is taken for an old duplicate and never delivered: the run stalls. Until that is fixed in mcapi, the benchmark moves to a fresh pair
-//! of endpoints (the next port) before a size that could cross [`MESSAGES_PER_ENDPOINT`],
-//! and runs at most that many messages (warmup included) per size over MCAPI.
 //!
 //! Addressing: on one host (a loopback bootstrap connection) the nodes meet through MCAPI's
 //! Unix-socket rendezvous under a job name unique to the run; across hosts both sides build
@@ -24,7 +18,6 @@ use crate::error::{Error, Result};
 use ::mcapi::config::{Config, Topology};
 use ::mcapi::{EndpointId, Node, Status, MAX_MSG_SIZE};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// The MCAPI domain of both nodes.
@@ -33,11 +26,8 @@ pub const DOMAIN: u32 = 0;
 pub const SERVER_NODE: u32 = 0;
 /// The client's node id.
 pub const CLIENT_NODE: u32 = 1;
-/// The port of each side's first message endpoint (then 2, 3...: see the module doc).
-pub const FIRST_PORT: u32 = 1;
-/// Messages one node may send to one endpoint before mcapi's 16-bit sequence numbers wrap,
-/// which mcapi does not survive (see the module doc).
-pub const MESSAGES_PER_ENDPOINT: u64 = 1 << 16;
+/// The port of each side's message endpoint.
+pub const PORT: u32 = 1;
 /// Priority of the benchmark messages (0 is the highest).
 const PRIORITY: u32 = 0;
 /// Longest a blocking send or receive waits before handing back to the pattern, which then
@@ -60,20 +50,13 @@ pub struct Setup {
 /// client reached it at, the client (node 1) at the address the server saw it come from.
 /// `None` when both ends of the bootstrap connection are loopback addresses: then the nodes
 /// meet through the single-host rendezvous (and IP providers bind to 127.0.0.1 as raw does).
+/// IPv6 addresses are written in brackets (`[fd00::2]:47001`).
 ///
 /// # Errors
-/// An IPv6 connection: mcapi's control plane listens on IPv4 only (`0.0.0.0`), so the
-/// nodes could not reach each other, and finalizing a node whose topology address is IPv6
-/// hangs (its control thread is woken by a connection to that address).
+/// mcapi does not accept the topology.
 pub fn topology(server: IpAddr, client: IpAddr, ports: (u16, u16)) -> Result<Option<Topology>> {
     if server.is_loopback() && client.is_loopback() {
         return Ok(None);
-    }
-    if server.is_ipv6() || client.is_ipv6() {
-        return Err(Error::failed(
-            "mcapi's control plane listens on IPv4 only: give the server's IPv4 address to \
-             measure MCAPI across hosts",
-        ));
     }
     let text = format!(
         "{DOMAIN} {SERVER_NODE} {}\n{DOMAIN} {CLIENT_NODE} {}\n",
@@ -108,7 +91,6 @@ pub fn config(
 /// port.
 pub struct McapiTransport {
     node: Node,
-    port: u32,
     local: EndpointId,
     remote: Option<EndpointId>,
     provider: String,
@@ -116,8 +98,6 @@ pub struct McapiTransport {
     send_buf: Vec<u8>,
     /// Where every message is received (contents ignored).
     recv_buf: Vec<u8>,
-    /// The single-host rendezvous directory of the job, removed at the end when empty.
-    job_dir: Option<PathBuf>,
 }
 
 fn failed(what: &str, s: Status) -> Error {
@@ -125,19 +105,15 @@ fn failed(what: &str, s: Status) -> Error {
 }
 
 impl McapiTransport {
-    /// Starts node `<DOMAIN, node>` and creates its endpoint on [`FIRST_PORT`].
+    /// Starts node `<DOMAIN, node>` and creates its endpoint on [`PORT`].
     ///
     /// # Errors
     /// The node could not start (e.g. the provider does not offer what MCAPI needs, or a
     /// control port is taken) or the endpoint could not be created.
     pub fn open(node: u32, config: Config) -> Result<McapiTransport> {
-        let job_dir = config
-            .topology
-            .is_none()
-            .then(|| config.runtime_dir.join(&config.job));
         let n = Node::initialize(DOMAIN, node, config)
             .map_err(|s| failed(&format!("initialize of node {DOMAIN}.{node}"), s))?;
-        let local = match create_endpoint(&n, FIRST_PORT) {
+        let local = match create_endpoint(&n, PORT) {
             Ok(ep) => ep,
             Err(e) => {
                 let _ = n.finalize();
@@ -148,41 +124,22 @@ impl McapiTransport {
         Ok(McapiTransport {
             provider: n.provider().to_owned(),
             node: n,
-            port: FIRST_PORT,
             local,
             remote: None,
             send_buf: pattern,
             recv_buf: vec![0; MAX_MSG_SIZE],
-            job_dir,
         })
     }
 
-    /// The port of the current endpoint.
-    pub fn port(&self) -> u32 {
-        self.port
-    }
-
-    /// Looks up the peer's endpoint on node `peer` and our port (waiting up to `timeout` for
+    /// Looks up the peer's endpoint on node `peer` and [`PORT`] (waiting up to `timeout` for
     /// it to exist) and makes it the destination of sends.
     pub fn connect(&mut self, peer: u32, timeout: Duration) -> Result<()> {
-        let port = self.port;
         let id = self
             .node
-            .endpoint_get(DOMAIN, peer, port, Some(timeout))
-            .map_err(|s| failed(&format!("endpoint_get of {DOMAIN}.{peer}.{port}"), s))?;
+            .endpoint_get(DOMAIN, peer, PORT, Some(timeout))
+            .map_err(|s| failed(&format!("endpoint_get of {DOMAIN}.{peer}.{PORT}"), s))?;
         self.remote = Some(id);
         Ok(())
-    }
-
-    /// Moves to a fresh endpoint on `port` (deleting the current one, whose messages have
-    /// all been received); [`McapiTransport::connect`] then finds the peer's on that port.
-    pub fn renew(&mut self, port: u32) -> Result<()> {
-        let fresh = create_endpoint(&self.node, port)?;
-        let old = std::mem::replace(&mut self.local, fresh);
-        (self.port, self.remote) = (port, None);
-        self.node
-            .endpoint_delete(old)
-            .map_err(|s| failed("endpoint_delete", s))
     }
 }
 
@@ -198,11 +155,8 @@ fn create_endpoint(node: &Node, port: u32) -> Result<EndpointId> {
 
 impl Drop for McapiTransport {
     fn drop(&mut self) {
+        // mcapi removes the job's rendezvous directory with its last node.
         let _ = self.node.finalize();
-        if let Some(dir) = &self.job_dir {
-            // The peer may still have its socket there: only an empty directory goes.
-            let _ = std::fs::remove_dir(dir);
-        }
     }
 }
 
@@ -277,6 +231,8 @@ mod tests {
         let c = t.get(DOMAIN, CLIENT_NODE).unwrap();
         assert_eq!((c.host.as_str(), c.port), ("198.51.100.2", 5001));
         let v6 = IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2));
-        assert!(topology(a, v6, (5000, 5001)).is_err());
+        let t = topology(a, v6, (5000, 5001)).unwrap().unwrap();
+        let c = t.get(DOMAIN, CLIENT_NODE).unwrap();
+        assert_eq!((c.host.as_str(), c.port), ("fd00::2", 5001));
     }
 }
