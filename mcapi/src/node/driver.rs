@@ -311,19 +311,46 @@ impl NodeInner {
     }
 
     /// Sends a message payload: inject when it fits, else from a send slot.
+    /// Sends a message payload: inject when it fits, else from a send slot. While the
+    /// provider refuses (-FI_EAGAIN) it progresses, and now and then checks the deadline and
+    /// the peer's liveness: tcp;ofi_rxm and shm refuse forever when the peer has died.
     pub(super) fn send_payload(
         &self,
         st: &mut State,
         peer: u16,
         tag: Tag,
         data: &[u8],
+        deadline: Option<Instant>,
     ) -> Result<()> {
         let dest = st.peers[peer as usize].addr;
+        let mut refused = 0u32;
+        let mut stalled = |st: &mut State| -> Result<()> {
+            refused += 1;
+            if refused.is_multiple_of(1024) {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Status::MCAPI_TIMEOUT);
+                }
+                let closed = st.peers[peer as usize]
+                    .stream
+                    .as_ref()
+                    .is_some_and(|s| lock(s).is_closed());
+                if closed || !st.peers[peer as usize].alive {
+                    if st.peers[peer as usize].alive {
+                        st.peers[peer as usize].alive = false;
+                        st.departed.push((peer, Instant::now() + DEPARTURE_GRACE));
+                    }
+                    return Err(Status::MCAPI_ERR_TRANSMISSION);
+                }
+                std::thread::yield_now();
+            }
+            self.progress(st);
+            Ok(())
+        };
         if data.len() <= self.fab.inject_size {
             loop {
                 match self.fab.ep.inject_tagged(data, dest, tag.encode()) {
                     Ok(()) => return Ok(()),
-                    Err(e) if e.is_again() => self.progress(st),
+                    Err(e) if e.is_again() => stalled(st)?,
                     Err(e) => return Err(ofi_status(e)),
                 }
             }
@@ -332,7 +359,7 @@ impl NodeInner {
             if let Some(s) = st.send_free.pop() {
                 break s;
             }
-            self.progress(st);
+            stalled(st)?;
         };
         let offset = slot as usize * MAX_MSG_SIZE;
         self.fab.send_pool.write(offset, data);
@@ -345,7 +372,12 @@ impl NodeInner {
         loop {
             match self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx) {
                 Ok(()) => return Ok(()),
-                Err(e) if e.is_again() => self.progress(st),
+                Err(e) if e.is_again() => {
+                    if let Err(status) = stalled(st) {
+                        st.send_free.push(slot);
+                        return Err(status);
+                    }
+                }
                 Err(e) => {
                     st.send_free.push(slot);
                     return Err(ofi_status(e));

@@ -64,7 +64,15 @@ impl Node {
                     peer: st.peers[peer as usize].index_at_peer,
                     seq,
                 };
-                return self.inner.send_payload(&mut st, peer, tag, data);
+                let sent = self.inner.send_payload(&mut st, peer, tag, data, deadline);
+                if sent.is_err() {
+                    // Not sent: the credit and the sequence number stay unused.
+                    if let Some(remote) = st.remotes.get_mut(&key) {
+                        remote.spare += 1;
+                        remote.next_seq = seq;
+                    }
+                }
+                return sent;
             }
             if remote.window.needs_request() {
                 // Out of credits: ask the receiver's control plane, which answers even while
