@@ -7,7 +7,6 @@
 use libtest_mimic::{Arguments, Failed, Trial};
 use mcapi::config::Config;
 use mcapi::Node;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -117,24 +116,17 @@ impl Drop for Namespaces {
 
 fn two_hosts() -> Result<(), Failed> {
     let _ns = Namespaces::create()?;
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("two-hosts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let topology = dir.join("topology");
-    std::fs::write(
-        &topology,
-        format!(
-            "# two hosts\n0 0 {}:47700\n0 1 {}:47701\n",
-            ADDR[0], ADDR[1]
-        ),
-    )?;
+    let topology = format!(
+        "# two hosts\n0 0 {}:47700\n0 1 {}:47701\n",
+        ADDR[0], ADDR[1]
+    );
     let exe = std::env::current_exe()?;
     let spawn = |i: usize, role: &str| {
-        // A private /tmp and /dev/shm per "host": only the network connects them.
-        let script = format!(
-            "mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && exec '{}'",
-            exe.display()
-        );
+        // A private /tmp and /dev/shm per "host": only the network connects them. The test
+        // binary (which may itself live under /tmp) is opened before the mounts hide it and
+        // executed through its descriptor; the topology file is written into the new /tmp.
+        let script = "exec 3<\"$MCAPI_TEST_EXE\" && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm \
+             && printf '%s' \"$MCAPI_TEST_TOPOLOGY\" > /tmp/topology && exec /proc/self/fd/3";
         Command::new("ip")
             .args([
                 "netns",
@@ -146,10 +138,12 @@ fn two_hosts() -> Result<(), Failed> {
                 "private",
                 "sh",
                 "-c",
-                &script,
+                script,
             ])
+            .env("MCAPI_TEST_EXE", &exe)
+            .env("MCAPI_TEST_TOPOLOGY", &topology)
             .env("MCAPI_TWO_HOSTS_ROLE", role)
-            .env("MCAPI_TOPOLOGY", &topology)
+            .env("MCAPI_TOPOLOGY", "/tmp/topology")
             .env("MCAPI_PROVIDER", "tcp")
             .env("MCAPI_JOB", format!("two-hosts-{}", std::process::id()))
             .spawn()
@@ -157,7 +151,6 @@ fn two_hosts() -> Result<(), Failed> {
     let mut receiver = spawn(0, "receiver")?;
     let mut sender = spawn(1, "sender")?;
     let (r, s) = (receiver.wait()?, sender.wait()?);
-    let _ = std::fs::remove_dir_all(&dir);
     if !r.success() || !s.success() {
         return Err(format!("receiver {r}, sender {s}").into());
     }
