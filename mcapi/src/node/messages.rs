@@ -44,9 +44,15 @@ impl Node {
             }
         }
         let mut backoff = Backoff::new();
+        let mut first = true;
         loop {
             let mut st = self.inner.live_state()?;
-            self.inner.progress(&mut st);
+            // With a credit in hand the message goes out at once: reading the CQ first would
+            // cost tcp;ofi_rxm a socket poll per message. Later rounds wait for credits.
+            if !first {
+                self.inner.progress(&mut st);
+            }
+            first = false;
             if !st.peers[peer as usize].alive {
                 return Err(Status::MCAPI_ERR_TRANSMISSION);
             }
