@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 mod av;
+pub mod cleanup;
 mod cq;
 mod ep;
 mod error;

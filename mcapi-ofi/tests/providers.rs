@@ -653,7 +653,7 @@ fn killed_peer(prov: &str) -> TestResult {
     let pid = peer.child.id();
     peer.child.kill()?;
     peer.child.wait()?;
-    remove_shm_regions(pid);
+    mcapi_ofi::cleanup::remove_shm_regions(pid);
 
     let staging = MemoryRegion::new(&me.domain, 64 * 1024)?;
     let start = Instant::now();
@@ -947,18 +947,5 @@ fn child_main(spec: &str) {
             }
         }
         other => panic!("unknown role {other}"),
-    }
-}
-
-/// A killed process leaves its libfabric shm regions (`/dev/shm/<pid>:<n>:<n>`, 16 MiB each)
-/// behind; remove them as `scripts/cleanup` would.
-fn remove_shm_regions(pid: u32) {
-    let prefix = format!("{pid}:");
-    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
-        for entry in dir.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
     }
 }

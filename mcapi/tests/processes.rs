@@ -101,7 +101,7 @@ fn killed_peer(prov: &str) -> Result<(), Failed> {
     let pid = child.id();
     child.kill()?;
     child.wait()?;
-    remove_shm_regions(pid);
+    mcapi_ofi::cleanup::remove_shm_regions(pid);
     a.set_endpoint_timeout(tx, Some(Duration::from_secs(20)))?;
     let start = Instant::now();
     let err = loop {
@@ -222,18 +222,5 @@ fn child(spec: &str) {
             n.finalize().unwrap();
         }
         other => panic!("unknown role {other}"),
-    }
-}
-
-/// A killed process leaves its libfabric shm regions (`/dev/shm/<pid>:<n>:<n>`, 16 MiB each)
-/// behind; remove them as `scripts/cleanup` would.
-fn remove_shm_regions(pid: u32) {
-    let prefix = format!("{pid}:");
-    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
-        for entry in dir.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
     }
 }
