@@ -27,24 +27,15 @@ fn online_cores() -> usize {
 
 /// Pins the calling process (its current thread; called before any other is started) to `cpu`.
 pub fn pin(cpu: usize) -> Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(Error::failed(format!("--cpu {cpu}: no such core")));
-    }
-    // SAFETY: cpu_set_t is a plain bit array for which all-zero is the valid empty set;
-    // CPU_SET writes the bit for `cpu`, which is in range (checked above);
-    // sched_setaffinity only reads `size_of::<cpu_set_t>()` bytes of the set we pass.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Error::failed(format!(
-            "cannot pin to CPU core {cpu}: {} (this process may use {} cores)",
-            std::io::Error::last_os_error(),
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .map_err(|_| Error::failed(format!("--cpu {cpu}: no such core")))?;
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| {
+        Error::failed(format!(
+            "cannot pin to CPU core {cpu}: {e} (this process may use {} cores)",
             online_cores()
-        )))
-    }
+        ))
+    })
 }
