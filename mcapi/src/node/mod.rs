@@ -24,7 +24,8 @@ use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
     Error as OfiError, FiAddr, Hints, Info, MemoryRegion, WaitObject,
 };
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -85,6 +86,8 @@ struct Fab {
 }
 
 struct State {
+    // Fx hashing: these maps are looked up on every message with small integer keys that
+    // only this process chooses, so SipHash's flooding resistance buys nothing here.
     endpoints: HashMap<u32, LocalEndpoint>,
     next_any_port: u32,
     peers: Vec<Peer>,
@@ -262,11 +265,11 @@ impl Node {
         let fab =
             open_fabric(&config, domain_id, node_id).ok_or(Status::MCAPI_ERR_NODE_INITFAILED)?;
         let state = State {
-            endpoints: HashMap::new(),
+            endpoints: HashMap::default(),
             next_any_port: 1 << 20,
             peers: Vec::new(),
-            peer_of: HashMap::new(),
-            remotes: HashMap::new(),
+            peer_of: HashMap::default(),
+            remotes: HashMap::default(),
             send_free: (0..SEND_SLOTS).rev().collect(),
             control_posted: 0,
             outbox: VecDeque::with_capacity(256),
