@@ -16,43 +16,35 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<()> {
-        let from_port = self.local_port(from)?;
+        // The fast path (a known destination with a credit in hand) takes the state lock once.
+        let mut st = self.inner.live_state()?;
+        let timeout = self.local_endpoint(&st, from)?.timeout;
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }
         if data.len() > MAX_MSG_SIZE {
             return Err(Status::MCAPI_ERR_MSG_SIZE);
         }
-        let timeout = self
-            .inner
-            .live_state()?
-            .endpoints
-            .get(&from_port)
-            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
-            .timeout;
         let deadline = timeout.map(|t| Instant::now() + t);
-        let peer = self.remote_peer(to, deadline)?;
-        let key = (peer, to.port());
-        {
-            // Behind non-blocking sends still waiting for credits: queue after them.
-            let mut st = self.inner.live_state()?;
-            if !st.pending_sends.is_empty() {
-                let h = self.inner.queue_send(&mut st, key, priority as u8, data)?;
-                self.inner.advance_sends(&mut st);
+        let peer = match st.known_remote(to) {
+            Some(peer) => peer,
+            None => {
                 drop(st);
-                return self.wait(h, None, timeout).map(|_| ());
+                let peer = self.remote_peer(to, deadline)?;
+                st = self.inner.live_state()?;
+                peer
             }
+        };
+        let key = (peer, to.port());
+        if !st.pending_sends.is_empty() {
+            // Behind non-blocking sends still waiting for credits: queue after them.
+            let h = self.inner.queue_send(&mut st, key, priority as u8, data)?;
+            self.inner.advance_sends(&mut st);
+            drop(st);
+            return self.wait(h, None, timeout).map(|_| ());
         }
         let mut backoff = Backoff::new();
-        let mut first = true;
         loop {
-            let mut st = self.inner.live_state()?;
-            // With a credit in hand the message goes out at once: reading the CQ first would
-            // cost tcp;ofi_rxm a socket poll per message. Later rounds wait for credits.
-            if !first {
-                self.inner.progress(&mut st);
-            }
-            first = false;
             if !st.peers[peer as usize].alive {
                 return Err(Status::MCAPI_ERR_TRANSMISSION);
             }
@@ -91,11 +83,10 @@ impl Node {
                     want,
                     seen,
                 };
-                if let Frame::Value(n) = self.inner.control_call(peer, &request)? {
-                    let mut st = self.inner.live_state()?;
-                    if let Some(remote) = st.remotes.get_mut(&key) {
-                        remote.window.add(n as u32);
-                    }
+                let answer = self.inner.control_call(peer, &request)?;
+                st = self.inner.live_state()?;
+                if let (Frame::Value(n), Some(remote)) = (answer, st.remotes.get_mut(&key)) {
+                    remote.window.add(n as u32);
                 }
                 continue;
             }
@@ -104,6 +95,8 @@ impl Node {
                 self.inner.check_peer(peer);
             }
             backoff.wait(deadline)?;
+            st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
         }
     }
 
@@ -115,24 +108,18 @@ impl Node {
     /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_MSG_TRUNCATED` (the message stays queued),
     /// `MCAPI_TIMEOUT`.
     pub fn msg_recv(&self, endpoint: EndpointId, buf: &mut [u8]) -> Result<usize> {
-        let port = self.local_port(endpoint)?;
-        let timeout = self
-            .inner
-            .live_state()?
-            .endpoints
-            .get(&port)
-            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
-            .timeout;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st = self.inner.live_state()?;
+        let timeout = self.local_endpoint(&st, endpoint)?.timeout;
+        let (port, deadline) = (endpoint.port(), timeout.map(|t| Instant::now() + t));
         let mut backoff = Backoff::new();
         loop {
-            let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
             if let Some(n) = self.inner.take_message(&mut st, port, buf)? {
                 return Ok(n);
             }
             drop(st);
             backoff.wait(deadline)?;
+            st = self.inner.live_state()?;
         }
     }
 
@@ -201,13 +188,8 @@ impl Node {
     /// The peer index for a remote endpoint, resolving it (as `endpoint_get` does) when it
     /// came to us as a value in a message rather than through `endpoint_get`.
     pub(super) fn remote_peer(&self, to: EndpointId, deadline: Option<Instant>) -> Result<u16> {
-        {
-            let st = self.inner.live_state()?;
-            if let Some(&peer) = st.peer_of.get(&(to.domain(), to.node())) {
-                if st.remotes.contains_key(&(peer, to.port())) {
-                    return Ok(peer);
-                }
-            }
+        if let Some(peer) = self.inner.live_state()?.known_remote(to) {
+            return Ok(peer);
         }
         // An endpoint value that reached us in a message exists already: wait briefly only.
         let deadline = deadline.or_else(|| Some(Instant::now() + Duration::from_secs(5)));

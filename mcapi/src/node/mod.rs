@@ -105,6 +105,16 @@ struct State {
     finalized: bool,
 }
 
+impl State {
+    /// The peer index of a remote endpoint already resolved by `endpoint_get` (or a send).
+    fn known_remote(&self, to: EndpointId) -> Option<u16> {
+        let peer = *self.peer_of.get(&(to.domain(), to.node()))?;
+        self.remotes
+            .contains_key(&(peer, to.port()))
+            .then_some(peer)
+    }
+}
+
 /// What a request is for.
 enum Req {
     /// A message copied into send slot `slot`, waiting for a credit of `remote`.
@@ -600,13 +610,17 @@ impl Node {
     /// The port of `endpoint` if it is one of this node's live endpoints; another node's
     /// endpoint is "not a valid local endpoint" (`MCAPI_ERR_ENDP_INVALID`, spec 4.3).
     fn local_port(&self, endpoint: EndpointId) -> Result<u32> {
-        let port = endpoint.port();
         let st = self.inner.live_state()?;
+        self.local_endpoint(&st, endpoint).map(|_| endpoint.port())
+    }
+
+    /// `endpoint` if it is one of this node's live endpoints, under a lock already held.
+    fn local_endpoint<'s>(&self, st: &'s State, endpoint: EndpointId) -> Result<&'s LocalEndpoint> {
         let ours =
             (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id);
-        if !ours || !st.endpoints.contains_key(&port) {
-            return Err(Status::MCAPI_ERR_ENDP_INVALID);
-        }
-        Ok(port)
+        st.endpoints
+            .get(&endpoint.port())
+            .filter(|_| ours)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)
     }
 }
