@@ -85,8 +85,22 @@ impl Node {
                 };
                 let answer = self.inner.control_call(peer, &request)?;
                 st = self.inner.live_state()?;
-                if let (Frame::Value(n), Some(remote)) = (answer, st.remotes.get_mut(&key)) {
-                    remote.window.add(n as u32);
+                let Some(remote) = st.remotes.get_mut(&key) else {
+                    return Err(Status::MCAPI_ERR_ENDP_INVALID);
+                };
+                match answer {
+                    Frame::Value(n) => remote.window.add(n as u32),
+                    // Refused (e.g. the endpoint serves too many senders, or was deleted):
+                    // forget the request so a later send asks again, and report why.
+                    refusal => {
+                        remote.window.reset();
+                        return Err(match refusal {
+                            Frame::Refused(code) => {
+                                Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL)
+                            }
+                            _ => Status::MCAPI_ERR_GENERAL,
+                        });
+                    }
                 }
                 continue;
             }
