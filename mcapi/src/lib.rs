@@ -10,6 +10,7 @@
 //! transport is the subject of the messaging issue.
 
 pub mod attributes;
+pub mod capi;
 pub mod config;
 pub mod control;
 mod node;

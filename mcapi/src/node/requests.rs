@@ -95,15 +95,36 @@ impl Node {
 
     /// `mcapi_wait_any`: waits until one of `requests` completes; returns its index and
     /// size and releases it. Receives among them get no buffer here: use [`Node::wait`]
-    /// for receives whose data is wanted.
+    /// or [`Node::wait_any_into`] for receives whose data is wanted.
     ///
     /// # Errors
-    /// `MCAPI_ERR_PARAMETER` (empty list), `MCAPI_ERR_REQUEST_INVALID`, `MCAPI_TIMEOUT`.
+    /// `MCAPI_ERR_PARAMETER` (empty list), `MCAPI_ERR_REQUEST_INVALID`, `MCAPI_TIMEOUT`, or
+    /// the completed operation's own error.
     pub fn wait_any(
         &self,
         requests: &[RequestHandle],
         timeout: Option<Duration>,
     ) -> Result<(usize, usize)> {
+        let (index, outcome) = self.wait_any_into(requests, &mut [], timeout)?;
+        outcome.map(|size| (index, size))
+    }
+
+    /// `mcapi_wait_any` with receive buffers: `buffers[i]`, when present, is where receive
+    /// request `requests[i]` puts its message (the C ABI's `mcapi_msg_recv_i` buffers).
+    /// Returns the index of the request that finished and its outcome (size, or the
+    /// operation's error such as `MCAPI_ERR_MSG_TRUNCATED` or
+    /// `MCAPI_ERR_REQUEST_CANCELLED`); that request is released either way, so the caller
+    /// always learns which one it was.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_PARAMETER` (empty list), `MCAPI_ERR_REQUEST_INVALID` (every handle is
+    /// checked before any receive takes a message), `MCAPI_TIMEOUT`.
+    pub fn wait_any_into(
+        &self,
+        requests: &[RequestHandle],
+        buffers: &mut [Option<&mut [u8]>],
+        timeout: Option<Duration>,
+    ) -> Result<(usize, Result<usize>)> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
         loop {
@@ -112,15 +133,21 @@ impl Node {
             }
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
+            st.requests.find_ready(requests)?;
+            for (&r, buf) in requests.iter().zip(buffers.iter_mut()) {
+                if let Some(buf) = buf.as_deref_mut() {
+                    self.inner.try_complete(&mut st, r, Some(buf))?;
+                }
+            }
             if let Some(i) = st.requests.find_ready(requests)? {
-                let done = st
-                    .requests
-                    .take_completed(requests[i])?
-                    .ok_or(Status::MCAPI_ERR_GENERAL)?;
-                return match done.status {
-                    Status::MCAPI_SUCCESS => Ok((i, done.size)),
-                    status => Err(status),
+                let outcome = match st.requests.take_completed(requests[i]) {
+                    Ok(Some(done)) if done.status == Status::MCAPI_SUCCESS => Ok(done.size),
+                    Ok(Some(done)) => Err(done.status),
+                    Ok(None) => return Err(Status::MCAPI_ERR_GENERAL),
+                    // Cancelled: released by taking it, so it belongs to index `i` too.
+                    Err(e) => Err(e),
                 };
+                return Ok((i, outcome));
             }
             drop(st);
             backoff.wait(deadline)?;

@@ -1,0 +1,200 @@
+//! The C ABI: `libmcapi.so` / `libmcapi.a` with the MCAPI 2.000 functions of spec chapter 4
+//! and the types and constants of `include/mca.h`, `include/mcapi.h` and
+//! `include/mcapi_impl_spec.h` (see `docs/c-abi.md`).
+//!
+//! Every exported function wraps the Rust API ([`Node`], [`Node::current`] as the calling
+//! thread's node) in [`StatusOut::call`], which catches any panic (reported as `MCAPI_ERR_GENERAL`, so
+//! no unwinding crosses into C) and writes the status through a pointer that may be NULL.
+//! Pointer arguments are checked for NULL before anything changes; bad handles are
+//! rejected by the self-validating Rust handles ([`EndpointId`], [`RequestHandle`]).
+//!
+//! This module is the only place of the crate with `unsafe` code: dereferencing what C
+//! passes. Each exported function is `unsafe extern "C"` with its pointer contract in a
+//! `# Safety` section, and each dereference sits in its own `unsafe` block.
+//!
+//! Layout, one file per chapter-4 section: [`node`] (4.1), [`endpoint`] (4.2), [`msg`]
+//! (4.3), [`request`] (4.6), [`support`] (4.7). Packet and scalar channels (4.4, 4.5) get
+//! their own files beside these.
+#![allow(non_camel_case_types)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod endpoint;
+pub mod msg;
+pub mod node;
+pub mod request;
+pub mod support;
+
+use crate::semantics::endpoint_id::{MAX_PORT, PORT_ANY};
+use crate::semantics::{EndpointId, Status};
+use crate::{Node, MAX_MSG_SIZE, NUM_PRIORITIES};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+// The scalar types of the headers (`mca.h`, `mcapi.h`, `mcapi_impl_spec.h`).
+
+/// `mcapi_status_t` / `mca_status_t`: a [`Status`] code.
+pub type mcapi_status_t = u32;
+/// `mcapi_domain_t` / `mca_domain_t`.
+pub type mcapi_domain_t = u32;
+/// `mcapi_node_t` / `mca_node_t`.
+pub type mcapi_node_t = u32;
+/// `mcapi_port_t`.
+pub type mcapi_port_t = u32;
+/// `mcapi_uint_t` / `mca_uint_t`.
+pub type mcapi_uint_t = u32;
+/// `mcapi_priority_t` (0 is the highest).
+pub type mcapi_priority_t = u32;
+/// `mcapi_timeout_t` / `mca_timeout_t`: milliseconds, [`MCAPI_TIMEOUT_INFINITE`] = ~0.
+pub type mcapi_timeout_t = u32;
+/// `mcapi_boolean_t` / `mca_boolean_t`.
+pub type mcapi_boolean_t = u8;
+/// `mcapi_endpoint_t`: an [`EndpointId`] value.
+pub type mcapi_endpoint_t = u64;
+/// `mcapi_request_t` / `mca_request_t`: a [`RequestHandle`](crate::RequestHandle) value.
+pub type mcapi_request_t = u64;
+
+// Constants of the headers; `tests/c_abi.rs` compiles the headers and compares.
+
+/// `MCAPI_VERSION`: 2.000, the rightmost three hex digits being the minor number (3.17.5.1.2).
+pub const MCAPI_VERSION: u32 = 0x2000;
+/// `MCAPI_ORG_ID`: no organization id has been assigned by the MCA.
+pub const MCAPI_ORG_ID: u32 = 0;
+/// `MCAPI_IMPL_VERSION`: this crate's version as `0xMMmmpp` (major, minor, patch).
+pub const MCAPI_IMPL_VERSION: u32 = implementation_version();
+/// `MCA_TRUE`.
+pub const MCA_TRUE: mcapi_boolean_t = 1;
+/// `MCA_FALSE`.
+pub const MCA_FALSE: mcapi_boolean_t = 0;
+/// `MCAPI_NULL` / `MCA_NULL`: what failed calls return as an endpoint or count.
+pub const MCAPI_NULL: u64 = 0;
+/// `MCAPI_PORT_ANY`.
+pub const MCAPI_PORT_ANY: mcapi_port_t = PORT_ANY;
+/// `MCAPI_TIMEOUT_INFINITE` / `MCA_INFINITE`.
+pub const MCAPI_TIMEOUT_INFINITE: mcapi_timeout_t = u32::MAX;
+/// `MCAPI_TIMEOUT_IMMEDIATE`.
+pub const MCAPI_TIMEOUT_IMMEDIATE: mcapi_timeout_t = 0;
+/// `MCAPI_DOMAIN_INVALID`: `mcapi_domain_id_get`'s return value on error.
+pub const MCAPI_DOMAIN_INVALID: mcapi_domain_t = u32::MAX;
+/// `MCAPI_NODE_INVALID`: `mcapi_node_id_get`'s return value on error.
+pub const MCAPI_NODE_INVALID: mcapi_node_t = u32::MAX;
+/// `MCAPI_RETURN_VALUE_INVALID`: `mcapi_wait_any`'s return value on error.
+pub const MCAPI_RETURN_VALUE_INVALID: mcapi_uint_t = u32::MAX;
+/// `MCAPI_MAX_MSG_SIZE`: the largest message accepted.
+pub const MCAPI_MAX_MSG_SIZE: usize = MAX_MSG_SIZE;
+/// `MCAPI_MAX_PKT_SIZE`: the largest packet accepted (the channels issue may change it;
+/// the header check follows this constant).
+pub const MCAPI_MAX_PKT_SIZE: usize = MAX_MSG_SIZE;
+/// `MCAPI_MAX_PRIORITY`: the largest valid priority value (the lowest priority).
+pub const MCAPI_MAX_PRIORITY: u32 = NUM_PRIORITIES - 1;
+/// `MCAPI_MAX_ENDPOINTS`: an upper bound on a node's endpoints. The real limit is lower and
+/// depends on the provider: each endpoint keeps `recv_buffers` receives posted, and a node
+/// posts at most 1024 (shm) or 2048 (tcp) (docs/implementation-defined.md).
+pub const MCAPI_MAX_ENDPOINTS: u32 = 2048;
+/// `MCAPI_BUF_ALIGN`: the alignment `MCAPI_DECL_ALIGNED` gives buffers (a cache line).
+pub const MCAPI_BUF_ALIGN: usize = 64;
+/// `MCAPI_MAX_STATUS_MSG_LEN`: a buffer this long holds every status name and its NUL.
+pub const MCAPI_MAX_STATUS_MSG_LEN: usize = 32;
+/// Ports a node has: `0..=MAX_PORT` (`mcapi_info_t.number_of_ports`).
+pub const NUMBER_OF_PORTS: u32 = MAX_PORT + 1;
+
+const _: () = assert!(MCAPI_MAX_STATUS_MSG_LEN > crate::semantics::status::MAX_NAME_LEN);
+
+const fn implementation_version() -> u32 {
+    const fn parse(s: &str) -> u32 {
+        let bytes = s.as_bytes();
+        let mut n = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            n = n * 10 + (bytes[i] - b'0') as u32;
+            i += 1;
+        }
+        n
+    }
+    (parse(env!("CARGO_PKG_VERSION_MAJOR")) << 16)
+        | (parse(env!("CARGO_PKG_VERSION_MINOR")) << 8)
+        | parse(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
+/// The status out-parameter of an exported function. Creating one asserts the pointer's
+/// validity once, so reporting through it is safe.
+struct StatusOut(*mut mcapi_status_t);
+
+impl StatusOut {
+    /// # Safety
+    /// `status` is NULL or valid for writing an `mcapi_status_t` during the call.
+    unsafe fn new(status: *mut mcapi_status_t) -> StatusOut {
+        StatusOut(status)
+    }
+
+    /// Runs the body of an exported function: its value on success (status
+    /// `MCAPI_SUCCESS`), `on_error` with the error's status otherwise, `on_error` with
+    /// `MCAPI_ERR_GENERAL` if it panicked. The status is written unless the pointer is NULL.
+    fn call<T>(self, on_error: T, body: impl FnOnce() -> Result<T, Status>) -> T {
+        self.call_reporting(on_error, || {
+            body().map(|value| (value, Status::MCAPI_SUCCESS))
+        })
+    }
+
+    /// As [`StatusOut::call`], for bodies that report a status other than `MCAPI_SUCCESS`
+    /// along with their value (`MCAPI_PENDING` of the `_i` calls and of `mcapi_test`).
+    fn call_reporting<T>(
+        self,
+        on_error: T,
+        body: impl FnOnce() -> Result<(T, Status), Status>,
+    ) -> T {
+        // AssertUnwindSafe: after a panic the caller sees only `on_error` and a status; the
+        // node's state is behind mutexes whose poisoning the node module ignores by design.
+        let (value, code) = match catch_unwind(AssertUnwindSafe(body)) {
+            Ok(Ok((value, code))) => (value, code),
+            Ok(Err(code)) => (on_error, code),
+            Err(_) => (on_error, Status::MCAPI_ERR_GENERAL),
+        };
+        // SAFETY: NULL or writable, as promised to `StatusOut::new`.
+        unsafe { put(self.0, code.code()) };
+        value
+    }
+}
+
+/// Writes an out-parameter unless the caller passed NULL for it.
+///
+/// # Safety
+/// `out` is NULL or valid and aligned for writing a `T`.
+unsafe fn put<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: non-NULL, and valid for writes by the caller's contract.
+        unsafe { out.write(value) };
+    }
+}
+
+/// Fails with `MCAPI_ERR_PARAMETER` when a required pointer is NULL.
+fn required<T>(pointer: *const T) -> Result<(), Status> {
+    if pointer.is_null() {
+        Err(Status::MCAPI_ERR_PARAMETER)
+    } else {
+        Ok(())
+    }
+}
+
+/// The calling thread's node (the one it initialized, else the process's only node).
+fn current_node() -> Result<Node, Status> {
+    Node::current()
+}
+
+/// An `mcapi_endpoint_t` value as an [`EndpointId`]; garbage is `MCAPI_ERR_ENDP_INVALID`.
+fn endpoint(raw: mcapi_endpoint_t) -> Result<EndpointId, Status> {
+    EndpointId::from_raw(raw).ok_or(Status::MCAPI_ERR_ENDP_INVALID)
+}
+
+/// An `mcapi_timeout_t` in milliseconds as the Rust API's timeout (`None`: infinite).
+fn timeout(ms: mcapi_timeout_t) -> Option<Duration> {
+    (ms != MCAPI_TIMEOUT_INFINITE).then(|| Duration::from_millis(u64::from(ms)))
+}
+
+/// `true`/`false` as `MCA_TRUE`/`MCA_FALSE`.
+fn boolean(value: bool) -> mcapi_boolean_t {
+    if value {
+        MCA_TRUE
+    } else {
+        MCA_FALSE
+    }
+}

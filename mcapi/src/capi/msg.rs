@@ -1,0 +1,167 @@
+//! Spec 4.3: connectionless messages.
+
+use super::{
+    current_node, endpoint, mcapi_endpoint_t, mcapi_priority_t, mcapi_request_t, mcapi_status_t,
+    mcapi_uint_t, put, request, required, StatusOut,
+};
+use crate::semantics::Status;
+use std::ffi::c_void;
+
+/// The C buffer of a send as a slice: NULL is allowed for an empty message only.
+///
+/// # Safety
+/// `buffer` is NULL or readable for `size` bytes, and stays so for the returned lifetime.
+unsafe fn send_data<'a>(buffer: *const c_void, size: usize) -> Result<&'a [u8], Status> {
+    match (buffer.is_null(), size) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(Status::MCAPI_ERR_PARAMETER),
+        // SAFETY: non-NULL and readable for `size` bytes by the contract.
+        (false, _) => Ok(unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), size) }),
+    }
+}
+
+/// `mcapi_msg_send_i` (4.3.1): the message is copied at once (the buffer is free when this
+/// returns); `MCAPI_SUCCESS` if it already went out, else `MCAPI_PENDING`.
+///
+/// # Safety
+/// `buffer` is NULL or readable for `buffer_size` bytes; `request` and `status` are NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcapi_msg_send_i(
+    send_endpoint: mcapi_endpoint_t,
+    receive_endpoint: mcapi_endpoint_t,
+    buffer: *const c_void,
+    buffer_size: usize,
+    priority: mcapi_priority_t,
+    request: *mut mcapi_request_t,
+    status: *mut mcapi_status_t,
+) {
+    // SAFETY: `status` is NULL or writable per this function's contract.
+    let status = unsafe { StatusOut::new(status) };
+    status.call_reporting((), || {
+        required(request)?;
+        // SAFETY: per this function's contract; used only during this call.
+        let data = unsafe { send_data(buffer, buffer_size)? };
+        let (from, to) = (endpoint(send_endpoint)?, endpoint(receive_endpoint)?);
+        let node = current_node()?;
+        let handle = node.msg_send_i(from, to, data, priority)?;
+        // SAFETY: non-NULL and writable by the contract.
+        unsafe { put(request, handle.as_raw()) };
+        match node.test(handle, None) {
+            Ok(Some(_)) => Ok(((), Status::MCAPI_SUCCESS)),
+            Ok(None) => Ok(((), Status::MCAPI_PENDING)),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+/// `mcapi_msg_send` (4.3.2): blocks while the receiver has no free buffer, up to the send
+/// endpoint's `MCAPI_ENDP_ATTR_TIMEOUT`.
+///
+/// # Safety
+/// `buffer` is NULL or readable for `buffer_size` bytes; `status` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcapi_msg_send(
+    send_endpoint: mcapi_endpoint_t,
+    receive_endpoint: mcapi_endpoint_t,
+    buffer: *const c_void,
+    buffer_size: usize,
+    priority: mcapi_priority_t,
+    status: *mut mcapi_status_t,
+) {
+    // SAFETY: `status` is NULL or writable per this function's contract.
+    let status = unsafe { StatusOut::new(status) };
+    status.call((), || {
+        // SAFETY: per this function's contract; used only during this call.
+        let data = unsafe { send_data(buffer, buffer_size)? };
+        let (from, to) = (endpoint(send_endpoint)?, endpoint(receive_endpoint)?);
+        current_node()?.msg_send(from, to, data, priority)
+    })
+}
+
+/// `mcapi_msg_recv_i` (4.3.3): the message is copied into `buffer` when the request
+/// completes, i.e. in the `mcapi_test`, `mcapi_wait` or `mcapi_wait_any` that reports it,
+/// or at once (`MCAPI_SUCCESS`) if one is queued already. `buffer` must stay valid until
+/// then, as for any non-blocking receive.
+///
+/// # Safety
+/// `buffer` is NULL or writable for `buffer_size` bytes until the request completes or is
+/// cancelled; `request` and `status` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcapi_msg_recv_i(
+    receive_endpoint: mcapi_endpoint_t,
+    buffer: *mut c_void,
+    buffer_size: usize,
+    request: *mut mcapi_request_t,
+    status: *mut mcapi_status_t,
+) {
+    // SAFETY: `status` is NULL or writable per this function's contract.
+    let status = unsafe { StatusOut::new(status) };
+    status.call_reporting((), || {
+        required(request)?;
+        if buffer.is_null() && buffer_size > 0 {
+            return Err(Status::MCAPI_ERR_PARAMETER);
+        }
+        let node = current_node()?;
+        let handle = node.msg_recv_i(endpoint(receive_endpoint)?)?;
+        // SAFETY: non-NULL and writable by the contract.
+        unsafe { put(request, handle.as_raw()) };
+        request::remember_buffer(&node, handle, buffer.cast(), buffer_size);
+        // SAFETY: the buffer was just registered under this function's contract.
+        match unsafe { request::test_now(&node, handle) } {
+            Ok(Some(_)) => Ok(((), Status::MCAPI_SUCCESS)),
+            Ok(None) => Ok(((), Status::MCAPI_PENDING)),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+/// `mcapi_msg_recv` (4.3.4): blocks up to the endpoint's `MCAPI_ENDP_ATTR_TIMEOUT`.
+///
+/// # Safety
+/// `buffer` is NULL or writable for `buffer_size` bytes; `received_size` and `status` are
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcapi_msg_recv(
+    receive_endpoint: mcapi_endpoint_t,
+    buffer: *mut c_void,
+    buffer_size: usize,
+    received_size: *mut usize,
+    status: *mut mcapi_status_t,
+) {
+    // SAFETY: `status` is NULL or writable per this function's contract.
+    let status = unsafe { StatusOut::new(status) };
+    status.call((), || {
+        required(received_size)?;
+        let data: &mut [u8] = match (buffer.is_null(), buffer_size) {
+            (_, 0) => &mut [],
+            (true, _) => return Err(Status::MCAPI_ERR_PARAMETER),
+            // SAFETY: non-NULL and writable for `buffer_size` bytes by the contract.
+            (false, _) => unsafe {
+                std::slice::from_raw_parts_mut(buffer.cast::<u8>(), buffer_size)
+            },
+        };
+        let n = current_node()?.msg_recv(endpoint(receive_endpoint)?, data)?;
+        // SAFETY: non-NULL and writable by the contract.
+        unsafe { put(received_size, n) };
+        Ok(())
+    })
+}
+
+/// `mcapi_msg_available` (4.3.5): messages queued at a local endpoint; `MCAPI_NULL` (0) on
+/// error.
+///
+/// # Safety
+/// `status` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcapi_msg_available(
+    receive_endpoint: mcapi_endpoint_t,
+    status: *mut mcapi_status_t,
+) -> mcapi_uint_t {
+    // SAFETY: `status` is NULL or writable per this function's contract.
+    let status = unsafe { StatusOut::new(status) };
+    status.call(0, || {
+        let n = current_node()?.msg_available(endpoint(receive_endpoint)?)?;
+        Ok(mcapi_uint_t::try_from(n).unwrap_or(mcapi_uint_t::MAX))
+    })
+}
