@@ -37,7 +37,7 @@ pub struct Cli {
     pub test: TestCmd,
 }
 
-/// The benchmarks.
+/// The benchmarks, and the provider comparison that runs them all.
 #[derive(Subcommand, Debug)]
 pub enum TestCmd {
     /// Ping-pong latency: the client sends a message, the server returns one of the same size;
@@ -46,19 +46,18 @@ pub enum TestCmd {
     /// Streaming bandwidth and message rate: the client keeps a window of -W non-blocking sends
     /// in flight, the server acknowledges each window.
     MsgBw(Opts),
+    /// Every benchmark over every provider offered here (each as a --local run bounded in
+    /// time); writes a markdown table, the JSON lines and SVG plots into a directory.
+    Compare(CompareOpts),
 }
 
 impl TestCmd {
-    pub fn test(&self) -> Test {
+    /// The benchmark and its options; `None` for `compare`.
+    pub fn single(&self) -> Option<(Test, &Opts)> {
         match self {
-            TestCmd::MsgLat(_) => Test::MsgLat,
-            TestCmd::MsgBw(_) => Test::MsgBw,
-        }
-    }
-
-    pub fn opts(&self) -> &Opts {
-        match self {
-            TestCmd::MsgLat(o) | TestCmd::MsgBw(o) => o,
+            TestCmd::MsgLat(o) => Some((Test::MsgLat, o)),
+            TestCmd::MsgBw(o) => Some((Test::MsgBw, o)),
+            TestCmd::Compare(_) => None,
         }
     }
 }
@@ -70,7 +69,20 @@ pub enum Test {
     MsgBw,
 }
 
+/// What a benchmark's headline number is: it decides the ratio MCAPI/raw, what `--rounds`
+/// takes the median of, and which plot a result goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// p50 latency in microseconds (ping-pong patterns).
+    Latency,
+    /// MB/s and messages per second (streaming patterns).
+    Throughput,
+}
+
 impl Test {
+    /// Every benchmark, in the order `compare` runs them.
+    pub const ALL: &'static [Test] = &[Test::MsgLat, Test::MsgBw];
+
     /// The name used on the command line, in the output and on the bootstrap channel.
     pub fn name(self) -> &'static str {
         match self {
@@ -80,9 +92,19 @@ impl Test {
     }
 
     pub fn from_name(s: &str) -> Option<Test> {
-        [Test::MsgLat, Test::MsgBw]
-            .into_iter()
-            .find(|t| t.name() == s)
+        Test::ALL.iter().copied().find(|t| t.name() == s)
+    }
+
+    pub fn metric(self) -> Metric {
+        match self {
+            Test::MsgLat => Metric::Latency,
+            Test::MsgBw => Metric::Throughput,
+        }
+    }
+
+    /// Whether `-W` applies.
+    pub fn windowed(self) -> bool {
+        self.metric() == Metric::Throughput
     }
 }
 
@@ -127,6 +149,13 @@ pub struct Opts {
     #[arg(long, value_name = "SECS", default_value_t = 2.0, value_parser = parse_seconds)]
     pub max_time: f64,
 
+    /// Rounds per size: raw libfabric and MCAPI alternate (raw first in even rounds, MCAPI
+    /// first in odd ones); p50 latency and MB/s are the medians of the rounds, with their
+    /// spread (min..max)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+
     /// Print one JSON object per size and line instead of the table
     #[arg(long)]
     pub json: bool,
@@ -153,6 +182,103 @@ impl Opts {
     pub fn max_time(&self) -> Duration {
         Duration::from_secs_f64(self.max_time)
     }
+}
+
+/// Options of `compare`.
+#[derive(Args, Debug, Clone)]
+pub struct CompareOpts {
+    /// Providers to compare, comma-separated (default: every provider libfabric offers here)
+    #[arg(
+        short = 'p',
+        long = "provider",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub providers: Vec<String>,
+
+    /// Benchmarks to run, comma-separated (default: all)
+    #[arg(short = 't', long = "tests", value_name = "LIST", value_delimiter = ',',
+          value_parser = parse_test)]
+    pub tests: Vec<Test>,
+
+    /// Message sizes, as for the benchmarks
+    #[arg(short = 'S', long = "size", value_name = "SIZES", default_value = "8:64k",
+          value_parser = parse_sizes)]
+    pub sizes: SizeSpec,
+
+    /// Timed iterations per point at most (--max-time usually ends a point first)
+    #[arg(short = 'I', long, default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: u64,
+
+    /// Untimed warmup iterations per point
+    #[arg(short = 'w', long, default_value_t = 20)]
+    pub warmup: u64,
+
+    /// Window of the streaming benchmarks
+    #[arg(short = 'W', long, default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub window: u64,
+
+    /// Seconds per point (one size, one layer, one round)
+    #[arg(long, value_name = "SECS", default_value_t = 0.1, value_parser = parse_seconds)]
+    pub max_time: f64,
+
+    /// Rounds per size of the latency benchmarks (raw and MCAPI interleaved; medians and
+    /// spread reported)
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub lat_rounds: u32,
+
+    /// Rounds per size of the bandwidth and rate benchmarks
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub bw_rounds: u32,
+
+    /// Directory for summary.md, results.jsonl, the SVG plots and the runs' logs
+    #[arg(
+        short = 'o',
+        long,
+        value_name = "DIR",
+        default_value = "perftest-compare"
+    )]
+    pub output: std::path::PathBuf,
+
+    /// Pin both sides of every run: N (server on N, client on N+1) or SERVER,CLIENT
+    #[arg(long, value_name = "N|N,M", value_parser = parse_cpus)]
+    pub cpu: Option<CpuSpec>,
+
+    /// First TCP port of the runs' bootstrap channels (each run uses the next free three)
+    #[arg(long, default_value_t = DEFAULT_OOB_PORT)]
+    pub oob_port: u16,
+}
+
+impl CompareOpts {
+    pub fn rounds(&self, test: Test) -> u32 {
+        match test.metric() {
+            Metric::Latency => self.lat_rounds,
+            Metric::Throughput => self.bw_rounds,
+        }
+    }
+
+    /// The benchmarks to run (all when none was named).
+    pub fn tests(&self) -> Vec<Test> {
+        if self.tests.is_empty() {
+            Test::ALL.to_vec()
+        } else {
+            self.tests.clone()
+        }
+    }
+}
+
+fn parse_test(s: &str) -> Result<Test, String> {
+    Test::from_name(s.trim()).ok_or_else(|| {
+        let names: Vec<&str> = Test::ALL.iter().map(|t| t.name()).collect();
+        format!(
+            "unknown benchmark '{s}': expected one of {}",
+            names.join(", ")
+        )
+    })
 }
 
 /// The role of a child process started by `--local`.
@@ -257,6 +383,16 @@ pub struct CpuSpec {
     pub server: usize,
     /// `None`: the core after the server's.
     pub client: Option<usize>,
+}
+
+impl fmt::Display for CpuSpec {
+    /// As `--cpu` takes it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.client {
+            Some(c) => write!(f, "{},{c}", self.server),
+            None => write!(f, "{}", self.server),
+        }
+    }
 }
 
 fn parse_cpus(s: &str) -> Result<CpuSpec, String> {

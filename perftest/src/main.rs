@@ -36,6 +36,7 @@
 
 mod affinity;
 mod cli;
+mod compare;
 mod error;
 mod local;
 mod oob;
@@ -51,8 +52,16 @@ use error::Error;
 
 fn main() {
     let cli = Cli::parse();
-    let test = cli.test.test();
-    let opts = cli.test.opts();
+    let (test, opts) = match &cli.test {
+        cli::TestCmd::Compare(c) => {
+            let code = compare::run(c).unwrap_or_else(|e| {
+                eprintln!("perftest compare: error: {e}");
+                e.exit_code()
+            });
+            std::process::exit(code);
+        }
+        cmd => cmd.single().expect("a single benchmark"),
+    };
     let role = match (&opts.host, opts.local, opts.local_role) {
         (_, true, _) => "",
         (Some(_), _, _) => " (client)",

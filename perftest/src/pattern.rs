@@ -40,6 +40,8 @@ pub struct Plan {
     pub iterations: u64,
     pub window: u64,
     pub max_time: Duration,
+    /// Rounds per size (client side only: the server serves sizes as they come).
+    pub rounds: u32,
 }
 
 impl Plan {
@@ -50,14 +52,16 @@ impl Plan {
             iterations: opts.iterations,
             window: opts.window,
             max_time: opts.max_time(),
+            rounds: opts.rounds,
         }
     }
 
     /// Receives each side keeps posted: more than the peer can have in flight.
     pub fn depth(&self) -> usize {
-        match self.test {
-            Test::MsgLat => 4,
-            Test::MsgBw => self.window as usize + 4,
+        if self.test.windowed() {
+            self.window as usize + 4
+        } else {
+            4
         }
     }
 
@@ -83,6 +87,7 @@ impl Plan {
             iterations: iterations.parse().ok()?,
             window: window.parse().ok().filter(|&w| w > 0)?,
             max_time: Duration::from_millis(max_ms.parse().ok()?),
+            rounds: 1,
         })
     }
 }
@@ -412,6 +417,7 @@ mod tests {
             iterations,
             window,
             max_time: Duration::from_secs(2),
+            rounds: 1,
         }
     }
 

@@ -1,17 +1,21 @@
 //! Output: a fabtests-style table, or one JSON object per size and line (`--json`), and a
 //! progress line on stderr for long runs at a terminal.
 //!
-//! JSON fields: `test`, `provider` (as libfabric names it), `size`, `iterations` (asked for),
-//! `window` (msg-bw) and then, for MCAPI unprefixed and for raw libfabric prefixed `raw_`:
-//! `iterations_done`, `time_s`, `lat_us_min`, `lat_us_p50`, `lat_us_p99`, `lat_us_p999`,
-//! `lat_us_max` (half round trips; null for msg-bw), `mb_s` (10^6 B/s), `mmsg_s` (10^6
-//! messages/s). `ratio` is MCAPI over raw (p50 latency for msg-lat, MB/s for msg-bw). Fields
-//! of a half that did not run are null. Then `libfabric_version`, `host`, `date` (UTC, ISO
-//! 8601) and `git_sha` (the build's commit).
+//! JSON fields: `test`, `provider` (as libfabric names it), `size`, `iterations` (asked for,
+//! per round), `window` (msg-bw), `rounds` and then, for MCAPI unprefixed and for raw
+//! libfabric prefixed `raw_`: `iterations_done`, `time_s` (totals over the rounds),
+//! `lat_us_min`, `lat_us_p50`, `lat_us_p99`, `lat_us_p999`, `lat_us_max` (half round trips;
+//! null for msg-bw), `mb_s` (10^6 B/s), `mmsg_s` (10^6 messages/s), `lat_us_p50_spread` and
+//! `mb_s_spread` (`[min, max]` over the rounds; null when there is one round, and the latency
+//! one for msg-bw). With several rounds, p50, MB/s and messages/s are the medians of the
+//! rounds (see [`Summary`]). `ratio` is MCAPI over raw (p50 latency for latency tests, MB/s
+//! for the others), `delta_us` MCAPI's p50 minus raw's (latency tests). Fields of a half that
+//! did not run are null. Then `libfabric_version`, `host`, `date` (UTC, ISO 8601) and
+//! `git_sha` (the build's commit).
 
-use crate::cli::Test;
+use crate::cli::{Metric, Test};
 use crate::pattern::Plan;
-use crate::stats::Measurement;
+use crate::stats::Summary;
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -88,26 +92,31 @@ fn size_str(n: u64) -> String {
     }
 }
 
-/// Results of one size: one measurement per transport that ran.
+/// Results of one size: the rounds of each transport that ran.
 pub struct SizeResult<'a> {
     pub size: usize,
-    pub raw: Option<&'a Measurement>,
-    pub mcapi: Option<&'a Measurement>,
+    pub raw: Option<&'a Summary>,
+    pub mcapi: Option<&'a Summary>,
     /// Why MCAPI did not run this size (shown in the table; its JSON fields are null).
     pub mcapi_not_run: Option<&'a str>,
 }
 
 impl SizeResult<'_> {
-    /// MCAPI over raw: p50 latency for msg-lat, MB/s for msg-bw.
+    /// MCAPI over raw: p50 latency for latency tests, MB/s for the others.
     pub fn ratio(&self, test: Test) -> Option<f64> {
         let (mc, raw) = (self.mcapi?, self.raw?);
-        match test {
-            Test::MsgLat => {
+        match test.metric() {
+            Metric::Latency => {
                 let (a, b) = (mc.latency()?, raw.latency()?);
                 (b.p50 > 0.0).then(|| a.p50 / b.p50)
             }
-            Test::MsgBw => (raw.mb_s() > 0.0).then(|| mc.mb_s() / raw.mb_s()),
+            Metric::Throughput => (raw.mb_s() > 0.0).then(|| mc.mb_s() / raw.mb_s()),
         }
+    }
+
+    /// MCAPI's p50 latency minus raw's, in microseconds (latency tests).
+    pub fn delta_us(&self) -> Option<f64> {
+        Some(self.mcapi?.latency()?.p50 - self.raw?.latency()?.p50)
     }
 }
 
@@ -148,12 +157,17 @@ impl Report {
         let mut s = String::new();
         if !self.header_done {
             self.header_done = true;
-            let window = match self.test {
-                Test::MsgBw => format!(", window {}", self.plan.window),
-                Test::MsgLat => String::new(),
+            let window = if self.test.windowed() {
+                format!(", window {}", self.plan.window)
+            } else {
+                String::new()
+            };
+            let rounds = match self.plan.rounds {
+                1 => String::new(),
+                n => format!("; {n} rounds, raw and MCAPI alternating (medians, spread min..max)"),
             };
             s += &format!(
-                "# {} provider {} (libfabric {}): {} iterations{window}, warmup {}, at most {:?} per size\n",
+                "# {} provider {} (libfabric {}): {} iterations{window}, warmup {}, at most {:?} per size{rounds}\n",
                 self.test,
                 self.provider,
                 self.info.libfabric_version,
@@ -165,11 +179,18 @@ impl Report {
                 "{:<8} {:<9} {:>8} {:>7} {:>8} {:>10} {:>9} {:>10}",
                 "layer", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
             );
-            if self.test == Test::MsgLat {
+            if self.test.metric() == Metric::Latency {
                 s += &format!(
                     " {:>8} {:>8} {:>8} {:>8} {:>8}",
                     "min", "p50", "p99", "p99.9", "max"
                 );
+            }
+            if self.plan.rounds > 1 {
+                let what = match self.test.metric() {
+                    Metric::Latency => "p50 spread",
+                    Metric::Throughput => "MB/s spread",
+                };
+                s += &format!(" {what:>19}");
             }
             s += &format!(" {:>6}", "ratio");
             s.push('\n');
@@ -186,9 +207,9 @@ impl Report {
                 "{:<8} {:<9} {:>8} {:>7} {:>7.2}s {:>10.2} {:>9.2} {:>10.3}",
                 layer,
                 r.size,
-                m.iterations,
+                m.iterations(),
                 size_str(m.total_bytes()),
-                m.elapsed.as_secs_f64(),
+                m.elapsed().as_secs_f64(),
                 m.mb_s(),
                 m.usec_per_xfer(),
                 m.mmsg_s()
@@ -198,6 +219,15 @@ impl Report {
                     " {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
                     l.min, l.p50, l.p99, l.p999, l.max
                 );
+            }
+            if self.plan.rounds > 1 {
+                let spread = match self.test.metric() {
+                    Metric::Latency => m.p50_spread(),
+                    Metric::Throughput => m.mb_s_spread(),
+                };
+                if let Some((lo, hi)) = spread {
+                    s += &format!(" {:>19}", format!("{lo:.2}..{hi:.2}"));
+                }
             }
             if let (true, Some(ratio)) = (layer == "mcapi", ratio) {
                 s += &format!(" {ratio:>6.2}");
@@ -219,33 +249,48 @@ impl Report {
             ("iterations".into(), self.plan.iterations.into()),
             (
                 "window".into(),
-                match self.test {
-                    Test::MsgBw => self.plan.window.into(),
-                    Test::MsgLat => Value::Null,
+                if self.test.windowed() {
+                    self.plan.window.into()
+                } else {
+                    Value::Null
                 },
             ),
+            ("rounds".into(), self.plan.rounds.into()),
         ];
+        let num = |v: Option<f64>, digits| v.map_or(Value::Null, |v| round(v, digits));
+        // [min, max] over the rounds, when there are several.
+        let spread = |v: Option<(f64, f64)>, digits| match v {
+            Some((lo, hi)) if self.plan.rounds > 1 => {
+                Value::from(vec![round(lo, digits), round(hi, digits)])
+            }
+            _ => Value::Null,
+        };
         for (prefix, m) in [("", r.mcapi), ("raw_", r.raw)] {
-            let lat = m.and_then(Measurement::latency);
-            let num = |v: Option<f64>, digits| v.map_or(Value::Null, |v| round(v, digits));
+            let lat = m.and_then(Summary::latency);
             let entries = [
                 (
                     "iterations_done",
-                    m.map_or(Value::Null, |m| m.iterations.into()),
+                    m.map_or(Value::Null, |m| m.iterations().into()),
                 ),
-                ("time_s", num(m.map(|m| m.elapsed.as_secs_f64()), 6)),
+                ("time_s", num(m.map(|m| m.elapsed().as_secs_f64()), 6)),
                 ("lat_us_min", num(lat.map(|l| l.min), 3)),
                 ("lat_us_p50", num(lat.map(|l| l.p50), 3)),
                 ("lat_us_p99", num(lat.map(|l| l.p99), 3)),
                 ("lat_us_p999", num(lat.map(|l| l.p999), 3)),
                 ("lat_us_max", num(lat.map(|l| l.max), 3)),
-                ("mb_s", num(m.map(Measurement::mb_s), 3)),
-                ("mmsg_s", num(m.map(Measurement::mmsg_s), 6)),
+                ("mb_s", num(m.map(Summary::mb_s), 3)),
+                ("mmsg_s", num(m.map(Summary::mmsg_s), 6)),
+                (
+                    "lat_us_p50_spread",
+                    spread(m.and_then(Summary::p50_spread), 3),
+                ),
+                ("mb_s_spread", spread(m.and_then(Summary::mb_s_spread), 3)),
             ];
             fields.extend(entries.map(|(k, v)| (format!("{prefix}{k}"), v)));
         }
         let ratio = r.ratio(self.test).map_or(Value::Null, |v| round(v, 4));
         fields.push(("ratio".into(), ratio));
+        fields.push(("delta_us".into(), num(r.delta_us(), 3)));
         fields.push((
             "libfabric_version".into(),
             self.info.libfabric_version.clone().into(),
@@ -300,7 +345,7 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::RoundTrips;
+    use crate::stats::{Measurement, RoundTrips};
 
     #[test]
     fn dates() {
@@ -337,6 +382,7 @@ mod tests {
             iterations: 1,
             window: 64,
             max_time: Duration::from_secs(2),
+            rounds: 1,
         };
         let info = RunInfo {
             libfabric_version: "1.17".into(),
@@ -345,9 +391,10 @@ mod tests {
             git_sha: "abc",
         };
         let report = Report::new(&plan, "shm", true, info);
+        let m1 = Summary::new(m.clone());
         let line = report.json_line(&SizeResult {
             size: 8,
-            raw: Some(&m),
+            raw: Some(&m1),
             mcapi: None,
             mcapi_not_run: Some("why"),
         });
@@ -362,13 +409,13 @@ mod tests {
         // Both halves: MCAPI unprefixed, the ratio of the p50s, and in the table a row each.
         let mut rt = RoundTrips::new();
         rt.record(Duration::from_micros(6));
-        let mc = Measurement {
+        let mc = Summary::new(Measurement {
             round_trips: Some(rt),
             ..m.clone()
-        };
+        });
         let both = SizeResult {
             size: 8,
-            raw: Some(&m),
+            raw: Some(&m1),
             mcapi: Some(&mc),
             mcapi_not_run: None,
         };
@@ -376,6 +423,9 @@ mod tests {
         assert_eq!(v["lat_us_p50"], 3.0);
         assert_eq!(v["raw_lat_us_p50"], 2.0);
         assert_eq!(v["ratio"], 1.5);
+        assert_eq!(v["delta_us"], 1.0);
+        assert_eq!(v["rounds"], 1);
+        assert!(v["lat_us_p50_spread"].is_null() && v["raw_mb_s_spread"].is_null());
         let mut table = Report::new(&plan, "shm", false, report.info.clone());
         let text = table.table_rows(&both);
         let rows: Vec<&str> = text.lines().skip(2).collect();
@@ -389,7 +439,7 @@ mod tests {
         );
         let text = table.table_rows(&SizeResult {
             size: 1 << 20,
-            raw: Some(&m),
+            raw: Some(&m1),
             mcapi: None,
             mcapi_not_run: Some("too large"),
         });
@@ -397,5 +447,62 @@ mod tests {
             text.contains("mcapi    1048576   not run: too large"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn rounds_add_medians_and_spreads() {
+        let round = |us: u64| {
+            let mut rt = RoundTrips::new();
+            rt.record(Duration::from_micros(us));
+            Measurement {
+                size: 8,
+                iterations: 1,
+                elapsed: Duration::from_micros(us),
+                xfers_per_iter: 2,
+                round_trips: Some(rt),
+            }
+        };
+        let mut raw = Summary::new(round(2));
+        raw.push(round(4));
+        raw.push(round(3));
+        let mut mc = Summary::new(round(8));
+        mc.push(round(6));
+        mc.push(round(7));
+        let plan = Plan {
+            test: Test::MsgLat,
+            warmup: 0,
+            iterations: 1,
+            window: 64,
+            max_time: Duration::from_secs(2),
+            rounds: 3,
+        };
+        let info = RunInfo {
+            libfabric_version: "1.17".into(),
+            host: "h".into(),
+            date: "d".into(),
+            git_sha: "abc",
+        };
+        let mut report = Report::new(&plan, "shm", true, info);
+        let r = SizeResult {
+            size: 8,
+            raw: Some(&raw),
+            mcapi: Some(&mc),
+            mcapi_not_run: None,
+        };
+        let v: Value = serde_json::from_str(&report.json_line(&r)).unwrap();
+        assert_eq!(v["rounds"], 3);
+        assert_eq!(v["raw_lat_us_p50"], 1.5);
+        assert_eq!(v["lat_us_p50"], 3.5);
+        assert_eq!(v["raw_lat_us_p50_spread"], serde_json::json!([1.0, 2.0]));
+        assert_eq!(v["lat_us_p50_spread"], serde_json::json!([3.0, 4.0]));
+        assert_eq!(v["iterations_done"], 3);
+        assert_eq!(v["delta_us"], 2.0);
+        assert!((v["ratio"].as_f64().unwrap() - 3.5 / 1.5).abs() < 1e-3);
+        let text = report.table_rows(&r);
+        assert!(
+            text.lines().nth(1).unwrap().contains("p50 spread"),
+            "{text}"
+        );
+        assert!(text.contains("3.00..4.00"), "{text}");
     }
 }

@@ -14,7 +14,8 @@
 //!    `mcapi-off <why>`); the server looks its endpoint up and answers `mcapi-connected`,
 //!    and the client looks the server's up.
 //! 5. Per size, raw then MCAPI (sizes up to `MCAPI_MAX_MSG_SIZE`), the frame of
-//!    [`crate::pattern`]: `size <transport> <bytes>`/`ready`, `end`/`done`.
+//!    [`crate::pattern`]: `size <transport> <bytes>`/`ready`, `end`/`done`; with `--rounds`,
+//!    that many times, the order of the two alternating (the server just serves each frame).
 //! 6. `quit` -> `bye`.
 //!
 //! Any side that fails sends `error <text>` before it exits, so the other reports the cause.
@@ -25,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::oob::{self, Listener, Oob};
 use crate::pattern::{self, Plan, ACK_LEN};
 use crate::report::{Progress, Report, RunInfo, SizeResult};
+use crate::stats::{Measurement, Summary};
 use crate::transport::mcapi::{self, McapiTransport, Setup, CLIENT_NODE, SERVER_NODE};
 use crate::transport::raw::{self, RawTransport};
 use crate::transport::{Kind, Transport};
@@ -129,32 +131,62 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     let mut report = Report::new(&plan, raw.provider(), opts.json, RunInfo::collect());
     let mut progress = Progress::new();
     for (i, &size) in sizes.iter().enumerate() {
-        progress.show(&format!(
-            "perftest {test} {}: {size} bytes ({}/{} sizes)",
-            raw.provider(),
-            i + 1,
-            sizes.len()
-        ));
-        // Interleaved: each size over raw libfabric, then at once over MCAPI.
-        let m = pattern::client_size(&mut raw, oob, &plan, size)?;
-        let (mc, note) = match &mut mcapi {
-            Some(t) if size <= mcapi::MAX_SIZE => {
-                (Some(pattern::client_size(t, oob, &plan, size)?), None)
-            }
-            Some(_) => (None, Some(too_large.as_str())),
-            None => (None, Some("MCAPI could not start (see above)")),
+        let note = match &mcapi {
+            Some(_) if size <= mcapi::MAX_SIZE => None,
+            Some(_) => Some(too_large.as_str()),
+            None => Some("MCAPI could not start (see above)"),
         };
+        // Interleaved: each size over raw libfabric and at once over MCAPI, round after
+        // round; raw goes first in even rounds, MCAPI in odd ones, so that neither layer
+        // always runs right after the other.
+        let (mut raw_rounds, mut mc_rounds) = (None, None);
+        for round in 0..plan.rounds {
+            let rounds = match plan.rounds {
+                1 => String::new(),
+                n => format!(", round {}/{n}", round + 1),
+            };
+            progress.show(&format!(
+                "perftest {test} {}: {size} bytes ({}/{} sizes{rounds})",
+                raw.provider(),
+                i + 1,
+                sizes.len()
+            ));
+            let order = if round % 2 == 0 {
+                [Kind::Raw, Kind::Mcapi]
+            } else {
+                [Kind::Mcapi, Kind::Raw]
+            };
+            for kind in order {
+                match (kind, &mut mcapi) {
+                    (Kind::Raw, _) => add_round(
+                        &mut raw_rounds,
+                        pattern::client_size(&mut raw, oob, &plan, size)?,
+                    ),
+                    (Kind::Mcapi, Some(t)) if note.is_none() => {
+                        add_round(&mut mc_rounds, pattern::client_size(t, oob, &plan, size)?)
+                    }
+                    (Kind::Mcapi, _) => {}
+                }
+            }
+        }
         progress.clear();
         report.row(&SizeResult {
             size,
-            raw: Some(&m),
-            mcapi: mc.as_ref(),
+            raw: raw_rounds.as_ref(),
+            mcapi: mc_rounds.as_ref(),
             mcapi_not_run: note,
         });
     }
     progress.clear();
     oob.send("quit")?;
     oob.expect("bye", || raw.progress())
+}
+
+fn add_round(rounds: &mut Option<Summary>, m: Measurement) {
+    match rounds {
+        Some(s) => s.push(m),
+        None => *rounds = Some(Summary::new(m)),
+    }
 }
 
 /// Unique per run (client pid and bootstrap port), so that parallel runs never meet.

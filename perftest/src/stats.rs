@@ -2,6 +2,9 @@
 //!
 //! Conventions (fabtests, OSU): latency is half a round trip, in microseconds; MB/s counts
 //! 10^6 bytes; a ping-pong iteration is two transfers, a streaming iteration one.
+//!
+//! With `--rounds`, a size runs several times over each layer; a [`Summary`] reports the
+//! medians of the rounds' headline numbers and their spread.
 
 use hdrhistogram::Histogram;
 use std::time::Duration;
@@ -113,9 +116,158 @@ impl Measurement {
     }
 }
 
+/// The rounds of one size over one layer, and what is reported from them: p50 latency, MB/s
+/// and messages per second are the medians over the rounds (the spread is the min..max of the
+/// rounds' values); min, p99, p99.9 and max latency come from all rounds' round trips
+/// together; iterations and time are totals. One round reports exactly its measurement.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    rounds: Vec<Measurement>,
+    /// All rounds as one measurement.
+    total: Measurement,
+}
+
+impl Summary {
+    pub fn new(first: Measurement) -> Summary {
+        Summary {
+            total: first.clone(),
+            rounds: vec![first],
+        }
+    }
+
+    pub fn push(&mut self, m: Measurement) {
+        let t = &mut self.total;
+        t.iterations += m.iterations;
+        t.elapsed += m.elapsed;
+        if let (Some(all), Some(rt)) = (&mut t.round_trips, &m.round_trips) {
+            // Same bounds on both sides: adding cannot fail.
+            let _ = all.hist.add(&rt.hist);
+            all.min_ns = all.min_ns.min(rt.min_ns);
+            all.max_ns = all.max_ns.max(rt.max_ns);
+        }
+        self.rounds.push(m);
+    }
+
+    /// Timed iterations of all rounds.
+    pub fn iterations(&self) -> u64 {
+        self.total.iterations
+    }
+
+    /// Timed wall time of all rounds.
+    pub fn elapsed(&self) -> Duration {
+        self.total.elapsed
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total.total_bytes()
+    }
+
+    /// Mean microseconds per transfer over all rounds.
+    pub fn usec_per_xfer(&self) -> f64 {
+        self.total.usec_per_xfer()
+    }
+
+    /// Median MB/s of the rounds.
+    pub fn mb_s(&self) -> f64 {
+        median(self.rounds.iter().map(Measurement::mb_s))
+    }
+
+    /// Median million messages per second of the rounds.
+    pub fn mmsg_s(&self) -> f64 {
+        median(self.rounds.iter().map(Measurement::mmsg_s))
+    }
+
+    /// Percentiles of all round trips, except p50: the median of the rounds' p50s.
+    pub fn latency(&self) -> Option<Latency> {
+        let mut l = self.total.latency()?;
+        if self.rounds.len() > 1 {
+            l.p50 = median(self.round_p50s());
+        }
+        Some(l)
+    }
+
+    /// The lowest and highest of the rounds' p50 latencies.
+    pub fn p50_spread(&self) -> Option<(f64, f64)> {
+        self.total.latency()?;
+        spread(self.round_p50s())
+    }
+
+    /// The lowest and highest of the rounds' MB/s.
+    pub fn mb_s_spread(&self) -> Option<(f64, f64)> {
+        spread(self.rounds.iter().map(Measurement::mb_s))
+    }
+
+    fn round_p50s(&self) -> impl Iterator<Item = f64> + '_ {
+        self.rounds
+            .iter()
+            .filter_map(|m| m.latency().map(|l| l.p50))
+    }
+}
+
+/// The median (the mean of the two middle values for an even count); 0 for none.
+pub fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn spread(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    values.fold(None, |acc, v| match acc {
+        None => Some((v, v)),
+        Some((lo, hi)) => Some((f64::min(lo, v), f64::max(hi, v))),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ping_pong(rtt_us: &[u64]) -> Measurement {
+        let mut rt = RoundTrips::new();
+        for &us in rtt_us {
+            rt.record(Duration::from_micros(us));
+        }
+        Measurement {
+            size: 8,
+            iterations: rtt_us.len() as u64,
+            elapsed: Duration::from_micros(rtt_us.iter().sum()),
+            xfers_per_iter: 2,
+            round_trips: Some(rt),
+        }
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), 2.0);
+        assert_eq!(median([4.0, 1.0, 2.0, 3.0].into_iter()), 2.5);
+        assert_eq!(median(std::iter::empty()), 0.0);
+    }
+
+    #[test]
+    fn rounds_report_median_p50_spread_and_totals() {
+        let mut s = Summary::new(ping_pong(&[2, 2, 2]));
+        assert_eq!(s.latency(), ping_pong(&[2, 2, 2]).latency());
+        assert_eq!(s.p50_spread(), Some((1.0, 1.0)));
+        s.push(ping_pong(&[10, 10, 10]));
+        s.push(ping_pong(&[4, 4, 400]));
+        assert_eq!(s.rounds.len(), 3);
+        assert_eq!(s.iterations(), 9);
+        let l = s.latency().unwrap();
+        // The median round's p50 (2 us, within the histogram's 3 digits).
+        assert!((l.p50 - 2.0).abs() < 0.01, "{l:?}");
+        assert_eq!((l.min, l.max), (1.0, 200.0));
+        let (lo, hi) = s.p50_spread().unwrap();
+        assert!(
+            (lo - 1.0).abs() < 0.01 && (hi - 5.0).abs() < 0.01,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = s.mb_s_spread().unwrap();
+        assert!(lo <= s.mb_s() && s.mb_s() <= hi);
+    }
 
     #[test]
     fn derived_numbers() {

@@ -1,0 +1,192 @@
+//! One point of the matrix: a benchmark over a provider, run as `perftest <test> --local
+//! --json` in a child process (its own process group), bounded in time, its JSON lines
+//! collected and its stderr kept in a log file.
+
+use super::Job;
+use crate::cli::Test;
+use crate::error::{Context, Result, EXIT_NOT_RUN};
+use crate::report::Progress;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Every size reported.
+    Done,
+    /// The provider lacks what the test needs (exit code 61): the reason.
+    NotRun(String),
+    /// Failed, stalled or timed out: the reason (results so far are kept).
+    Failed(String),
+}
+
+/// What one run produced.
+pub struct RunResult {
+    pub outcome: Outcome,
+    /// One JSON object per size that reported.
+    pub lines: Vec<Value>,
+}
+
+/// Time allowed for the run's setup and for its slowest size beyond the measured time.
+const SLACK: Duration = Duration::from_secs(15);
+
+/// Runs `job` with `args` (the benchmark's command line without the executable); stderr
+/// goes to `log`. `progress` is refreshed while the run goes on, under `label`.
+pub fn run(
+    job: &Job,
+    args: &[String],
+    log: &Path,
+    progress: &mut Progress,
+    label: &str,
+) -> Result<RunResult> {
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let mut log_file = File::create(log).context(format!("creating {}", log.display()))?;
+    writeln!(log_file, "$ perftest {}", args.join(" "))?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file.try_clone()?)
+        // Its own process group: a run that overstays is stopped with both its children.
+        .process_group(0)
+        .spawn()
+        .context("starting a benchmark run")?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    // Each size must report within its share of time (all rounds of both layers), plus slack.
+    let per_size = job.max_time.mul_f64(2.0 * f64::from(job.rounds)) + SLACK;
+    let start = Instant::now();
+    let mut last_line = start;
+    let mut lines = Vec::new();
+    let mut bad = None;
+    let status = loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => {
+                last_line = Instant::now();
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) => lines.push(v),
+                    Err(e) => bad = Some(format!("not JSON ({e}): {line}")),
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            // stdout closed: the run is ending.
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break child.wait()?;
+            }
+        }
+        if let Some(status) = child.try_wait()? {
+            // Whatever is still in the pipe.
+            while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    lines.push(v);
+                }
+            }
+            break status;
+        }
+        if last_line.elapsed() > per_size {
+            stop_group(child.id());
+            let _ = child.wait();
+            let why = format!(
+                "stopped: no result for {}s (size {} of {})",
+                per_size.as_secs(),
+                lines.len() + 1,
+                job.sizes.len()
+            );
+            let _ = writeln!(log_file, "perftest compare: {why}");
+            return Ok(RunResult {
+                outcome: Outcome::Failed(why),
+                lines,
+            });
+        }
+        progress.show(&format!(
+            "{label}: {}/{} sizes, {}s",
+            lines.len(),
+            job.sizes.len(),
+            start.elapsed().as_secs()
+        ));
+    };
+    let outcome = match status.code() {
+        Some(0) => match bad {
+            Some(why) => Outcome::Failed(why),
+            None => Outcome::Done,
+        },
+        Some(EXIT_NOT_RUN) => Outcome::NotRun(last_error_line(log).unwrap_or_default()),
+        _ => {
+            Outcome::Failed(last_error_line(log).unwrap_or_else(|| format!("exited with {status}")))
+        }
+    };
+    Ok(RunResult { outcome, lines })
+}
+
+/// The most telling line of a run's stderr: its last error, else its last line.
+fn last_error_line(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let lines: Vec<&str> = text
+        .lines()
+        .skip(1) // the command line
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.ends_with(": not run"))
+        .collect();
+    let pick = lines
+        .iter()
+        .rev()
+        .find(|l| l.contains("error") || l.contains("not available"))
+        .or(lines.last())?;
+    // "perftest msg-lat (client): error: why" -> "why".
+    let why = pick.rsplit_once("error: ").map_or(*pick, |(_, why)| why);
+    let why = why.strip_prefix("perftest ").unwrap_or(why);
+    Some(match why.split_once(": ") {
+        Some((test, rest)) if Test::from_name(test).is_some() => rest.to_owned(),
+        _ => why.to_owned(),
+    })
+}
+
+/// Kills the process group `pgid` (a run and the two processes of its `--local`) and gives
+/// back the shared memory its members leave behind.
+fn stop_group(pgid: u32) {
+    let members = group_members(pgid);
+    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+    // Killed processes are gone once reaped; their shm regions are theirs alone.
+    std::thread::sleep(Duration::from_millis(200));
+    for pid in members {
+        mcapi_ofi::cleanup::remove_shm_regions(pid);
+    }
+}
+
+/// Processes whose process group is `pgid` (from /proc).
+fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // pid (comm) state ppid pgrp ...; comm may contain spaces.
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
