@@ -333,3 +333,132 @@ fn unreachable_server_is_explained() {
         "{stderr}"
     );
 }
+
+/// `--rounds`: raw and MCAPI alternate; p50 is the median of the rounds, with its spread.
+#[test]
+fn rounds_report_medians_and_spread() {
+    let lines = json_run(&[
+        "msg-lat",
+        "--local",
+        "-S",
+        "8",
+        "-I",
+        "100",
+        "-w",
+        "5",
+        "--rounds",
+        "3",
+        "--json",
+        "--oob-port",
+        "47618",
+    ]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let v = &lines[0];
+    check_line(v, "msg-lat", "shm", 8, true, true);
+    assert_eq!(v["rounds"], 3);
+    for prefix in ["", "raw_"] {
+        assert_eq!(v[format!("{prefix}iterations_done")], 300, "{v}");
+        let spread = v[format!("{prefix}lat_us_p50_spread")]
+            .as_array()
+            .unwrap_or_else(|| panic!("{prefix}lat_us_p50_spread in {v}"));
+        let (lo, hi) = (spread[0].as_f64().unwrap(), spread[1].as_f64().unwrap());
+        let p50 = positive(v, &format!("{prefix}lat_us_p50"));
+        assert!(0.0 < lo && lo <= p50 && p50 <= hi, "{prefix}: {v}");
+        assert!(v[format!("{prefix}mb_s_spread")].is_array(), "{v}");
+    }
+    let delta = v["delta_us"].as_f64().expect("delta_us");
+    let (p50, raw_p50) = (positive(v, "lat_us_p50"), positive(v, "raw_lat_us_p50"));
+    assert!((delta - (p50 - raw_p50)).abs() < 0.01, "{v}");
+}
+
+/// `compare` over shm, tcp and an absent provider, with tiny bounds: the table, the JSON
+/// lines, the plots and the logs are written; the absent provider is "not run".
+#[test]
+fn compare_writes_table_results_and_plots() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compare-smoke");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = perftest(&[
+        "compare",
+        "-p",
+        "shm,tcp,nosuch",
+        "-S",
+        "8,1k",
+        "-I",
+        "300",
+        "-w",
+        "5",
+        "--max-time",
+        "0.02",
+        "--lat-rounds",
+        "2",
+        "--oob-port",
+        "47630",
+        "-o",
+        dir.to_str().expect("UTF-8 path"),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}\n{stderr}"))
+    };
+    let summary = read("summary.md");
+    assert_eq!(stdout, summary, "stdout is the summary");
+    for want in [
+        "## msg-lat",
+        "## msg-bw",
+        "| shm | 8 |",
+        "| tcp;ofi_rxm | 1024 |",
+    ] {
+        assert!(summary.contains(want), "{want} missing from\n{summary}");
+    }
+    assert!(
+        summary.contains("| msg-lat | nosuch | 0 | not run: "),
+        "{summary}"
+    );
+    let lines: Vec<Value> = read("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(lines.len(), 8, "{lines:?}");
+    for v in &lines {
+        let test = v["test"].as_str().expect("test");
+        let provider = v["provider"].as_str().expect("provider");
+        let size = v["size"].as_u64().expect("size");
+        check_line(v, test, provider, size, test == "msg-lat", true);
+        let rounds = if test == "msg-lat" { 2 } else { 1 };
+        assert_eq!(v["rounds"], rounds, "{v}");
+    }
+    for svg in [
+        "msg-lat.svg",
+        "msg-bw.svg",
+        "msg-lat-shm.svg",
+        "msg-lat-tcp-ofi_rxm.svg",
+        "msg-bw-shm.svg",
+        "msg-bw-tcp-ofi_rxm.svg",
+    ] {
+        let body = read(svg);
+        assert!(body.starts_with("<svg") && body.contains("MCAPI"), "{svg}");
+        assert!(summary.contains(&format!("]({svg})")), "{svg} not linked");
+    }
+    assert!(read("logs/msg-lat-nosuch.log").contains("not available"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn compare_with_no_provider_here_is_not_run() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compare-none");
+    let out = perftest(&[
+        "compare",
+        "-p",
+        "nosuch",
+        "-t",
+        "msg-lat",
+        "-o",
+        dir.to_str().expect("UTF-8 path"),
+    ]);
+    assert_eq!(out.status.code(), Some(61), "{}", text(&out.stderr));
+    let summary = std::fs::read_to_string(dir.join("summary.md")).expect("summary.md");
+    assert!(summary.contains("not run"), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,7 @@
 use super::{slug, Run};
 use crate::cli::{Metric, Test};
 use crate::error::{Error, Result};
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -167,8 +168,14 @@ fn chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Result<bo
             chart.draw_series(LineSeries::new(s.points.clone(), style))
         }
         .map_err(plot_error)?;
-        anno.label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        anno.label(s.name.clone());
+        if s.dashed {
+            anno.legend(move |(x, y)| {
+                DashedPathElement::new(vec![(x, y), (x + 24, y)], 6, 3, style)
+            });
+        } else {
+            anno.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        }
         chart
             .draw_series(
                 s.points
