@@ -28,7 +28,9 @@ const ALL_SIZES_MAX: usize = 4 << 20;
                   or both at once on this machine with --local:\n\n  \
                   perftest msg-lat --local -p tcp -S 8,4k\n  \
                   perftest msg-bw -p tcp            # on host A (server)\n  \
-                  perftest msg-bw -p tcp hostA      # on host B (client; prints the results)",
+                  perftest msg-bw -p tcp hostA      # on host B (client; prints the results)\n\n\
+                  perftest compare runs every benchmark over every provider offered here and \
+                  writes a markdown table and SVG plots (perftest compare --help).",
     after_help = "Exit status: 0 done; 61 not run (the provider is not available here, as in \
                   fabtests); 2 bad command line; 1 any other failure."
 )]

@@ -22,17 +22,25 @@
 //! perftest msg-bw --local -p tcp -S 64,1k:64k -W 32 --json
 //! perftest msg-lat -p tcp -S all                 # on the server host
 //! perftest msg-lat -p tcp -S all server-host     # on the client host
+//! perftest msg-lat --local -S 8 --rounds 9       # 9 rounds, raw and MCAPI alternating
+//! perftest compare                               # every benchmark over every provider
 //! ```
+//!
+//! `--rounds N` runs each size N times over each layer, alternating, and reports medians and
+//! their spread ([`stats::Summary`]). `compare` ([`compare`]) runs the benchmarks as `--local`
+//! child processes over every provider, each point bounded in time, and writes a markdown
+//! table, the JSON lines and SVG plots into a directory.
 //!
 //! # Exit codes
 //! 0 success; 61 (`ENODATA`, as fabtests) when the provider is not available here ("not
-//! run"); 2 for a bad command line; 1 for any other failure.
+//! run"; for `compare`: when nothing could run); 2 for a bad command line; 1 for any other
+//! failure.
 //!
 //! # Modules
 //! [`cli`] command line; [`session`] bootstrap and the run of all sizes; [`pattern`] the
 //! ping-pong and windowed-streaming protocols; [`transport`] the layers under test; [`oob`]
 //! the out-of-band TCP channel; [`stats`] and [`report`] numbers and output; [`local`] the
-//! two-process `--local` mode; [`affinity`] `--cpu`.
+//! two-process `--local` mode; [`affinity`] `--cpu`; [`compare`] the provider comparison.
 
 mod affinity;
 mod cli;

@@ -9,8 +9,7 @@
 //!   number against the message size, MCAPI solid, raw libfabric dashed;
 //! - `logs/<test>-<provider>.log`: each run's command line and stderr.
 //!
-//! Each point of the matrix is a `perftest <test> --local --json` child process (its own
-//! process group), so a provider that crashes or stalls costs its own run and nothing else:
+//! Each point of the matrix is a `perftest <test> --local --json` child process, so a provider that crashes or stalls costs its own run and nothing else:
 //! every point is bounded by `--max-time` per size, layer and round, and a run that reports
 //! no size for that long (plus some slack) is stopped and reported as failed.
 //!

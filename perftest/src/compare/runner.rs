@@ -1,17 +1,16 @@
 //! One point of the matrix: a benchmark over a provider, run as `perftest <test> --local
-//! --json` in a child process (its own process group), bounded in time, its JSON lines
+//! --json` in a child process, bounded in time, its JSON lines
 //! collected and its stderr kept in a log file.
 
 use super::Job;
 use crate::cli::Test;
 use crate::error::{Context, Result, EXIT_NOT_RUN};
 use crate::report::Progress;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -55,8 +54,6 @@ pub fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file.try_clone()?)
-        // Its own process group: a run that overstays is stopped with both its children.
-        .process_group(0)
         .spawn()
         .context("starting a benchmark run")?;
     let stdout = child.stdout.take().expect("piped stdout");
@@ -102,7 +99,7 @@ pub fn run(
             break status;
         }
         if last_line.elapsed() > per_size {
-            stop_group(child.id());
+            stop_tree(child.id());
             let _ = child.wait();
             let why = format!(
                 "stopped: no result for {}s (size {} of {})",
@@ -159,34 +156,65 @@ fn last_error_line(log: &Path) -> Option<String> {
     })
 }
 
-/// Kills the process group `pgid` (a run and the two processes of its `--local`) and gives
-/// back the shared memory its members leave behind.
-fn stop_group(pgid: u32) {
-    let members = group_members(pgid);
-    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
-    // Killed processes are gone once reaped; their shm regions are theirs alone.
+/// Kills a run and the two processes of its `--local` (found through /proc by parent pid;
+/// they stay in our process group so that a Ctrl-C at the terminal reaches them), and gives
+/// back the shared memory they leave behind.
+fn stop_tree(root: u32) {
+    let tree = descendants(root);
+    for &pid in tree.iter().rev() {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    // The killed processes are gone (the run itself once reaped by the caller): their shm
+    // regions are theirs alone.
     std::thread::sleep(Duration::from_millis(200));
-    for pid in members {
+    for pid in tree {
         mcapi_ofi::cleanup::remove_shm_regions(pid);
     }
 }
 
-/// Processes whose process group is `pgid` (from /proc).
-fn group_members(pgid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    // pid (comm) state ppid pgrp ...; comm may contain spaces.
-                    let rest = &stat[stat.rfind(')')? + 1..];
-                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(pgid)
+/// `root` and every process below it, parents before children.
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // pid (comm) state ppid ...; comm may contain spaces and parentheses.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let ppid = rest.split_whitespace().nth(1)?.parse::<u32>().ok()?;
+            Some((pid, ppid))
         })
-        .collect()
+        .collect();
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|&&(_, ppid)| ppid == parent)
+                .map(|&(pid, _)| pid),
+        );
+        i += 1;
+    }
+    tree
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_child_below_this_process() {
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let tree = descendants(std::process::id());
+        assert_eq!(tree[0], std::process::id());
+        assert!(tree.contains(&child.id()), "{tree:?}");
+        stop_tree(child.id());
+        assert!(!child.wait().expect("reaped").success());
+    }
 }
