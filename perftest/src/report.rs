@@ -314,6 +314,8 @@ pub struct Progress {
     enabled: bool,
     start: Instant,
     shown: bool,
+    /// What the terminal shows now (not written again).
+    last: String,
 }
 
 impl Progress {
@@ -324,13 +326,16 @@ impl Progress {
             enabled: std::io::stderr().is_terminal(),
             start: Instant::now(),
             shown: false,
+            last: String::new(),
         }
     }
 
     pub fn show(&mut self, msg: &str) {
-        if self.enabled && self.start.elapsed() >= Self::AFTER {
+        if self.enabled && self.start.elapsed() >= Self::AFTER && !(self.shown && self.last == msg)
+        {
             eprint!("\r\x1b[K{msg}");
             self.shown = true;
+            msg.clone_into(&mut self.last);
         }
     }
 

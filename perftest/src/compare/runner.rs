@@ -48,7 +48,8 @@ pub fn run(
 ) -> Result<RunResult> {
     let exe = std::env::current_exe().context("locating this executable")?;
     let mut log_file = File::create(log).context(format!("creating {}", log.display()))?;
-    writeln!(log_file, "$ perftest {}", args.join(" "))?;
+    let shown: Vec<String> = args.iter().map(|a| shell_word(a)).collect();
+    writeln!(log_file, "$ perftest {}", shown.join(" "))?;
     let mut child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
@@ -133,6 +134,16 @@ pub fn run(
     Ok(RunResult { outcome, lines })
 }
 
+/// `a` as a shell would need it (`'tcp;ofi_rxm'`), to copy a run's command from its log.
+fn shell_word(a: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=".contains(c);
+    if !a.is_empty() && a.chars().all(plain) {
+        a.to_owned()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
 /// The most telling line of a run's stderr: its last error, else its last line.
 fn last_error_line(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
@@ -207,6 +218,13 @@ fn descendants(root: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shell_words() {
+        assert_eq!(shell_word("msg-lat"), "msg-lat");
+        assert_eq!(shell_word("tcp;ofi_rxm"), "'tcp;ofi_rxm'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+    }
 
     #[test]
     fn finds_a_child_below_this_process() {
