@@ -35,7 +35,7 @@
 //! refused input changes nothing.
 
 use super::status::Status;
-use std::collections::hash_map::DefaultHasher;
+use rustc_hash::FxHasher;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::mem::take;
@@ -98,7 +98,7 @@ pub struct CreditPool {
     capacity: u32,
     free: u32,   // neither granted nor earmarked
     queued: u32, // arrived and not consumed, all senders
-    index: HashMap<SenderId, u32, BuildHasherDefault<DefaultHasher>>,
+    index: HashMap<SenderId, u32, BuildHasherDefault<FxHasher>>,
     senders: Vec<Sender>,
     free_slots: Vec<u32>,
     waiters: VecDeque<u32>,
@@ -450,6 +450,14 @@ impl CreditWindow {
         self.available = self.available.saturating_add(n);
         self.received = self.received.wrapping_add(n);
         self.requested &= n == 0;
+    }
+
+    /// Whether any credit was ever granted (since [`new`](Self::new) or
+    /// [`reset`](Self::reset)). A dry window that had credits before gets more
+    /// without asking as its messages are consumed (batches), so the driver
+    /// may wait a while before it asks; one that never had any must ask.
+    pub fn granted_before(&self) -> bool {
+        self.received != 0
     }
 
     /// Out of credits and no request outstanding: send one request.

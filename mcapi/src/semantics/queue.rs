@@ -10,7 +10,7 @@
 //! Both allocate only at construction.
 
 use super::status::Status;
-use std::collections::hash_map::DefaultHasher;
+use rustc_hash::FxHasher;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash};
 
@@ -243,12 +243,12 @@ struct Stream {
 /// number of messages a sender may have in flight per key (its credits).
 ///
 /// Memory: `max_keys * window` item slots, preallocated, plus a key map sized
-/// for `max_keys` that never grows. The map uses a fixed-key hasher, so the
-/// structure is deterministic (no random seed).
+/// for `max_keys` that never grows. The map uses Fx hashing (fast on the small
+/// integer keys it gets, once per message, and deterministic: no random seed).
 #[derive(Debug)]
 pub struct SeqReorder<K, T> {
     window: u32,
-    index: HashMap<K, u32, BuildHasherDefault<DefaultHasher>>,
+    index: HashMap<K, u32, BuildHasherDefault<FxHasher>>,
     streams: Vec<Stream>,
     free_streams: Vec<u32>,
     buf: Vec<Option<T>>,
@@ -314,6 +314,21 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
     /// [`Rejected`] with the item: a duplicate, a number beyond the window, or
     /// a new key when `max_keys` are already tracked.
     pub fn accept(&mut self, key: K, seq: u32, item: T) -> Result<Ready<'_, T>, Rejected<T>> {
+        self.accept_relative(key, |_| seq, item)
+    }
+
+    /// As [`accept`](Self::accept), with the sequence number computed by
+    /// `seq_of` from the one `key` expects next (0 for a new key): for wire
+    /// formats that carry only the low bits. One key lookup.
+    ///
+    /// # Errors
+    /// As [`accept`](Self::accept).
+    pub fn accept_relative(
+        &mut self,
+        key: K,
+        seq_of: impl FnOnce(u32) -> u32,
+        item: T,
+    ) -> Result<Ready<'_, T>, Rejected<T>> {
         let si = match self.index.get(&key) {
             Some(&s) => s as usize,
             None => {
@@ -326,6 +341,7 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
             }
         };
         let stream = &mut self.streams[si];
+        let seq = seq_of(stream.next);
         let ahead = seq.wrapping_sub(stream.next);
         if ahead >= HALF {
             return Err(Rejected::Duplicate(item));
