@@ -1,6 +1,7 @@
 //! The driver: what moves between the semantic core and the fabric (posting, progress,
 //! credits, peers).
 
+use super::messages::Deadline;
 use super::*;
 
 /// The full sequence number of a 16-bit wire sequence, given the next one expected: the
@@ -55,14 +56,25 @@ impl NodeInner {
         self.post_receive(buf, tag, ignore, Context::RecvSlot { port, slot })
     }
 
+    /// Posts control receive slot `slot`. Control messages travel untagged (their tag as
+    /// an 8-byte payload, their numbers as remote CQ data), so their receives wait in the
+    /// provider's untagged queue and every tagged message matches its endpoint's slot
+    /// without walking past them (shm and rxm match by walking the posted list).
     pub(super) fn post_control_slot(&self, slot: u32) -> Result<()> {
         let buf = self
             .fab
             .control_pool
             .slice(slot as usize * 8, 8)
             .map_err(ofi_status)?;
-        let (tag, ignore) = Tag::match_control();
-        self.post_receive(buf, tag, ignore, Context::ControlSlot(slot))
+        let ctx = Context::ControlSlot(slot).encode();
+        for _ in 0..100 {
+            match self.fab.ep.recv(buf, FiAddr::UNSPEC, ctx) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => std::thread::yield_now(),
+                Err(e) => return Err(ofi_status(e)),
+            }
+        }
+        Err(Status::MCAPI_ERR_MEM_LIMIT)
     }
 
     /// Posts one receive. A full receive queue (-FI_EAGAIN: shm takes 1024 posted receives,
@@ -290,27 +302,36 @@ impl NodeInner {
         port: u32,
         buf: &mut [u8],
     ) -> Result<Option<usize>> {
-        let ep = st
-            .endpoints
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            ..
+        } = st;
+        let ep = endpoints
             .get_mut(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
         let Some(head) = ep.queue.peek().copied() else {
             return Ok(None);
         };
-        if head.len > buf.len() {
+        let len = head.len as usize;
+        if len > buf.len() {
             return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
         }
         ep.queue.pop();
         ep.pool
-            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..head.len]);
+            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len]);
         self.post_recv_slot(ep, port, head.slot)?;
         let _ = ep.credits.consumed(SenderId(u32::from(head.peer)));
-        self.collect_credit_controls(st, port);
-        self.flush_outbox(st);
-        Ok(Some(head.len))
+        while let Some(ctl) = ep.credits.poll() {
+            queue_control(peers, outbox, port, ctl);
+        }
+        if !st.outbox.is_empty() {
+            self.flush_outbox(st);
+        }
+        Ok(Some(len))
     }
 
-    /// Sends a message payload: inject when it fits, else from a send slot.
     /// Sends a message payload: inject when it fits, else from a send slot. While the
     /// provider refuses (-FI_EAGAIN) it progresses, and now and then checks the deadline and
     /// the peer's liveness: tcp;ofi_rxm and shm refuse forever when the peer has died.
@@ -320,14 +341,14 @@ impl NodeInner {
         peer: u16,
         tag: Tag,
         data: &[u8],
-        deadline: Option<Instant>,
+        deadline: &mut Deadline,
     ) -> Result<()> {
         let dest = st.peers[peer as usize].addr;
         let mut refused = 0u32;
         let mut stalled = |st: &mut State| -> Result<()> {
             refused += 1;
             if refused.is_multiple_of(1024) {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                if deadline.get().is_some_and(|d| Instant::now() >= d) {
                     return Err(Status::MCAPI_TIMEOUT);
                 }
                 let closed = st.peers[peer as usize]
@@ -389,23 +410,27 @@ impl NodeInner {
     /// Reads the CQ and dispatches what completed; sends queued control messages.
     /// Progress on behalf of an application call (the background thread then keeps away).
     pub(super) fn progress(&self, st: &mut State) {
-        self.app_progress.fetch_add(1, Ordering::Relaxed);
+        // Application threads count under the state lock (held: `st`), so a plain store
+        // will do; the background thread only looks for a change.
+        let n = self.app_progress.load(Ordering::Relaxed);
+        self.app_progress
+            .store(n.wrapping_add(1), Ordering::Relaxed);
         self.progress_counting(st);
     }
 
     /// As `progress`, returning how many completions were handled.
     pub(super) fn progress_counting(&self, st: &mut State) -> usize {
-        let mut buf = [Completion::default(); 16];
         let mut handled = 0;
         loop {
-            match self.fab.cq.read(&mut buf) {
+            match self.fab.cq.read(&mut st.cq_buf) {
                 Ok(0) => break,
                 Ok(n) => {
                     handled += n;
-                    for c in &buf[..n] {
-                        self.dispatch(st, c);
+                    for i in 0..n {
+                        let c = st.cq_buf[i];
+                        self.dispatch(st, &c);
                     }
-                    if n < buf.len() {
+                    if n < CQ_BATCH {
                         break;
                     }
                 }
@@ -424,7 +449,9 @@ impl NodeInner {
         if !st.departed.is_empty() {
             self.reclaim_departed(st);
         }
-        self.flush_outbox(st);
+        if !st.outbox.is_empty() {
+            self.flush_outbox(st);
+        }
         handled
     }
 
@@ -433,7 +460,9 @@ impl NodeInner {
             Some(Context::SendSlot(s)) => st.send_free.push(s),
             Some(Context::RecvSlot { port, slot }) => self.message_arrived(st, port, slot, c),
             Some(Context::ControlSlot(slot)) => {
-                if let Some(tag) = Tag::decode(c.tag()) {
+                let mut tag = [0u8; 8];
+                self.fab.control_pool.read(slot as usize * 8, &mut tag);
+                if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)) {
                     self.control_arrived(st, tag, c.data());
                 }
                 let _ = self.post_control_slot(slot);
@@ -451,7 +480,7 @@ impl NodeInner {
         };
         let arrived = Arrived {
             slot,
-            len: c.len(),
+            len: c.len() as u32,
             peer: tag.peer,
             priority: tag.priority,
         };
@@ -462,8 +491,8 @@ impl NodeInner {
         }
         let LocalEndpoint { reorder, queue, .. } = ep;
         // Completion order is not delivery order on most providers: release in sequence.
-        let seq = widen(reorder.expected(&tag.peer).unwrap_or(0), tag.seq);
-        if let Ok(ready) = reorder.accept(tag.peer, seq, arrived) {
+        let wire = tag.seq;
+        if let Ok(ready) = reorder.accept_relative(tag.peer, |next| widen(next, wire), arrived) {
             for a in ready {
                 // Credits bound the queue to its slots, so it has room.
                 let _ = queue.push(a.priority as usize, a);
@@ -576,7 +605,7 @@ impl NodeInner {
             match self
                 .fab
                 .ep
-                .inject_tagged_data(&[], data, p.addr, tag.encode())
+                .inject_data(&tag.encode().to_le_bytes(), data, p.addr)
             {
                 Ok(()) => {
                     st.outbox.pop_front();

@@ -2,6 +2,27 @@
 
 use super::*;
 
+/// A blocking call's deadline, computed from its timeout only when first needed: a call that
+/// completes at once reads no clock.
+pub(super) struct Deadline {
+    timeout: Option<Duration>,
+    at: Option<Option<Instant>>,
+}
+
+impl Deadline {
+    pub(super) fn new(timeout: Option<Duration>) -> Deadline {
+        Deadline { timeout, at: None }
+    }
+
+    /// The instant the call times out (`None`: never).
+    pub(super) fn get(&mut self) -> Option<Instant> {
+        let timeout = self.timeout;
+        *self
+            .at
+            .get_or_insert_with(|| timeout.map(|t| Instant::now() + t))
+    }
+}
+
 impl Node {
     /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
     /// blocking while the receiver's buffers are full (up to `from`'s timeout).
@@ -16,7 +37,8 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<()> {
-        // The fast path (a known destination with a credit in hand) takes the state lock once.
+        // The fast path (a known destination with a credit in hand) takes the state lock
+        // once, reads no clock and makes no call but the provider's send.
         let mut st = self.inner.live_state()?;
         let timeout = self.local_endpoint(&st, from)?.timeout;
         if priority >= NUM_PRIORITIES {
@@ -25,12 +47,51 @@ impl Node {
         if data.len() > MAX_MSG_SIZE {
             return Err(Status::MCAPI_ERR_MSG_SIZE);
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // Fast path: a known destination, a credit in hand, nothing queued before us.
+        if let Some(&peer) = st.peer_of.get(&(to.domain(), to.node())) {
+            let State {
+                peers,
+                remotes,
+                pending_sends,
+                ..
+            } = &mut *st;
+            let p = &peers[peer as usize];
+            if let (true, true, Some(remote)) = (
+                p.alive,
+                pending_sends.is_empty(),
+                remotes.get_mut(&(peer, to.port())),
+            ) {
+                if remote.take_credit() {
+                    let seq = remote.next_seq;
+                    let tag = Tag {
+                        kind: Kind::Message,
+                        priority: priority as u8,
+                        port: to.port(),
+                        peer: p.index_at_peer,
+                        seq,
+                    };
+                    if data.len() <= self.inner.fab.inject_size
+                        && self
+                            .inner
+                            .fab
+                            .ep
+                            .inject_tagged(data, p.addr, tag.encode())
+                            .is_ok()
+                    {
+                        remote.next_seq = seq.wrapping_add(1);
+                        return Ok(());
+                    }
+                    // Not sent here: keep the credit for the general path below.
+                    remote.spare += 1;
+                }
+            }
+        }
+        let mut deadline = Deadline::new(timeout);
         let peer = match st.known_remote(to) {
             Some(peer) => peer,
             None => {
                 drop(st);
-                let peer = self.remote_peer(to, deadline)?;
+                let peer = self.remote_peer(to, deadline.get())?;
                 st = self.inner.live_state()?;
                 peer
             }
@@ -44,6 +105,7 @@ impl Node {
             return self.wait(h, None, timeout).map(|_| ());
         }
         let mut backoff = Backoff::new();
+        let mut progressed = false;
         loop {
             if !st.peers[peer as usize].alive {
                 return Err(Status::MCAPI_ERR_TRANSMISSION);
@@ -62,7 +124,9 @@ impl Node {
                     peer: st.peers[peer as usize].index_at_peer,
                     seq,
                 };
-                let sent = self.inner.send_payload(&mut st, peer, tag, data, deadline);
+                let sent = self
+                    .inner
+                    .send_payload(&mut st, peer, tag, data, &mut deadline);
                 if sent.is_err() {
                     // Not sent: the credit and the sequence number stay unused.
                     if let Some(remote) = st.remotes.get_mut(&key) {
@@ -72,9 +136,19 @@ impl Node {
                 }
                 return sent;
             }
-            if remote.window.needs_request() {
-                // Out of credits: ask the receiver's control plane, which answers even while
-                // its application is busy elsewhere. Later grants come over the fabric.
+            if !progressed {
+                // Dry: grants may be waiting in the CQ already (the receiver sends them as
+                // it consumes, unasked). Read it before asking.
+                progressed = true;
+                self.inner.progress(&mut st);
+                continue;
+            }
+            // A window that had credits gets more as the receiver consumes; ask only if that
+            // does not happen while we spin (or if it never had any).
+            if remote.window.needs_request() && (!remote.window.granted_before() || backoff.spun())
+            {
+                // Ask the receiver's control plane, which answers even while its application
+                // is busy elsewhere. Later grants come over the fabric.
                 let seen = remote.window.request_sent();
                 let want = self.inner.config.recv_buffers as u32;
                 drop(st);
@@ -108,7 +182,7 @@ impl Node {
             if backoff.slow() {
                 self.inner.check_peer(peer);
             }
-            backoff.wait(deadline)?;
+            backoff.wait(deadline.get())?;
             st = self.inner.live_state()?;
             self.inner.progress(&mut st);
         }
@@ -124,7 +198,8 @@ impl Node {
     pub fn msg_recv(&self, endpoint: EndpointId, buf: &mut [u8]) -> Result<usize> {
         let mut st = self.inner.live_state()?;
         let timeout = self.local_endpoint(&st, endpoint)?.timeout;
-        let (port, deadline) = (endpoint.port(), timeout.map(|t| Instant::now() + t));
+        let port = endpoint.port();
+        let mut deadline = Deadline::new(timeout);
         let mut backoff = Backoff::new();
         loop {
             self.inner.progress(&mut st);
@@ -132,7 +207,7 @@ impl Node {
                 return Ok(n);
             }
             drop(st);
-            backoff.wait(deadline)?;
+            backoff.wait(deadline.get())?;
             st = self.inner.live_state()?;
         }
     }

@@ -162,9 +162,13 @@ pub(super) fn interface_address(name: &str) -> Option<String> {
 }
 
 /// Spin briefly, then sleep in growing steps: two processes blocked on 2 cores must not
-/// starve each other.
+/// starve each other. While spinning it reads the clock only every [`CLOCK_EVERY`] calls
+/// (a clock read costs as much as an empty CQ poll), so deadlines are checked that often.
 pub(super) struct Backoff {
-    start: Instant,
+    /// When the first wait happened (set then, so a call that never waits reads no clock).
+    start: Option<Instant>,
+    spins: u32,
+    spinning: bool,
     sleep: Duration,
 }
 
@@ -173,11 +177,15 @@ pub(super) struct Backoff {
 const SPIN: Duration = Duration::from_micros(50);
 /// Then it yields the core between polls for this long, before sleeping.
 const YIELD: Duration = Duration::from_micros(500);
+/// Spinning, the clock is read on the first call and every this many calls.
+const CLOCK_EVERY: u32 = 16;
 
 impl Backoff {
     pub(super) fn new() -> Backoff {
         Backoff {
-            start: Instant::now(),
+            start: None,
+            spins: 0,
+            spinning: true,
             sleep: Duration::from_micros(20),
         }
     }
@@ -187,17 +195,30 @@ impl Backoff {
         self.sleep >= Duration::from_millis(1)
     }
 
+    /// True once the spinning phase is over (the caller has waited at least `SPIN`).
+    pub(super) fn spun(&self) -> bool {
+        !self.spinning
+    }
+
     pub(super) fn wait(&mut self, deadline: Option<Instant>) -> Result<()> {
+        let first = self.spins == 0;
+        self.spins = self.spins.wrapping_add(1);
+        if self.spinning && !first && !self.spins.is_multiple_of(CLOCK_EVERY) {
+            std::hint::spin_loop();
+            return Ok(());
+        }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Err(Status::MCAPI_TIMEOUT);
         }
-        let waited = now - self.start;
+        let waited = now - *self.start.get_or_insert(now);
         if waited < SPIN {
             std::hint::spin_loop();
         } else if waited < SPIN + YIELD {
+            self.spinning = false;
             std::thread::yield_now();
         } else {
+            self.spinning = false;
             std::thread::sleep(self.sleep);
             self.sleep = (self.sleep * 2).min(Duration::from_millis(2));
         }

@@ -11,11 +11,13 @@
 //! | 16..32 | sender, as the *receiving* node numbers its peers |
 //! | 0..16 | sequence number per (sender node, destination endpoint), wrapping |
 //!
-//! Control kinds (credit grants, requests, returns, recalls) carry their numbers as remote
-//! CQ data, with no payload.
+//! Control kinds (credit grants, requests, returns, recalls) travel as *untagged* messages:
+//! the encoded tag is their 8-byte payload, their numbers the remote CQ data. Their receives
+//! then sit in the provider's untagged queue, and a message never walks past them to find
+//! its endpoint's receive (shm and rxm match tagged receives by walking the posted list).
 
-/// What a tagged message is. Control kinds have the top bit set, so one posted receive
-/// ([`Tag::match_control`]) takes any of them.
+/// What a tagged message is. Control kinds have the top bit set, so one tag pattern
+/// ([`Tag::match_control`]) matches any of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
