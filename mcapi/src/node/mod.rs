@@ -386,9 +386,14 @@ impl Node {
             }
             Err(e) => return Err(e),
         };
+        // A node that went away since the last contact is no valid node either.
         match self
             .inner
-            .control_call(peer, &Frame::NodeAttribute { attribute })?
+            .control_call(peer, &Frame::NodeAttribute { attribute })
+            .map_err(|e| match e {
+                Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_NODE_INVALID,
+                e => e,
+            })?
         {
             Frame::Value(v) => Ok(v),
             Frame::Refused(code) => {
