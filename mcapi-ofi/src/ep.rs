@@ -18,6 +18,17 @@ pub struct EndpointOptions {
     pub min_multi_recv: Option<usize>,
 }
 
+/// What the waiter of [`Endpoint::send_unregistered`] reports after each look at the CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendWait {
+    /// The send's completion has not been seen yet.
+    Pending,
+    /// The send completed (successfully or with an error completion).
+    Done,
+    /// Give up (timeout, dead peer): the endpoint is closed so the memory is free again.
+    Abandon,
+}
+
 /// An enabled RDM endpoint bound to one CQ (send and receive) and one address vector.
 /// Cheap to clone; all operations take `&self` and may be called from any thread.
 #[derive(Clone)]
@@ -202,6 +213,39 @@ impl Endpoint {
     ) -> Result<()> {
         self.pin(&buf);
         self.inner.fid.send(buf.io, cq_data, dest.0, context)
+    }
+
+    /// Sends `data` with remote CQ data `cq_data` straight from the caller's memory: no
+    /// registration, no copy. Returns
+    /// only once the provider is done with `data`: when `wait` (which reads the CQ and looks
+    /// for the completion with `context`) reports [`SendWait::Done`], or, if it reports
+    /// [`SendWait::Abandon`], after closing the endpoint, which is the only way libfabric
+    /// promises to stop touching a buffer. The endpoint comes back unless it was closed.
+    ///
+    /// Needs the endpoint's only handle (else closing would not close it) and a provider
+    /// without `FI_MR_LOCAL`; otherwise nothing is sent and an `InvalidArgument` error comes
+    /// back with the endpoint, so the caller can copy into registered memory instead.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`] when posting fails (nothing was sent).
+    pub fn send_unregistered(
+        self,
+        data: &[u8],
+        cq_data: u64,
+        dest: FiAddr,
+        context: u64,
+        mut wait: impl FnMut(&Endpoint) -> SendWait,
+    ) -> (Option<Endpoint>, Result<()>) {
+        raw::send_unregistered(self, data, cq_data, dest, context, &mut wait)
+    }
+
+    /// Whether this is the endpoint's only handle.
+    pub(crate) fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
+    }
+
+    pub(crate) fn fid(&self) -> &EpFid {
+        &self.inner.fid
     }
 
     /// Posts a tagged receive matching `tag` on the bits not set in `ignore`, from `src`

@@ -574,6 +574,58 @@ fn ctx(context: u64) -> *mut c_void {
     context as usize as *mut c_void
 }
 
+/// `Endpoint::send_unregistered`: sends `data` from memory the provider neither owns nor
+/// has registered (`desc` NULL, allowed without `FI_MR_LOCAL`) and returns only once the
+/// provider is done with it (completion seen, or the endpoint closed).
+pub(crate) fn send_unregistered(
+    ep: crate::Endpoint,
+    data: &[u8],
+    cq_data: u64,
+    dest: crate::FiAddr,
+    context: u64,
+    wait: &mut dyn FnMut(&crate::Endpoint) -> crate::SendWait,
+) -> (Option<crate::Endpoint>, Result<()>) {
+    if !ep.is_unique() {
+        return (
+            Some(ep),
+            Err(Error::InvalidArgument("endpoint handle is shared")),
+        );
+    }
+    if ep.attributes().mr_mode & crate::flags::MR_LOCAL != 0 {
+        return (
+            Some(ep),
+            Err(Error::InvalidArgument("provider needs FI_MR_LOCAL")),
+        );
+    }
+    // SAFETY: the endpoint is open; `data` stays borrowed until this function returns, which
+    // is after the send's completion was seen or after the endpoint (whose only handle we
+    // own) was closed, so the provider never reads it later.
+    let ret = unsafe {
+        sys::fi_senddata(
+            ep.fid().as_ptr(),
+            data.as_ptr().cast(),
+            data.len(),
+            ptr::null_mut(),
+            cq_data,
+            dest.0,
+            ctx(context),
+        )
+    };
+    if let Err(e) = check("fi_senddata", ret) {
+        return (Some(ep), Err(e));
+    }
+    loop {
+        match wait(&ep) {
+            crate::SendWait::Pending => continue,
+            crate::SendWait::Done => return (Some(ep), Ok(())),
+            crate::SendWait::Abandon => {
+                drop(ep);
+                return (None, Err(Error::InvalidArgument("send abandoned")));
+            }
+        }
+    }
+}
+
 // The calls below post operations. Their buffers are either copied before the call returns
 // (inject) or are IoSlices into Memory that the calling endpoint keeps alive until it is
 // closed (see ep.rs), so libfabric never touches freed memory.

@@ -6,7 +6,9 @@ use crate::semantics::Status;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum EndpointAttribute {
-    /// Largest message or packet (`size_t`); read-only.
+    /// Largest packet (`size_t`); writable up to `MCAPI_MAX_PKT_SIZE` before the endpoint is
+    /// connected (a channel compatibility attribute); messages are limited by
+    /// `MCAPI_MAX_MSG_SIZE`.
     MaxPayloadSize = 1,
     /// FIFO or state buffer (`mcapi_uint_t`); FIFO only, read-only.
     BufferType = 2,
@@ -73,7 +75,9 @@ impl EndpointAttribute {
     pub fn writable(self) -> bool {
         matches!(
             self,
-            EndpointAttribute::Priority | EndpointAttribute::Timeout
+            EndpointAttribute::MaxPayloadSize
+                | EndpointAttribute::Priority
+                | EndpointAttribute::Timeout
         )
     }
 }

@@ -255,6 +255,18 @@ pub enum Frame {
         /// The window's stamp (credits received so far).
         seen: u32,
     },
+    /// A channel operation (connect, undo, opened, closed) on endpoint `port` of the
+    /// receiving node.
+    Channel {
+        /// Which operation.
+        op: u32,
+        /// Endpoint port.
+        port: u32,
+        /// Operation arguments.
+        args: [u64; 3],
+        /// Operation bytes (a fabric address).
+        bytes: Vec<u8>,
+    },
     /// A positive answer carrying a value (attribute value, 1 for "exists").
     Value(u64),
     /// A negative answer carrying an MCAPI status code.
@@ -310,6 +322,20 @@ impl Frame {
                 put(5);
                 put(u64::from(*code));
             }
+            Frame::Channel {
+                op,
+                port,
+                args,
+                bytes,
+            } => {
+                put(9);
+                put(u64::from(*op));
+                put(u64::from(*port));
+                for a in args {
+                    put(*a);
+                }
+                out.extend_from_slice(bytes);
+            }
         }
         out
     }
@@ -348,6 +374,12 @@ impl Frame {
                 seen: small(3)?,
             }))?,
             5 => exact(2).and(Some(Frame::Refused(small(1)?)))?,
+            9 => Frame::Channel {
+                op: small(1)?,
+                port: small(2)?,
+                args: [word(3)?, word(4)?, word(5)?],
+                bytes: b.get(48..)?.to_vec(),
+            },
             _ => return None,
         })
     }

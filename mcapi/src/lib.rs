@@ -16,6 +16,6 @@ pub mod control;
 mod node;
 pub mod semantics;
 
-pub use node::{Node, MAX_MSG_SIZE, NUM_PRIORITIES};
+pub use node::{ChannelHandle, Node, Packet, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES};
 pub use semantics::request::RequestHandle;
 pub use semantics::{EndpointId, Status};

@@ -123,14 +123,14 @@ impl NodeInner {
             .get(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
         Ok(match attr {
-            EndpointAttribute::MaxPayloadSize => MAX_MSG_SIZE as u64,
+            EndpointAttribute::MaxPayloadSize => ep.max_payload as u64,
             EndpointAttribute::BufferType => FIFO_BUFFER,
             EndpointAttribute::MemoryType => LOCAL_MEMORY,
             EndpointAttribute::NumPriorities => u64::from(NUM_PRIORITIES),
             EndpointAttribute::Priority => u64::from(ep.priority),
             EndpointAttribute::NumSendBuffers => st.send_free.len() as u64,
             EndpointAttribute::NumRecvBuffers => u64::from(ep.credits.free_buffers()),
-            EndpointAttribute::Status => 0,
+            EndpointAttribute::Status => ep.channel.status_flags(),
             EndpointAttribute::Timeout => ep
                 .timeout
                 .map_or(TIMEOUT_INFINITE, |t| t.as_millis() as u64),
@@ -562,6 +562,10 @@ impl NodeInner {
         let Some(ep) = endpoints.get_mut(&port) else {
             return Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code());
         };
+        if ep.channel.is_connected() {
+            // Spec 3.6: no messages to a connected endpoint.
+            return Frame::Refused(Status::MCAPI_ERR_GENERAL.code());
+        }
         if let Err(s) = ep.credits.request(me, want, seen) {
             return Frame::Refused(s.code());
         }

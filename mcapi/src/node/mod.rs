@@ -47,11 +47,14 @@ const DEPARTURE_GRACE: Duration = Duration::from_secs(2);
 /// preallocated for them).
 const MAX_SENDERS: usize = 256;
 
+mod channels;
 mod driver;
 mod messages;
 mod requests;
 mod service;
 
+use channels::{ChanReq, ChannelTable, EndpointChannel};
+pub use channels::{ChannelHandle, Packet, MAX_PKT_SIZE};
 use service::{background_progress, open_fabric, Backoff, ControlHandler};
 
 type Result<T> = std::result::Result<T, Status>;
@@ -73,6 +76,7 @@ struct NodeInner {
     progress_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Counts progress made by application calls, so the background thread can keep away.
     app_progress: AtomicU64,
+    channels: ChannelTable,
 }
 
 /// The node's libfabric objects.
@@ -106,6 +110,8 @@ struct State {
     departed: Vec<(u16, Instant)>,
     /// Where the CQ is read into (kept here so no read has to clear a fresh buffer).
     cq_buf: [Completion; CQ_BATCH],
+    /// Packet addresses of completed `pktchan_recv_i` requests, until asked for.
+    delivered: HashMap<RequestHandle, usize>,
     finalized: bool,
 }
 
@@ -132,6 +138,8 @@ enum Req {
     Recv { port: u32 },
     /// An endpoint lookup; it completes once the endpoint exists.
     Get { id: EndpointId },
+    /// A channel operation.
+    Chan(ChanReq),
 }
 
 struct Peer {
@@ -152,6 +160,9 @@ struct LocalEndpoint {
     priority: u32,
     /// Non-blocking receives in the order they were made; each takes the next message.
     pending_recvs: VecDeque<RequestHandle>,
+    /// Largest packet (`MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE`, settable for channels).
+    max_payload: usize,
+    channel: EndpointChannel,
 }
 
 /// A message in its receive slot (12 bytes: cheap to move through the queues).
@@ -292,6 +303,7 @@ impl Node {
             pending_sends: VecDeque::with_capacity(64),
             departed: Vec::new(),
             cq_buf: [Completion::default(); CQ_BATCH],
+            delivered: HashMap::default(),
             finalized: false,
         };
         let inner = Arc::new(NodeInner {
@@ -304,6 +316,7 @@ impl Node {
             control: Mutex::new(None),
             progress_thread: Mutex::new(None),
             app_progress: AtomicU64::new(0),
+            channels: ChannelTable::new(),
         });
         inner.post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
@@ -337,12 +350,14 @@ impl Node {
             }
             st.finalized = true;
             st.endpoints.clear();
+            st.delivered.clear();
             for p in &st.peers {
                 if let Some(s) = &p.stream {
                     lock(s).shutdown();
                 }
             }
         }
+        self.inner.channels.clear();
         drop(lock(&self.inner.control).take());
         if let Some(t) = lock(&self.inner.progress_thread).take() {
             let _ = t.join();
@@ -393,8 +408,7 @@ impl Node {
             .map_err(|e| match e {
                 Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_NODE_INVALID,
                 e => e,
-            })?
-        {
+            })? {
             Frame::Value(v) => Ok(v),
             Frame::Refused(code) => {
                 Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
@@ -445,6 +459,8 @@ impl Node {
             timeout: None,
             priority: 0,
             pending_recvs: VecDeque::with_capacity(16),
+            max_payload: MAX_MSG_SIZE,
+            channel: EndpointChannel::default(),
         };
         for slot in 0..n {
             self.inner.post_recv_slot(&ep, port, slot)?;
@@ -464,6 +480,13 @@ impl Node {
         }
         let port = self.local_port(endpoint)?;
         let mut st = self.inner.live_state()?;
+        if st
+            .endpoints
+            .get(&port)
+            .is_some_and(|e| e.channel.is_connected())
+        {
+            return Err(Status::MCAPI_ERR_CHAN_CONNECTED);
+        }
         let ep = st
             .endpoints
             .remove(&port)
@@ -586,7 +609,13 @@ impl Node {
             .endpoints
             .get_mut(&endpoint.port())
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        if ep.channel.is_connected() {
+            return Err(Status::MCAPI_ERR_CHAN_CONNECTED);
+        }
         match attr {
+            EndpointAttribute::MaxPayloadSize if (1..=MAX_PKT_SIZE as u64).contains(&value) => {
+                ep.max_payload = value as usize
+            }
             EndpointAttribute::Priority if value < u64::from(NUM_PRIORITIES) => {
                 ep.priority = value as u32
             }

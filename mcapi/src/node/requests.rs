@@ -48,6 +48,7 @@ impl Node {
     /// receive tested without a buffer.
     pub fn test(&self, request: RequestHandle, buf: Option<&mut [u8]>) -> Result<Option<usize>> {
         self.poll_get(request)?;
+        self.poll_channel(request)?;
         let mut st = self.inner.live_state()?;
         self.inner.progress(&mut st);
         self.inner.try_complete(&mut st, request, buf)?;
@@ -75,6 +76,7 @@ impl Node {
         let mut backoff = Backoff::new();
         loop {
             self.poll_get(request)?;
+            self.poll_channel(request)?;
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
             self.inner
@@ -130,6 +132,7 @@ impl Node {
         loop {
             for &r in requests {
                 self.poll_get(r)?;
+                self.poll_channel(r)?;
             }
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
@@ -178,6 +181,10 @@ impl Node {
                 st.send_free.push(slot);
             }
             Req::Get { .. } => {}
+            Req::Chan(c) => {
+                drop(st);
+                self.cancel_channel_request(request, c);
+            }
         }
         Ok(())
     }

@@ -60,6 +60,15 @@ impl Handler for ControlHandler {
                     Err(s) => Frame::Refused(s.code()),
                 }
             }
+            Frame::Channel {
+                op,
+                port,
+                args,
+                bytes,
+            } => match node.channel_frame(*op, *port, *args, bytes) {
+                Ok(v) => Frame::Value(v),
+                Err(s) => Frame::Refused(s.code()),
+            },
             Frame::Lookup { port } => match node.live_state() {
                 Ok(st) if st.endpoints.contains_key(port) => Frame::Value(1),
                 Ok(_) => Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code()),
@@ -105,6 +114,8 @@ pub(super) fn background_progress(node: Weak<NodeInner>) {
             return;
         }
         let busy = node.progress_counting(&mut st) > 0;
+        drop(st);
+        let busy = node.channels.progress_idle() > 0 || busy;
         pause = if busy {
             Duration::from_micros(100)
         } else {
@@ -123,7 +134,9 @@ pub(super) fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Opti
         (None, None) => "127.0.0.1".to_owned(),
     };
     for provider in config.provider_candidates() {
-        let mut hints = Hints::new().provider(provider.clone()).caps(flags::TAGGED);
+        let mut hints = Hints::new()
+            .provider(provider.clone())
+            .caps(flags::TAGGED | flags::MSG | flags::MULTI_RECV);
         if provider != "shm" {
             hints = hints.source(Some(&local), None);
         }

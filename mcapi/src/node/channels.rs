@@ -1,0 +1,1981 @@
+//! Packet and scalar channels (spec 4.4, 4.5) over dedicated fabric endpoints.
+//!
+//! Each open side of a channel owns one RDM endpoint and CQ of its own (multi-receive is
+//! untagged-only in libfabric 1.17, so a receive pool needs an endpoint that carries nothing
+//! else), so the channel data path never takes the node's state lock:
+//!
+//! - the receive side posts its pool, `NUM_RECV_BUFFERS` buffers of
+//!   `max payload + POOL_SLACK` bytes, as `FI_MULTI_RECV` receives; `pktchan_recv` hands out a
+//!   pointer into the pool, and a buffer is posted again once the provider has released it
+//!   and every packet in it has been released by the application
+//!   ([`PoolBuffers`]);
+//! - the sender holds one credit per pool buffer ([`SendCredits`]): a held packet pins at most
+//!   one buffer, so with as many buffers as credits some buffer always has room for a packet
+//!   that was sent with a credit, however the application releases (no pinning stall);
+//! - the receiver returns credits when packets are released (scalars: received), in batches
+//!   ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted;
+//! - every packet and scalar carries its sequence number as remote CQ data, so FIFO order
+//!   holds on providers whose completion order is not delivery order; a scalar's width is its
+//!   length.
+//!
+//! Connect, open and close run on the control plane (`Frame::Channel`), between the nodes
+//! owning the two endpoints; a third node may make the connect.
+
+use super::*;
+use crate::semantics::channel::{
+    Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
+};
+use mcapi_ofi::SendWait;
+use std::sync::atomic::AtomicU32;
+
+/// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
+pub const MAX_PKT_SIZE: usize = 4 << 20;
+/// Channel sides one node can have open at once.
+const MAX_SIDES: usize = 256;
+/// Extra bytes per pool buffer, so small packets share a buffer (fewer re-posts).
+const POOL_SLACK: usize = 8 * 1024;
+/// Completion contexts on a sender's CQ (a receiver's contexts are pool buffer indexes).
+const CTX_CREDIT: u64 = 1 << 40;
+const CTX_STAGING: u64 = 2 << 40;
+const CTX_ZERO_COPY: u64 = 3 << 40;
+const CTX_MASK: u64 = (1 << 40) - 1;
+
+/// Channel control operations (`Frame::Channel { op, .. }`).
+pub(super) mod op {
+    pub const CONNECT: u32 = 1;
+    pub const UNDO_CONNECT: u32 = 2;
+    pub const OPENED: u32 = 3;
+    pub const CLOSED: u32 = 4;
+}
+
+/// A channel send or receive handle (`mcapi_pktchan_send_hndl_t` and its kin): a plain value
+/// that names the kind and direction and is checked, so a stale or garbage value is refused
+/// (`MCAPI_ERR_CHAN_INVALID`) rather than aliasing another channel.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct ChannelHandle(u64);
+
+const HANDLE_SALT: u64 = 0x6368_616e_6e65_6c21;
+
+impl ChannelHandle {
+    fn new(slot: usize, generation: u32, kind: ChannelKind, dir: Direction) -> ChannelHandle {
+        let payload = (u64::from(generation & 0xFF_FFFF) << 24)
+            | (u64::from(kind == ChannelKind::Scalar) << 17)
+            | (u64::from(dir == Direction::Receive) << 16)
+            | slot as u64;
+        ChannelHandle(u64::from(crate::semantics::check16(payload, HANDLE_SALT)) << 48 | payload)
+    }
+
+    /// The value as the C API passes it.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// A handle from its C value (checked when used).
+    pub fn from_raw(raw: u64) -> ChannelHandle {
+        ChannelHandle(raw)
+    }
+
+    fn decode(self) -> Option<(usize, u32, ChannelKind, Direction)> {
+        let payload = self.0 & 0xFFFF_FFFF_FFFF;
+        if (self.0 >> 48) as u16 != crate::semantics::check16(payload, HANDLE_SALT) {
+            return None;
+        }
+        let slot = (payload & 0xFFFF) as usize;
+        let kind = if payload >> 17 & 1 == 1 {
+            ChannelKind::Scalar
+        } else {
+            ChannelKind::Packet
+        };
+        let dir = if payload >> 16 & 1 == 1 {
+            Direction::Receive
+        } else {
+            Direction::Send
+        };
+        (slot < MAX_SIDES).then_some((slot, (payload >> 24) as u32, kind, dir))
+    }
+}
+
+/// A received packet: a view into the channel's registered receive pool (no copy). Give it
+/// back with [`Node::pktchan_release`].
+#[derive(Clone, Debug)]
+pub struct Packet {
+    pool: MemoryRegion,
+    offset: usize,
+    len: usize,
+}
+
+impl Packet {
+    /// Address of the first byte (what `mcapi_pktchan_recv` returns).
+    pub fn addr(&self) -> usize {
+        self.pool.addr() + self.offset
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the packet is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the packet into `out` (which must be at least `len()` long).
+    pub fn copy_to(&self, out: &mut [u8]) {
+        self.pool.read(self.offset, &mut out[..self.len]);
+    }
+
+    /// The packet's bytes, copied.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.copy_to(&mut v);
+        v
+    }
+}
+
+/// What the other side told us when it opened.
+#[derive(Clone, Debug)]
+pub(super) struct PeerOpen {
+    fabric_addr: Vec<u8>,
+    credits: u32,
+    max_payload: usize,
+}
+
+/// The channel state of a local endpoint.
+#[derive(Default)]
+pub(super) struct EndpointChannel {
+    binding: Binding<PeerOpen>,
+    /// The other endpoint, once connected.
+    peer: Option<EndpointId>,
+    /// The side slot reserved by an open.
+    side: Option<ChannelHandle>,
+}
+
+impl EndpointChannel {
+    pub(super) fn is_connected(&self) -> bool {
+        self.binding.is_connected()
+    }
+
+    pub(super) fn status_flags(&self) -> u64 {
+        self.binding.status_flags()
+    }
+}
+
+/// The node's channel sides, one lock each, so channels never contend with each other or
+/// with messages.
+pub(super) struct ChannelTable {
+    sides: Box<[Mutex<Option<Side>>]>,
+    generation: AtomicU32,
+    /// Receive pools: `(start, end, slot)`, to find the channel of a released buffer.
+    pools: Mutex<Vec<(usize, usize, usize)>>,
+}
+
+impl ChannelTable {
+    pub(super) fn new() -> ChannelTable {
+        ChannelTable {
+            sides: (0..MAX_SIDES).map(|_| Mutex::new(None)).collect(),
+            generation: AtomicU32::new(1),
+            pools: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Drops every side (finalize): their endpoints close, pools stay only while packets are
+    /// held.
+    pub(super) fn clear(&self) {
+        for s in self.sides.iter() {
+            lock(s).take();
+        }
+        lock(&self.pools).clear();
+    }
+
+    /// Progresses the sides nobody is using (background thread); returns completions seen.
+    pub(super) fn progress_idle(&self) -> usize {
+        let mut n = 0;
+        for s in self.sides.iter() {
+            if let Ok(mut g) = s.try_lock() {
+                if let Some(side) = g.as_mut() {
+                    n += side.progress();
+                }
+            }
+        }
+        n
+    }
+}
+
+/// One side of a channel, reserved by an open; its fabric part exists once both sides opened.
+pub(super) struct Side {
+    generation: u32,
+    kind: ChannelKind,
+    port: u32,
+    /// Index of the other endpoint's node among our peers (liveness); `None`: this node.
+    peer: Option<u16>,
+    /// Both sides open: data calls are allowed.
+    ready: bool,
+    /// Closed here: data calls are refused.
+    closed: bool,
+    /// The other side closed or died (the status data calls then get).
+    peer_gone: Option<Status>,
+    timeout: Option<Duration>,
+    max_payload: usize,
+    io: Option<SideIo>,
+}
+
+/// The fabric part of an open side.
+struct SideIo {
+    // Declared before the objects it is bound to and before the memory it uses.
+    ep: Option<Endpoint>,
+    cq: CompletionQueue,
+    av: AddressVector,
+    dest: FiAddr,
+    data: SideData,
+}
+
+enum SideData {
+    /// A sender before the receiver's open arrived.
+    Unconnected,
+    Send(SendData),
+    Recv(RecvData),
+}
+
+struct SendData {
+    credits: SendCredits,
+    next_seq: u32,
+    credit_slots: MemoryRegion,
+    staging: MemoryRegion,
+    staging_free: Vec<usize>,
+    /// `pktchan_send_i` packets copied into staging, waiting for credits.
+    queued: VecDeque<(RequestHandle, usize, usize)>,
+    inject_size: usize,
+    /// Credit receives that completed during a zero-copy send, to post again after it.
+    credit_reposts: Vec<usize>,
+    zero_copy_done: bool,
+    zero_copy_failed: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    offset: usize,
+    len: usize,
+    value: u64,
+}
+
+struct RecvData {
+    pool: MemoryRegion,
+    buffer_size: usize,
+    buffers: PoolBuffers,
+    reorder: SeqReorder<u8, Item>,
+    fifo: VecDeque<Item>,
+    returns: CreditReturn,
+    /// Offsets of packets the application holds.
+    held: rustc_hash::FxHashSet<usize>,
+    received: u32,
+    /// How many the sender sent in all, once it closed.
+    peer_sent: Option<u32>,
+    /// `pktchan_recv_i` requests in the order they were made.
+    pending: VecDeque<RequestHandle>,
+}
+
+/// What a channel request waits for.
+pub(super) enum ChanReq {
+    Connect,
+    Open { port: u32, handle: ChannelHandle },
+    Close { port: u32, handle: ChannelHandle },
+    Send { handle: ChannelHandle },
+    Recv { handle: ChannelHandle },
+}
+
+fn side_status(kind: ChannelKind) -> Status {
+    // Scalar calls have no MCAPI_ERR_TRANSMISSION in their ERRORS tables.
+    match kind {
+        ChannelKind::Packet => Status::MCAPI_ERR_TRANSMISSION,
+        ChannelKind::Scalar => Status::MCAPI_ERR_GENERAL,
+    }
+}
+
+impl Side {
+    /// Reads the side's CQ and dispatches; returns completions seen.
+    fn progress(&mut self) -> usize {
+        let (kind, payload, gone) = (self.kind, self.max_payload, self.peer_gone.is_some());
+        self.io
+            .as_mut()
+            .map_or(0, |io| io.progress(kind, payload, gone))
+    }
+
+    fn check_usable(&self) -> Result<&SideIo> {
+        match &self.io {
+            Some(io) if self.ready && !self.closed => Ok(io),
+            _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
+        }
+    }
+}
+
+impl SideIo {
+    fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
+        let mut buf = [Completion::default(); 16];
+        let mut seen = 0;
+        loop {
+            match self.cq.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    seen += n;
+                    for c in &buf[..n] {
+                        self.dispatch(c, kind);
+                    }
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(OfiError::Completion(e)) => {
+                    if let SideData::Send(s) = &mut self.data {
+                        match e.context & !CTX_MASK {
+                            CTX_STAGING => s.staging_free.push((e.context & CTX_MASK) as usize),
+                            CTX_ZERO_COPY => s.zero_copy_failed = true,
+                            _ => {}
+                        }
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        if let SideData::Send(_) = self.data {
+            self.advance_queued(payload, gone);
+        }
+        seen
+    }
+
+    fn dispatch(&mut self, c: &Completion, kind: ChannelKind) {
+        let ctx = c.context();
+        match &mut self.data {
+            SideData::Unconnected => {}
+            SideData::Send(s) => match ctx & !CTX_MASK {
+                CTX_CREDIT => {
+                    let slot = (ctx & CTX_MASK) as usize;
+                    let mut word = [0u8; 8];
+                    s.credit_slots.read(slot * 8, &mut word);
+                    s.credits.add(u64::from_le_bytes(word) as u32);
+                    if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
+                        let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
+                    }
+                }
+                CTX_STAGING => s.staging_free.push((ctx & CTX_MASK) as usize),
+                CTX_ZERO_COPY => s.zero_copy_done = true,
+                _ => {}
+            },
+            SideData::Recv(r) => {
+                let b = ctx as usize;
+                if c.flags() & flags::REMOTE_CQ_DATA != 0 {
+                    let offset = c.buf_addr().wrapping_sub(r.pool.addr());
+                    let mut item = Item {
+                        offset,
+                        len: c.len(),
+                        value: 0,
+                    };
+                    if kind == ChannelKind::Scalar {
+                        let mut word = [0u8; 8];
+                        let n = item.len.min(8);
+                        r.pool.read(offset, &mut word[..n]);
+                        item.value = u64::from_le_bytes(word);
+                    } else {
+                        r.buffers.arrived(b);
+                    }
+                    if let Ok(ready) = r.reorder.accept(0, c.data() as u32, item) {
+                        for i in ready {
+                            r.fifo.push_back(i);
+                            r.received += 1;
+                        }
+                    }
+                }
+                if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
+                    repost(&self.ep, r, b);
+                }
+            }
+        }
+    }
+
+    /// Posts queued `pktchan_send_i` packets that have credits now.
+    fn advance_queued(&mut self, payload: usize, gone: bool) {
+        let SideData::Send(s) = &mut self.data else {
+            return;
+        };
+        let Some(ep) = &self.ep else { return };
+        while let Some(&(req, slot, len)) = s.queued.front() {
+            if gone || !s.credits.try_take() {
+                return;
+            }
+            let Ok(buf) = s.staging.slice(slot * payload, len) else {
+                return;
+            };
+            match ep.send(
+                buf,
+                Some(u64::from(s.next_seq)),
+                self.dest,
+                CTX_STAGING | slot as u64,
+            ) {
+                Ok(()) => {
+                    s.next_seq = s.next_seq.wrapping_add(1);
+                    s.queued.pop_front();
+                    COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, len)));
+                }
+                Err(e) if e.is_again() => {
+                    s.credits.untake();
+                    return;
+                }
+                Err(_) => {
+                    s.credits.untake();
+                    s.queued.pop_front();
+                    s.staging_free.push(slot);
+                    COMPLETED.with(|c| {
+                        c.borrow_mut()
+                            .push((req, Status::MCAPI_ERR_TRANSMISSION, 0))
+                    });
+                }
+            }
+        }
+    }
+
+    /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
+    fn return_credits(&mut self, n: u32) {
+        let SideData::Recv(r) = &mut self.data else {
+            return;
+        };
+        let sent = self
+            .ep
+            .as_ref()
+            .is_some_and(|ep| ep.inject(&u64::from(n).to_le_bytes(), self.dest).is_ok());
+        if !sent {
+            r.returns.unflush(n);
+        }
+    }
+}
+
+thread_local! {
+    /// Requests completed while a side lock was held, to be completed in the request table
+    /// after it is released (the node state lock is never taken under a side lock's
+    /// dispatch).
+    static COMPLETED: std::cell::RefCell<Vec<(RequestHandle, Status, usize)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
+    if let (Some(ep), Ok(buf)) = (ep, r.pool.slice(b * r.buffer_size, r.buffer_size)) {
+        if ep.recv_multi(buf, b as u64).is_ok() {
+            r.buffers.reposted(b);
+        }
+    }
+}
+
+impl NodeInner {
+    /// Locks side `handle` after checking it is live and of the kind and direction the
+    /// caller needs.
+    fn side(
+        &self,
+        handle: ChannelHandle,
+        kind: ChannelKind,
+        dir: Direction,
+    ) -> Result<MutexGuard<'_, Option<Side>>> {
+        let (slot, generation, k, d) = handle.decode().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        if k != kind || d != dir {
+            return Err(Status::MCAPI_ERR_CHAN_INVALID);
+        }
+        let g = lock(&self.channels.sides[slot]);
+        match g.as_ref() {
+            Some(s) if s.generation == generation => Ok(g),
+            _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
+        }
+    }
+
+    /// Completes the requests that side operations finished.
+    fn flush_completed(&self) {
+        if COMPLETED.with(|c| c.borrow().is_empty()) {
+            return;
+        }
+        let done: Vec<_> = COMPLETED.with(|c| std::mem::take(&mut *c.borrow_mut()));
+        let mut st = lock(&self.state);
+        DELIVERED.with(|d| st.delivered.extend(d.borrow_mut().drain(..)));
+        for &(req, status, size) in &done {
+            let _ = st.requests.complete(req, status, size);
+        }
+        drop(st);
+        COMPLETED.with(|c| {
+            let mut v = c.borrow_mut();
+            if v.is_empty() {
+                *v = done;
+                v.clear();
+            }
+        });
+    }
+
+    /// Whether the node owning the other side is still there (slow path).
+    fn peer_alive(&self, peer: Option<u16>) -> bool {
+        let Some(p) = peer else { return true };
+        self.check_peer(p);
+        lock(&self.state)
+            .peers
+            .get(p as usize)
+            .is_some_and(|p| p.alive)
+    }
+
+    /// Handles a channel control frame addressed to local endpoint `port` (from the control
+    /// plane, or directly when both ends are on this node).
+    pub(super) fn channel_frame(
+        &self,
+        op: u32,
+        port: u32,
+        args: [u64; 3],
+        bytes: &[u8],
+    ) -> std::result::Result<u64, Status> {
+        match op {
+            op::CONNECT => {
+                let peer = EndpointId::from_raw(args[0]).ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+                let kind = if args[1] >> 8 & 1 == 1 {
+                    ChannelKind::Scalar
+                } else {
+                    ChannelKind::Packet
+                };
+                let dir = if args[1] & 1 == 1 {
+                    Direction::Receive
+                } else {
+                    Direction::Send
+                };
+                let mut st = self.live_state()?;
+                let ep = st
+                    .endpoints
+                    .get_mut(&port)
+                    .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+                let users = usize::from(ep.credits.outstanding() > 0 || !ep.queue.is_empty());
+                ep.channel.binding.check_connect(users)?;
+                // The receiver checks compatibility with the sender's attributes.
+                if dir == Direction::Receive {
+                    let (payload, priority) = (args[2] >> 8, args[2] & 0xFF);
+                    if payload as usize > ep.max_payload || priority != u64::from(ep.priority) {
+                        return Err(Status::MCAPI_ERR_ATTR_INCOMPATIBLE);
+                    }
+                }
+                ep.channel.binding.connect(kind, dir);
+                ep.channel.peer = Some(peer);
+                Ok((ep.max_payload as u64) << 8 | u64::from(ep.priority))
+            }
+            op::UNDO_CONNECT => {
+                let mut st = self.live_state()?;
+                if let Some(ep) = st.endpoints.get_mut(&port) {
+                    ep.channel.binding.undo_connect();
+                    if !ep.channel.binding.is_connected() {
+                        ep.channel.peer = None;
+                    }
+                }
+                Ok(0)
+            }
+            op::OPENED => {
+                let mut st = self.live_state()?;
+                let ep = st
+                    .endpoints
+                    .get_mut(&port)
+                    .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+                ep.channel.binding.peer_opened(PeerOpen {
+                    fabric_addr: bytes.to_vec(),
+                    credits: args[0] as u32,
+                    max_payload: args[1] as usize,
+                });
+                Ok(0)
+            }
+            op::CLOSED => {
+                let handle = {
+                    let mut st = self.live_state()?;
+                    let ep = st
+                        .endpoints
+                        .get_mut(&port)
+                        .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+                    ep.channel.binding.peer_closed();
+                    ep.channel.side
+                };
+                if let Some((slot, generation, ..)) = handle.and_then(|h| h.decode()) {
+                    let mut g = lock(&self.channels.sides[slot]);
+                    if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
+                        if side.peer_gone.is_none() {
+                            side.peer_gone = Some(side_status(side.kind));
+                        }
+                        if let Some(SideIo {
+                            data: SideData::Recv(r),
+                            ..
+                        }) = &mut side.io
+                        {
+                            r.peer_sent = Some(args[0] as u32);
+                        }
+                    }
+                }
+                Ok(0)
+            }
+            _ => Err(Status::MCAPI_ERR_PARAMETER),
+        }
+    }
+
+    /// Sends a channel frame to the node of endpoint `to` (or handles it here).
+    fn channel_call(&self, to: EndpointId, op: u32, args: [u64; 3], bytes: Vec<u8>) -> Result<u64> {
+        if (to.domain(), to.node()) == (self.domain_id, self.node_id) {
+            return self.channel_frame(op, to.port(), args, &bytes);
+        }
+        let peer = self.connect_peer(
+            to.domain(),
+            to.node(),
+            Some(Instant::now() + Duration::from_secs(10)),
+        )?;
+        match self.control_call(
+            peer,
+            &Frame::Channel {
+                op,
+                port: to.port(),
+                args,
+                bytes,
+            },
+        )? {
+            Frame::Value(v) => Ok(v),
+            Frame::Refused(code) => {
+                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
+            }
+            _ => Err(Status::MCAPI_ERR_GENERAL),
+        }
+    }
+
+    /// Reserves a side slot for an open of local endpoint `port`.
+    fn reserve_side(&self, kind: ChannelKind, dir: Direction, port: u32) -> Result<ChannelHandle> {
+        let generation = self.channels.generation.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
+        for (slot, s) in self.channels.sides.iter().enumerate() {
+            let mut g = lock(s);
+            if g.is_none() {
+                *g = Some(Side::reserved(generation, kind, port));
+                return Ok(ChannelHandle::new(slot, generation, kind, dir));
+            }
+        }
+        Err(Status::MCAPI_ERR_MEM_LIMIT)
+    }
+
+    /// Opens the fabric part of a channel end before the other side is known: endpoint,
+    /// CQ and (receive side) the posted pool. Returns it with the payload limit it uses.
+    fn open_side_io(
+        &self,
+        kind: ChannelKind,
+        dir: Direction,
+        max_payload: usize,
+    ) -> std::result::Result<SideIo, OfiError> {
+        let domain = &self.fab.domain;
+        let cq = CompletionQueue::open(domain, 0, WaitObject::None)?;
+        let av = AddressVector::open(domain, 4)?;
+        let payload = match kind {
+            ChannelKind::Packet => max_payload,
+            ChannelKind::Scalar => 8,
+        };
+        let min_multi_recv = (dir == Direction::Receive).then_some(payload.max(8));
+        let ep = Endpoint::open(domain, &cq, &av, EndpointOptions { min_multi_recv })?;
+        let capacity = self.config.recv_buffers as u32;
+        let data = match dir {
+            Direction::Send => SideData::Unconnected,
+            Direction::Receive => {
+                let (buffers, buffer_size) = match kind {
+                    ChannelKind::Packet => (capacity as usize, payload + POOL_SLACK),
+                    // Scalars are copied out on arrival, so two buffers always have room.
+                    ChannelKind::Scalar => (2, (capacity as usize * 64).max(4096)),
+                };
+                let pool = MemoryRegion::new(domain, buffers * buffer_size)?;
+                for b in 0..buffers {
+                    ep.recv_multi(pool.slice(b * buffer_size, buffer_size)?, b as u64)?;
+                }
+                SideData::Recv(RecvData {
+                    pool,
+                    buffer_size,
+                    buffers: PoolBuffers::new(buffers),
+                    reorder: SeqReorder::new(1, capacity.max(1) * 2),
+                    fifo: VecDeque::with_capacity(capacity as usize),
+                    returns: CreditReturn::new(capacity),
+                    held: HashSet::default(),
+                    received: 0,
+                    peer_sent: None,
+                    pending: VecDeque::with_capacity(16),
+                })
+            }
+        };
+        Ok(SideIo {
+            ep: Some(ep),
+            cq,
+            av,
+            dest: FiAddr::UNSPEC,
+            data,
+        })
+    }
+
+    /// Completes the fabric part once the other side's open arrived: its address, and for a
+    /// sender the credits and staging sized by the receiver's pool.
+    fn connect_side_io(
+        &self,
+        io: &mut SideIo,
+        payload: usize,
+        peer: &PeerOpen,
+    ) -> std::result::Result<(), OfiError> {
+        io.dest = io.av.insert(&peer.fabric_addr)?;
+        if let SideData::Unconnected = io.data {
+            let domain = &self.fab.domain;
+            let credits = peer.credits;
+            let slots = CreditReturn::max_in_flight(credits) as usize;
+            let credit_slots = MemoryRegion::new(domain, slots * 8)?;
+            if let Some(ep) = &io.ep {
+                for i in 0..slots {
+                    ep.recv(
+                        credit_slots.slice(i * 8, 8)?,
+                        FiAddr::UNSPEC,
+                        CTX_CREDIT | i as u64,
+                    )?;
+                }
+            }
+            let staged = if payload > 8 {
+                credits.max(1) as usize
+            } else {
+                0
+            };
+            io.data = SideData::Send(SendData {
+                credits: SendCredits::new(credits),
+                next_seq: 0,
+                credit_slots,
+                staging: MemoryRegion::new(domain, (staged * payload).max(8))?,
+                staging_free: (0..staged).rev().collect(),
+                queued: VecDeque::with_capacity(staged),
+                inject_size: self.fab.inject_size,
+                credit_reposts: Vec::with_capacity(slots),
+                zero_copy_done: false,
+                zero_copy_failed: false,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Side {
+    fn reserved(generation: u32, kind: ChannelKind, port: u32) -> Side {
+        Side {
+            generation,
+            kind,
+            port,
+            peer: None,
+            ready: false,
+            closed: false,
+            peer_gone: None,
+            timeout: None,
+            max_payload: 0,
+            io: None,
+        }
+    }
+}
+
+/// The spin-then-sleep wait of a blocking channel call, with the endpoint's timeout and the
+/// slow-path liveness check of the other side's node.
+struct ChannelWait {
+    backoff: Backoff,
+    deadline: Option<Instant>,
+}
+
+impl ChannelWait {
+    fn new(timeout: Option<Duration>) -> ChannelWait {
+        ChannelWait {
+            backoff: Backoff::new(),
+            deadline: timeout.map(|t| Instant::now() + t),
+        }
+    }
+}
+
+impl Node {
+    /// `mcapi_pktchan_connect_i`: connects `send` to `receive` as a packet channel. Any node
+    /// may connect (also a third one); the result is known when this returns, so the
+    /// request comes back completed.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID` (no such endpoint, or both the same),
+    /// `MCAPI_ERR_CHAN_CONNECTED`, `MCAPI_ERR_CHAN_CLOSEPENDING`, `MCAPI_ERR_ENDP_GET_LIMIT`
+    /// (other nodes send messages to the endpoint), `MCAPI_ERR_ATTR_INCOMPATIBLE`,
+    /// `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn pktchan_connect_i(
+        &self,
+        send: EndpointId,
+        receive: EndpointId,
+    ) -> Result<RequestHandle> {
+        self.channel_connect(ChannelKind::Packet, send, receive)
+    }
+
+    /// `mcapi_sclchan_connect_i`: as [`Node::pktchan_connect_i`] for a scalar channel.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_connect_i`].
+    pub fn sclchan_connect_i(
+        &self,
+        send: EndpointId,
+        receive: EndpointId,
+    ) -> Result<RequestHandle> {
+        self.channel_connect(ChannelKind::Scalar, send, receive)
+    }
+
+    fn channel_connect(
+        &self,
+        kind: ChannelKind,
+        send: EndpointId,
+        receive: EndpointId,
+    ) -> Result<RequestHandle> {
+        {
+            let st = self.inner.live_state()?;
+            if send == receive {
+                return Err(Status::MCAPI_ERR_ENDP_INVALID);
+            }
+            if st.requests.len() >= st.requests.capacity() {
+                return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
+            }
+        }
+        let unreachable = |e: Status| match e {
+            Status::MCAPI_TIMEOUT | Status::MCAPI_ERR_NODE_INVALID => {
+                Status::MCAPI_ERR_ENDP_INVALID
+            }
+            e => e,
+        };
+        let kind_bits = u64::from(kind == ChannelKind::Scalar) << 8;
+        let attrs = self
+            .inner
+            .channel_call(
+                send,
+                op::CONNECT,
+                [receive.as_raw(), kind_bits, 0],
+                Vec::new(),
+            )
+            .map_err(unreachable)?;
+        let undo = || {
+            let _ = self
+                .inner
+                .channel_call(send, op::UNDO_CONNECT, [0; 3], Vec::new());
+        };
+        if let Err(e) = self.inner.channel_call(
+            receive,
+            op::CONNECT,
+            [send.as_raw(), kind_bits | 1, attrs],
+            Vec::new(),
+        ) {
+            undo();
+            return Err(unreachable(e));
+        }
+        let mut st = self.inner.live_state()?;
+        let h = st
+            .requests
+            .alloc(Req::Chan(ChanReq::Connect))
+            .inspect_err(|_| undo())?;
+        let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, 0);
+        Ok(h)
+    }
+
+    /// `mcapi_pktchan_recv_open_i`: opens the receive side on local endpoint `endpoint`.
+    /// The handle is usable once the request completes, which is when both sides are open.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`,
+    /// `MCAPI_ERR_CHAN_OPENPENDING`, `MCAPI_ERR_CHAN_OPEN`, `MCAPI_ERR_CHAN_CLOSEPENDING`,
+    /// `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn pktchan_recv_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Packet, Direction::Receive, endpoint)
+    }
+
+    /// `mcapi_pktchan_send_open_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_open_i`].
+    pub fn pktchan_send_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Packet, Direction::Send, endpoint)
+    }
+
+    /// `mcapi_sclchan_recv_open_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_open_i`].
+    pub fn sclchan_recv_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Scalar, Direction::Receive, endpoint)
+    }
+
+    /// `mcapi_sclchan_send_open_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_open_i`].
+    pub fn sclchan_send_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Scalar, Direction::Send, endpoint)
+    }
+
+    fn channel_open(
+        &self,
+        kind: ChannelKind,
+        dir: Direction,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        let port = self.local_port(endpoint)?;
+        // Reserved before taking the state lock: side locks are never taken under it.
+        let handle = self.inner.reserve_side(kind, dir, port)?;
+        let opened = (|| {
+            let mut st = self.inner.live_state()?;
+            if st.requests.len() >= st.requests.capacity() {
+                return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
+            }
+            let ep = st
+                .endpoints
+                .get_mut(&port)
+                .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+            ep.channel.binding.open(kind, dir)?;
+            ep.channel.side = Some(handle);
+            st.requests.alloc(Req::Chan(ChanReq::Open { port, handle }))
+        })();
+        match opened {
+            Ok(req) => {
+                self.poll_channel(req)?;
+                Ok((handle, req))
+            }
+            Err(e) => {
+                self.inner.free_side(handle);
+                Err(e)
+            }
+        }
+    }
+
+    /// One non-blocking attempt to advance a channel request (called by test and wait).
+    pub(super) fn poll_channel(&self, request: RequestHandle) -> Result<()> {
+        let what = {
+            let st = self.inner.live_state()?;
+            match (st.requests.state(request), st.requests.get(request)) {
+                (Ok(RequestState::Pending), Ok(Req::Chan(c))) => match *c {
+                    ChanReq::Open { port, handle } => Some((true, port, handle)),
+                    ChanReq::Close { port, handle } => Some((false, port, handle)),
+                    ChanReq::Send { handle } | ChanReq::Recv { handle } => {
+                        Some((false, u32::MAX, handle))
+                    }
+                    ChanReq::Connect => None,
+                },
+                _ => None,
+            }
+        };
+        match what {
+            Some((true, port, handle)) => self.advance_open(request, port, handle),
+            Some((false, u32::MAX, handle)) => {
+                self.progress_side(handle);
+                Ok(())
+            }
+            Some((false, port, handle)) => self.advance_close(request, port, handle),
+            None => Ok(()),
+        }
+    }
+
+    fn progress_side(&self, handle: ChannelHandle) {
+        if let Some((slot, generation, ..)) = handle.decode() {
+            let mut g = lock(&self.inner.channels.sides[slot]);
+            if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
+                side.progress();
+                if let Some(SideIo {
+                    data: SideData::Recv(_),
+                    ..
+                }) = side.io
+                {
+                    self.inner.serve_pending_recvs(side);
+                }
+            }
+            drop(g);
+            self.inner.flush_completed();
+        }
+    }
+
+    fn advance_open(&self, request: RequestHandle, port: u32, handle: ChannelHandle) -> Result<()> {
+        let (slot, generation, kind, dir) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
+        let fail = |status: Status| -> Result<()> {
+            let mut st = self.inner.live_state()?;
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.channel.binding.abandon_open();
+                ep.channel.side = None;
+            }
+            let _ = st.requests.complete(request, status, 0);
+            drop(st);
+            self.inner.free_side(handle);
+            Ok(())
+        };
+        // What the endpoint knows now.
+        let (connected, peer_id, peer_info, max_payload, timeout) = {
+            let st = self.inner.live_state()?;
+            let Some(ep) = st.endpoints.get(&port) else {
+                drop(st);
+                return fail(Status::MCAPI_ERR_ENDP_DELETED);
+            };
+            let b = &ep.channel.binding;
+            match b.early_open_status(kind, dir) {
+                Err(e) => {
+                    drop(st);
+                    return fail(e);
+                }
+                Ok(connected) => (
+                    connected,
+                    ep.channel.peer,
+                    b.peer_info().cloned(),
+                    ep.max_payload,
+                    ep.timeout,
+                ),
+            }
+        };
+        let Some(peer_id) = peer_id.filter(|_| connected) else {
+            return Ok(());
+        };
+        let peer = {
+            let st = self.inner.live_state()?;
+            let local =
+                (peer_id.domain(), peer_id.node()) == (self.inner.domain_id, self.inner.node_id);
+            if local {
+                None
+            } else {
+                st.peer_of.get(&(peer_id.domain(), peer_id.node())).copied()
+            }
+        };
+        // First time: open our fabric part and tell the other side.
+        let announce = {
+            let mut g = lock(&self.inner.channels.sides[slot]);
+            let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+                return Ok(());
+            };
+            if side.io.is_none() {
+                let io = match self.inner.open_side_io(kind, dir, max_payload) {
+                    Ok(io) => io,
+                    Err(_) => {
+                        drop(g);
+                        return fail(Status::MCAPI_ERR_GENERAL);
+                    }
+                };
+                let addr = io
+                    .ep
+                    .as_ref()
+                    .map(|e| e.address().to_vec())
+                    .unwrap_or_default();
+                if let SideData::Recv(r) = &io.data {
+                    let start = r.pool.addr();
+                    lock(&self.inner.channels.pools).push((start, start + r.pool.len(), slot));
+                }
+                side.io = Some(io);
+                side.timeout = timeout;
+                side.max_payload = match kind {
+                    ChannelKind::Packet => max_payload,
+                    ChannelKind::Scalar => 8,
+                };
+                Some(addr)
+            } else {
+                None
+            }
+        };
+        if let Some(addr) = announce {
+            let credits = match dir {
+                Direction::Receive => self.inner.config.recv_buffers as u64,
+                Direction::Send => 0,
+            };
+            if let Err(e) =
+                self.inner
+                    .channel_call(peer_id, op::OPENED, [credits, max_payload as u64, 0], addr)
+            {
+                return fail(match e {
+                    Status::MCAPI_ERR_TRANSMISSION | Status::MCAPI_TIMEOUT => {
+                        Status::MCAPI_ERR_GENERAL
+                    }
+                    e => e,
+                });
+            }
+        }
+        let Some(info) = peer_info else {
+            if peer.is_some() && !self.inner.peer_alive(peer) {
+                return fail(Status::MCAPI_ERR_GENERAL);
+            }
+            return Ok(());
+        };
+        // Both sides open: finish the fabric part and complete.
+        {
+            let mut g = lock(&self.inner.channels.sides[slot]);
+            let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+                return Ok(());
+            };
+            side.peer = peer;
+            if kind == ChannelKind::Packet && dir == Direction::Send {
+                side.max_payload = side.max_payload.min(info.max_payload);
+            }
+            let payload = side.max_payload;
+            let Some(io) = side.io.as_mut() else {
+                return Ok(());
+            };
+            if self.inner.connect_side_io(io, payload, &info).is_err() {
+                drop(g);
+                return fail(Status::MCAPI_ERR_GENERAL);
+            }
+            side.ready = true;
+        }
+        let mut st = self.inner.live_state()?;
+        if let Some(ep) = st.endpoints.get_mut(&port) {
+            ep.channel.binding.try_finish_open();
+        }
+        let _ = st.requests.complete(request, Status::MCAPI_SUCCESS, 0);
+        Ok(())
+    }
+
+    /// `mcapi_pktchan_recv_close_i`: closes the receive side; packets not yet received are
+    /// discarded, packets the application holds stay valid until released. Completes when
+    /// both sides have closed.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`,
+    /// `MCAPI_ERR_CHAN_NOTOPEN`, `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn pktchan_recv_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Packet, Direction::Receive)
+    }
+
+    /// `mcapi_pktchan_send_close_i`: closes the send side; packets sent stay to be received.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_close_i`].
+    pub fn pktchan_send_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Packet, Direction::Send)
+    }
+
+    /// `mcapi_sclchan_recv_close_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_close_i`].
+    pub fn sclchan_recv_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Scalar, Direction::Receive)
+    }
+
+    /// `mcapi_sclchan_send_close_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_close_i`].
+    pub fn sclchan_send_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Scalar, Direction::Send)
+    }
+
+    fn channel_close(
+        &self,
+        handle: ChannelHandle,
+        kind: ChannelKind,
+        dir: Direction,
+    ) -> Result<RequestHandle> {
+        drop(self.inner.live_state()?);
+        let (slot, generation, k, d) = handle.decode().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        if k != kind {
+            return Err(Status::MCAPI_ERR_CHAN_TYPE);
+        }
+        if d != dir {
+            return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
+        }
+        let (port, sent) = {
+            let g = lock(&self.inner.channels.sides[slot]);
+            let side = g
+                .as_ref()
+                .filter(|s| s.generation == generation)
+                .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            if side.io.is_none() || side.closed {
+                return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
+            }
+            let sent = match &side.io {
+                Some(SideIo {
+                    data: SideData::Send(s),
+                    ..
+                }) => s.next_seq.wrapping_add(s.queued.len() as u32),
+                _ => 0,
+            };
+            (side.port, sent)
+        };
+        let (req, peer_id) = {
+            let mut st = self.inner.live_state()?;
+            if st.requests.len() >= st.requests.capacity() {
+                return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
+            }
+            let ep = st
+                .endpoints
+                .get_mut(&port)
+                .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            ep.channel.binding.close(kind, dir)?;
+            let peer_id = ep.channel.peer;
+            (
+                st.requests
+                    .alloc(Req::Chan(ChanReq::Close { port, handle }))?,
+                peer_id,
+            )
+        };
+        let cancelled = {
+            let mut g = lock(&self.inner.channels.sides[slot]);
+            let mut cancelled = Vec::new();
+            if let Some(side) = g.as_mut() {
+                side.closed = true;
+                if let Some(SideIo {
+                    ep,
+                    data: SideData::Recv(r),
+                    ..
+                }) = &mut side.io
+                {
+                    // Packets not received yet are discarded.
+                    while let Some(item) = r.fifo.pop_front() {
+                        if kind == ChannelKind::Packet {
+                            let b = item.offset / r.buffer_size;
+                            if r.buffers.packet_released(b) {
+                                repost(ep, r, b);
+                            }
+                        }
+                    }
+                    cancelled.extend(r.pending.drain(..));
+                }
+            }
+            cancelled
+        };
+        {
+            let mut st = lock(&self.inner.state);
+            for h in cancelled {
+                let _ = st
+                    .requests
+                    .complete(h, Status::MCAPI_ERR_REQUEST_CANCELLED, 0);
+            }
+        }
+        if let Some(peer_id) = peer_id {
+            // A dead peer cannot answer: the close then completes with an error below.
+            let _ =
+                self.inner
+                    .channel_call(peer_id, op::CLOSED, [u64::from(sent), 0, 0], Vec::new());
+        }
+        self.advance_close(req, port, handle)?;
+        Ok(req)
+    }
+
+    fn advance_close(
+        &self,
+        request: RequestHandle,
+        port: u32,
+        handle: ChannelHandle,
+    ) -> Result<()> {
+        let (slot, generation, ..) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
+        let (peer, gone, drained) = {
+            let g = lock(&self.inner.channels.sides[slot]);
+            match g.as_ref().filter(|s| s.generation == generation) {
+                Some(side) => {
+                    let drained = match &side.io {
+                        Some(SideIo {
+                            data: SideData::Send(s),
+                            ..
+                        }) => s.queued.is_empty(),
+                        _ => true,
+                    };
+                    (side.peer, side.peer_gone, drained)
+                }
+                None => (None, None, true),
+            }
+        };
+        let peer_dead = peer.is_some() && !self.inner.peer_alive(peer);
+        let finished = {
+            let mut st = self.inner.live_state()?;
+            let Some(ep) = st.endpoints.get_mut(&port) else {
+                let _ = st.requests.complete(request, Status::MCAPI_ERR_GENERAL, 0);
+                return Ok(());
+            };
+            if peer_dead {
+                ep.channel.binding.peer_closed();
+            }
+            if !(drained || peer_dead) || !ep.channel.binding.try_finish_close() {
+                if gone.is_none() {
+                    return Ok(());
+                }
+                // The peer closed (its notice arrived on the control plane).
+                if !ep.channel.binding.is_peer_closed() || !ep.channel.binding.try_finish_close() {
+                    return Ok(());
+                }
+            }
+            ep.channel = EndpointChannel::default();
+            let status = if peer_dead {
+                Status::MCAPI_ERR_GENERAL
+            } else {
+                Status::MCAPI_SUCCESS
+            };
+            let _ = st.requests.complete(request, status, 0);
+            true
+        };
+        if finished {
+            self.inner.retire_side(handle);
+        }
+        Ok(())
+    }
+}
+
+impl NodeInner {
+    /// Frees a side slot at once (an open that never got its fabric part).
+    fn free_side(&self, handle: ChannelHandle) {
+        if let Some((slot, generation, ..)) = handle.decode() {
+            let mut g = lock(&self.channels.sides[slot]);
+            if g.as_ref().is_some_and(|s| s.generation == generation) {
+                *g = None;
+            }
+        }
+    }
+
+    /// A side whose channel is disconnected: its endpoint closes now; a receive pool with
+    /// packets the application still holds stays until they are released.
+    fn retire_side(&self, handle: ChannelHandle) {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return;
+        };
+        let mut g = lock(&self.channels.sides[slot]);
+        let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+            return;
+        };
+        let held = match &mut side.io {
+            Some(io) => {
+                io.ep = None;
+                match &io.data {
+                    SideData::Recv(r) => !r.held.is_empty(),
+                    _ => false,
+                }
+            }
+            None => false,
+        };
+        side.closed = true;
+        if !held {
+            *g = None;
+            lock(&self.channels.pools).retain(|p| p.2 != slot);
+        }
+    }
+
+    /// Completes pending `pktchan_recv_i` requests of a receive side from its FIFO.
+    fn serve_pending_recvs(&self, side: &mut Side) {
+        let Some(SideIo {
+            data: SideData::Recv(r),
+            ..
+        }) = &mut side.io
+        else {
+            return;
+        };
+        while !r.pending.is_empty() && !r.fifo.is_empty() {
+            let (Some(req), Some(item)) = (r.pending.pop_front(), r.fifo.pop_front()) else {
+                break;
+            };
+            r.held.insert(item.offset);
+            let addr = r.pool.addr() + item.offset;
+            DELIVERED.with(|d| d.borrow_mut().push((req, addr)));
+            COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, item.len)));
+        }
+    }
+}
+
+thread_local! {
+    /// Packets handed to completed `pktchan_recv_i` requests, moved into the node's table
+    /// with the completions.
+    static DELIVERED: std::cell::RefCell<Vec<(RequestHandle, usize)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Node {
+    /// `mcapi_pktchan_send`: sends one packet; blocks while the receiver's pool is full
+    /// (no credit) and until the provider is done with `data`. Packets up to the inject size
+    /// are injected; larger ones go out from `data` itself without a copy where the provider
+    /// allows (no `FI_MR_LOCAL`), else through the channel's registered staging buffers.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_PKT_SIZE`, `MCAPI_TIMEOUT` (endpoint timeout),
+    /// `MCAPI_ERR_TRANSMISSION` (the receiver closed or died).
+    pub fn pktchan_send(&self, handle: ChannelHandle, data: &[u8]) -> Result<()> {
+        let mut g = self
+            .inner
+            .side(handle, ChannelKind::Packet, Direction::Send)?;
+        let timeout = g.as_ref().map_or(None, |s| s.timeout);
+        let mut wait = ChannelWait::new(timeout);
+        loop {
+            let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            side.check_usable()?;
+            if data.len() > side.max_payload {
+                return Err(Status::MCAPI_ERR_PKT_SIZE);
+            }
+            side.progress();
+            if let Some(status) = side.peer_gone {
+                return Err(status);
+            }
+            match self.try_send_packet(side, data, &mut wait) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => {
+                    drop(g);
+                    self.inner.flush_completed();
+                    return Err(e);
+                }
+            }
+            drop(g);
+            self.inner.flush_completed();
+            self.channel_backoff(handle, &mut wait)?;
+            g = self
+                .inner
+                .side(handle, ChannelKind::Packet, Direction::Send)?;
+        }
+        drop(g);
+        self.inner.flush_completed();
+        Ok(())
+    }
+
+    /// One attempt to send a packet: `Ok(false)` when it must wait (no credit, provider busy).
+    fn try_send_packet(
+        &self,
+        side: &mut Side,
+        data: &[u8],
+        wait: &mut ChannelWait,
+    ) -> Result<bool> {
+        let peer = side.peer;
+        let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        let SideData::Send(s) = &mut io.data else {
+            return Err(Status::MCAPI_ERR_CHAN_INVALID);
+        };
+        if !s.queued.is_empty() || !s.credits.try_take() {
+            return Ok(false);
+        }
+        let seq = u64::from(s.next_seq);
+        let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
+        let posted = if data.len() <= s.inject_size {
+            ep.inject_data(data, seq, io.dest)
+        } else {
+            // Zero copy: the endpoint is lent to the send, which returns once the provider
+            // is done with `data` (or has closed the endpoint, if we must give up).
+            let ep = io.ep.take().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
+            s.zero_copy_done = false;
+            s.zero_copy_failed = false;
+            let cq = io.cq.clone();
+            let deadline = wait.deadline;
+            let mut polls = 0u32;
+            let mut backoff = Backoff::new();
+            let mut outcome = Ok(());
+            let (back, result) = ep.send_unregistered(data, seq, io.dest, CTX_ZERO_COPY, |_| {
+                let mut buf = [Completion::default(); 16];
+                if let Ok(n) = cq.read(&mut buf) {
+                    for c in &buf[..n] {
+                        if c.context() == CTX_ZERO_COPY {
+                            s.zero_copy_done = true;
+                        } else if c.context() & !CTX_MASK == CTX_CREDIT {
+                            let slot = (c.context() & CTX_MASK) as usize;
+                            let mut word = [0u8; 8];
+                            s.credit_slots.read(slot * 8, &mut word);
+                            s.credits.add(u64::from_le_bytes(word) as u32);
+                            // Re-posted after the send: the endpoint is lent out.
+                            s.credit_reposts.push(slot);
+                        }
+                    }
+                } else {
+                    s.zero_copy_failed = true;
+                }
+                if s.zero_copy_done || s.zero_copy_failed {
+                    return SendWait::Done;
+                }
+                polls += 1;
+                if polls % 1024 == 0 {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        outcome = Err(Status::MCAPI_TIMEOUT);
+                        return SendWait::Abandon;
+                    }
+                    if backoff.slow() && !self.inner.peer_alive(peer) {
+                        outcome = Err(Status::MCAPI_ERR_TRANSMISSION);
+                        return SendWait::Abandon;
+                    }
+                }
+                let _ = backoff.wait(None);
+                SendWait::Pending
+            });
+            io.ep = back;
+            match result {
+                Ok(()) if s.zero_copy_failed => {
+                    side.peer_gone = Some(Status::MCAPI_ERR_TRANSMISSION);
+                    return Err(Status::MCAPI_ERR_TRANSMISSION);
+                }
+                Ok(()) => {
+                    s.next_seq = s.next_seq.wrapping_add(1);
+                    io.repost_credit_slots();
+                    return Ok(true);
+                }
+                Err(e) if e.is_again() => Err(e),
+                Err(OfiError::InvalidArgument("send abandoned")) => {
+                    side.peer_gone = Some(Status::MCAPI_ERR_TRANSMISSION);
+                    return outcome.map(|_| false);
+                }
+                Err(OfiError::InvalidArgument(_)) => {
+                    // No zero copy here: copy into staging and send from there.
+                    let slot = match s.staging_free.pop() {
+                        Some(slot) => slot,
+                        None => {
+                            s.credits.untake();
+                            return Ok(false);
+                        }
+                    };
+                    let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
+                    s.staging.write(slot * side.max_payload, data);
+                    let buf = s
+                        .staging
+                        .slice(slot * side.max_payload, data.len())
+                        .map_err(ofi_status)?;
+                    let r = ep.send(buf, Some(seq), io.dest, CTX_STAGING | slot as u64);
+                    if r.is_err() {
+                        s.staging_free.push(slot);
+                    }
+                    r
+                }
+                Err(e) => Err(e),
+            }
+        };
+        match posted {
+            Ok(()) => {
+                s.next_seq = s.next_seq.wrapping_add(1);
+                Ok(true)
+            }
+            Err(e) if e.is_again() => {
+                s.credits.untake();
+                Ok(false)
+            }
+            Err(_) => {
+                s.credits.untake();
+                Err(Status::MCAPI_ERR_TRANSMISSION)
+            }
+        }
+    }
+
+    /// Waits between attempts of a blocking channel call; checks the timeout and, on the
+    /// slow path, that the other side's node is alive.
+    fn channel_backoff(&self, handle: ChannelHandle, wait: &mut ChannelWait) -> Result<()> {
+        wait.backoff.wait(wait.deadline)?;
+        if wait.backoff.slow() {
+            if let Some((slot, generation, kind, _)) = handle.decode() {
+                let peer = lock(&self.inner.channels.sides[slot])
+                    .as_ref()
+                    .filter(|s| s.generation == generation)
+                    .and_then(|s| s.peer);
+                if peer.is_some() && !self.inner.peer_alive(peer) {
+                    let mut g = lock(&self.inner.channels.sides[slot]);
+                    if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
+                        side.peer_gone.get_or_insert(side_status(kind));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `mcapi_pktchan_send_i`: sends one packet without blocking. The packet is copied into
+    /// the channel's registered staging buffers, so the request completes (and `data` may be
+    /// reused) as soon as it is handed to the fabric; while the receiver's pool is full it
+    /// stays pending, in order.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_PKT_SIZE`, `MCAPI_ERR_MEM_LIMIT` (all staging
+    /// buffers queued), `MCAPI_ERR_REQUEST_LIMIT`, `MCAPI_ERR_TRANSMISSION`.
+    pub fn pktchan_send_i(&self, handle: ChannelHandle, data: &[u8]) -> Result<RequestHandle> {
+        let req = {
+            let mut st = self.inner.live_state()?;
+            st.requests.alloc(Req::Chan(ChanReq::Send { handle }))?
+        };
+        let queued = (|| {
+            let mut g = self
+                .inner
+                .side(handle, ChannelKind::Packet, Direction::Send)?;
+            let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            side.check_usable()?;
+            if data.len() > side.max_payload {
+                return Err(Status::MCAPI_ERR_PKT_SIZE);
+            }
+            if let Some(status) = side.peer_gone {
+                return Err(status);
+            }
+            let payload = side.max_payload;
+            let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            let SideData::Send(s) = &mut io.data else {
+                return Err(Status::MCAPI_ERR_CHAN_INVALID);
+            };
+            let slot = s.staging_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+            s.staging.write(slot * payload, data);
+            s.queued.push_back((req, slot, data.len()));
+            side.progress();
+            Ok(())
+        })();
+        if let Err(e) = queued {
+            let mut st = lock(&self.inner.state);
+            let _ = st.requests.complete(req, e, 0);
+            let _ = st.requests.take_completed(req);
+            return Err(e);
+        }
+        self.inner.flush_completed();
+        Ok(req)
+    }
+
+    /// `mcapi_pktchan_recv`: the next packet, blocking until one arrives (or the endpoint
+    /// timeout passes). The packet stays in the channel's pool until released.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_TIMEOUT`, `MCAPI_ERR_TRANSMISSION` (the sender closed
+    /// and everything it sent was received, or it died).
+    pub fn pktchan_recv(&self, handle: ChannelHandle) -> Result<Packet> {
+        let mut wait = None;
+        loop {
+            {
+                let mut g = self
+                    .inner
+                    .side(handle, ChannelKind::Packet, Direction::Receive)?;
+                let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+                side.check_usable()?;
+                side.progress();
+                let wait = wait.get_or_insert_with(|| ChannelWait::new(side.timeout));
+                let _ = wait;
+                if let Some(p) = take_item(side)? {
+                    return Ok(p);
+                }
+            }
+            self.channel_backoff(handle, wait.as_mut().expect("set above"))?;
+        }
+    }
+
+    /// `mcapi_pktchan_recv_i`: a request that completes with the next packet; its address
+    /// comes from [`Node::received_packet`] once the request completed.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn pktchan_recv_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        {
+            let g = self
+                .inner
+                .side(handle, ChannelKind::Packet, Direction::Receive)?;
+            g.as_ref()
+                .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?
+                .check_usable()?;
+        }
+        let req = self
+            .inner
+            .live_state()?
+            .requests
+            .alloc(Req::Chan(ChanReq::Recv { handle }))?;
+        {
+            let mut g = self
+                .inner
+                .side(handle, ChannelKind::Packet, Direction::Receive)?;
+            if let Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) = g.as_mut().and_then(|s| s.io.as_mut())
+            {
+                r.pending.push_back(req);
+            }
+        }
+        self.progress_side(handle);
+        Ok(req)
+    }
+
+    /// The address of the packet a completed `pktchan_recv_i` request received (once).
+    pub fn received_packet(&self, request: RequestHandle) -> Option<usize> {
+        lock(&self.inner.state).delivered.remove(&request)
+    }
+
+    /// `mcapi_pktchan_available`: packets that can be received without waiting.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`.
+    pub fn pktchan_available(&self, handle: ChannelHandle) -> Result<usize> {
+        self.available(handle, ChannelKind::Packet)
+    }
+
+    /// `mcapi_sclchan_available`: scalars that can be received without waiting.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`.
+    pub fn sclchan_available(&self, handle: ChannelHandle) -> Result<usize> {
+        self.available(handle, ChannelKind::Scalar)
+    }
+
+    fn available(&self, handle: ChannelHandle, kind: ChannelKind) -> Result<usize> {
+        let mut g = self.inner.side(handle, kind, Direction::Receive)?;
+        let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        side.check_usable()?;
+        side.progress();
+        match &side.io {
+            Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) => Ok(r.fifo.len()),
+            _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
+        }
+    }
+
+    /// `mcapi_pktchan_release`: gives a received packet's buffer back (any order). Its pool
+    /// buffer is posted to the fabric again once all packets in it are released.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet this node holds.
+    pub fn pktchan_release(&self, addr: usize) -> Result<()> {
+        drop(self.inner.live_state()?);
+        let slot = self
+            .inner
+            .pool_slot(addr)
+            .ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
+        let mut g = lock(&self.inner.channels.sides[slot]);
+        let side = g.as_mut().ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
+        let open = !side.closed;
+        let Some(io) = side.io.as_mut() else {
+            return Err(Status::MCAPI_ERR_BUF_INVALID);
+        };
+        let SideData::Recv(r) = &mut io.data else {
+            return Err(Status::MCAPI_ERR_BUF_INVALID);
+        };
+        let offset = addr.wrapping_sub(r.pool.addr());
+        if !r.held.remove(&offset) {
+            return Err(Status::MCAPI_ERR_BUF_INVALID);
+        }
+        let b = offset / r.buffer_size;
+        if r.buffers.packet_released(b) {
+            repost(&io.ep, r, b);
+        }
+        if open {
+            if let Some(n) = r.returns.freed() {
+                io.return_credits(n);
+            }
+        } else if r.held.is_empty() && io.ep.is_none() {
+            // The last held packet of a disconnected channel: the pool goes now.
+            *g = None;
+            lock(&self.inner.channels.pools).retain(|p| p.2 != slot);
+        }
+        Ok(())
+    }
+
+    /// `mcapi_pktchan_release_test`: `Ok(true)` if the buffer at `addr` (inside a receive
+    /// pool of this node) is released, `Ok(false)` while the application still holds it.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_BUF_INVALID` for an address outside every receive pool of this node.
+    pub fn pktchan_release_test(&self, addr: usize) -> Result<bool> {
+        drop(self.inner.live_state()?);
+        let slot = self
+            .inner
+            .pool_slot(addr)
+            .ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
+        let g = lock(&self.inner.channels.sides[slot]);
+        match g.as_ref().and_then(|s| s.io.as_ref()) {
+            Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) => Ok(!r.held.contains(&addr.wrapping_sub(r.pool.addr()))),
+            _ => Ok(true),
+        }
+    }
+
+    /// The address range of the receive pool of `handle` (to check zero copy).
+    pub fn pktchan_pool_range(&self, handle: ChannelHandle) -> Result<std::ops::Range<usize>> {
+        let g = self
+            .inner
+            .side(handle, ChannelKind::Packet, Direction::Receive)?;
+        match g.as_ref().and_then(|s| s.io.as_ref()) {
+            Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) => Ok(r.pool.addr()..r.pool.addr() + r.pool.len()),
+            _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
+        }
+    }
+
+    /// `mcapi_sclchan_send_uint8/16/32/64`: sends the low `width` bytes (1, 2, 4 or 8) of
+    /// `value`; blocks while the channel FIFO is full.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_PARAMETER` (width), `MCAPI_TIMEOUT`,
+    /// `MCAPI_ERR_GENERAL` (the receiver closed or died).
+    pub fn sclchan_send(&self, handle: ChannelHandle, value: u64, width: usize) -> Result<()> {
+        if !matches!(width, 1 | 2 | 4 | 8) {
+            return Err(Status::MCAPI_ERR_PARAMETER);
+        }
+        let bytes = value.to_le_bytes();
+        let mut wait = None;
+        loop {
+            {
+                let mut g = self
+                    .inner
+                    .side(handle, ChannelKind::Scalar, Direction::Send)?;
+                let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+                side.check_usable()?;
+                if let Some(status) = side.peer_gone {
+                    return Err(status);
+                }
+                let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+                if let SideData::Send(s) = &mut io.data {
+                    if s.credits.try_take() {
+                        let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_GENERAL)?;
+                        match ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest) {
+                            Ok(()) => {
+                                s.next_seq = s.next_seq.wrapping_add(1);
+                                return Ok(());
+                            }
+                            Err(e) if e.is_again() => s.credits.untake(),
+                            Err(_) => {
+                                s.credits.untake();
+                                return Err(Status::MCAPI_ERR_GENERAL);
+                            }
+                        }
+                    }
+                }
+                let timeout = side.timeout;
+                side.progress();
+                wait.get_or_insert_with(|| ChannelWait::new(timeout));
+            }
+            self.channel_backoff(handle, wait.as_mut().expect("set above"))?;
+        }
+    }
+
+    /// `mcapi_sclchan_recv_uint8/16/32/64`: the next scalar, which must have been sent with
+    /// the same `width`; blocks until one arrives.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_TIMEOUT`, `MCAPI_ERR_GENERAL` for a width mismatch
+    /// (the scalar stays queued) or when the sender closed and everything was received, or
+    /// died.
+    pub fn sclchan_recv(&self, handle: ChannelHandle, width: usize) -> Result<u64> {
+        if !matches!(width, 1 | 2 | 4 | 8) {
+            return Err(Status::MCAPI_ERR_PARAMETER);
+        }
+        let mut wait = None;
+        loop {
+            {
+                let mut g = self
+                    .inner
+                    .side(handle, ChannelKind::Scalar, Direction::Receive)?;
+                let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+                side.check_usable()?;
+                let attempt = |side: &mut Side| -> Result<Option<u64>> {
+                    let gone = side.peer_gone;
+                    let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+                    let SideData::Recv(r) = &mut io.data else {
+                        return Err(Status::MCAPI_ERR_CHAN_INVALID);
+                    };
+                    if let Some(item) = r.fifo.front() {
+                        if item.len != width {
+                            return Err(Status::MCAPI_ERR_GENERAL);
+                        }
+                        let v = item.value;
+                        r.fifo.pop_front();
+                        if let Some(n) = r.returns.freed() {
+                            io.return_credits(n);
+                        }
+                        return Ok(Some(v));
+                    }
+                    if let Some(status) = gone {
+                        if r.peer_sent.is_none_or(|sent| r.received == sent) {
+                            return Err(status);
+                        }
+                    }
+                    if let Some(n) = r.returns.flush() {
+                        io.return_credits(n);
+                    }
+                    Ok(None)
+                };
+                if let Some(v) = attempt(side)? {
+                    return Ok(v);
+                }
+                side.progress();
+                if let Some(v) = attempt(side)? {
+                    return Ok(v);
+                }
+                let timeout = side.timeout;
+                wait.get_or_insert_with(|| ChannelWait::new(timeout));
+            }
+            self.channel_backoff(handle, wait.as_mut().expect("set above"))?;
+        }
+    }
+}
+
+/// Takes the next packet of a receive side for the application, or says why there is none.
+fn take_item(side: &mut Side) -> Result<Option<Packet>> {
+    let gone = side.peer_gone;
+    let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+    let SideData::Recv(r) = &mut io.data else {
+        return Err(Status::MCAPI_ERR_CHAN_INVALID);
+    };
+    if let Some(item) = r.fifo.pop_front() {
+        r.held.insert(item.offset);
+        return Ok(Some(Packet {
+            pool: r.pool.clone(),
+            offset: item.offset,
+            len: item.len,
+        }));
+    }
+    if let Some(status) = gone {
+        if r.peer_sent.is_none_or(|sent| r.received == sent) {
+            return Err(status);
+        }
+    }
+    // About to wait: report every free buffer, so the sender is not held back.
+    if let Some(n) = r.returns.flush() {
+        io.return_credits(n);
+    }
+    Ok(None)
+}
+
+impl SideIo {
+    /// Re-posts credit receives consumed while the endpoint was lent to a zero-copy send.
+    fn repost_credit_slots(&mut self) {
+        let SideData::Send(s) = &mut self.data else {
+            return;
+        };
+        let Some(ep) = &self.ep else { return };
+        while let Some(slot) = s.credit_reposts.pop() {
+            if let Ok(b) = s.credit_slots.slice(slot * 8, 8) {
+                let _ = ep.recv(b, FiAddr::UNSPEC, CTX_CREDIT | slot as u64);
+            }
+        }
+    }
+}
+
+impl NodeInner {
+    /// The side slot whose receive pool contains `addr`.
+    fn pool_slot(&self, addr: usize) -> Option<usize> {
+        lock(&self.channels.pools)
+            .iter()
+            .find(|p| (p.0..p.1).contains(&addr))
+            .map(|p| p.2)
+    }
+}
+
+impl Node {
+    /// `mcapi_cancel` of a channel request: a receive leaves the queue, a queued send is not
+    /// sent, an open is withdrawn.
+    pub(super) fn cancel_channel_request(&self, request: RequestHandle, c: ChanReq) {
+        match c {
+            ChanReq::Recv { handle } | ChanReq::Send { handle } => {
+                if let Some((slot, generation, ..)) = handle.decode() {
+                    let mut g = lock(&self.inner.channels.sides[slot]);
+                    if let Some(io) = g
+                        .as_mut()
+                        .filter(|s| s.generation == generation)
+                        .and_then(|s| s.io.as_mut())
+                    {
+                        match &mut io.data {
+                            SideData::Recv(r) => r.pending.retain(|&h| h != request),
+                            SideData::Send(s) => {
+                                if let Some(i) = s.queued.iter().position(|q| q.0 == request) {
+                                    if let Some((_, slot, _)) = s.queued.remove(i) {
+                                        s.staging_free.push(slot);
+                                    }
+                                }
+                            }
+                            SideData::Unconnected => {}
+                        }
+                    }
+                }
+            }
+            ChanReq::Open { port, handle } => {
+                if let Ok(mut st) = self.inner.live_state() {
+                    if let Some(ep) = st.endpoints.get_mut(&port) {
+                        ep.channel.binding.abandon_open();
+                        ep.channel.side = None;
+                    }
+                }
+                self.inner.free_side(handle);
+            }
+            ChanReq::Close { .. } | ChanReq::Connect => {}
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! Channels (spec 3.7, 3.8, 4.4, 4.5) without I/O: the life cycle of an endpoint's channel
+//! binding, the status flags it shows, the sender's credits, and the accounting that decides
+//! when a receive pool buffer may be posted to the fabric again.
+//!
+//! Life cycle of one endpoint (each side keeps its own [`Binding`]):
+//!
+//! ```text
+//!   unbound --connect--> connected --open--> open pending --peer opened--> open
+//!      ^                                                                    |
+//!      +---- peer closed <---- close pending <------------close------------+
+//! ```
+//!
+//! An open may come before the connect (the connect is made by a third node and the two
+//! opens need no order): it waits, and is checked against the channel type and direction
+//! when the connect arrives.
+
+use super::Status;
+
+/// Packet or scalar channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelKind {
+    /// Packets into system buffers (4.4).
+    Packet,
+    /// 8- to 64-bit scalars (4.5).
+    Scalar,
+}
+
+/// The side of a channel an endpoint is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The sending endpoint.
+    Send,
+    /// The receiving endpoint.
+    Receive,
+}
+
+/// `MCAPI_ENDP_ATTR_STATUS_*` flags (spec 3.16.13.8).
+pub mod status_flags {
+    /// One end of a connected channel.
+    pub const CONNECTED: u64 = 0x01;
+    /// A channel is open on this endpoint.
+    pub const OPEN: u64 = 0x02;
+    /// A channel open is pending.
+    pub const OPEN_PENDING: u64 = 0x04;
+    /// A channel close is pending.
+    pub const CLOSE_PENDING: u64 = 0x08;
+    /// Packet channel.
+    pub const PKTCHAN: u64 = 0x10;
+    /// Scalar channel.
+    pub const SCLCHAN: u64 = 0x20;
+    /// Send side.
+    pub const SEND: u64 = 0x40;
+    /// Receive side.
+    pub const RECEIVE: u64 = 0x80;
+}
+
+/// Where an endpoint's side of its channel is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Connected, not opened here yet.
+    Connected,
+    /// Opened here; waiting for the other side's open.
+    OpenPending,
+    /// Both sides open.
+    Open,
+    /// Closed here; waiting for the other side's close.
+    ClosePending,
+}
+
+/// An endpoint's channel state, `T` being what the other side told us when it opened
+/// (e.g. its fabric address).
+#[derive(Debug)]
+pub struct Binding<T> {
+    connection: Option<(ChannelKind, Direction)>,
+    /// An open made before the connect arrived.
+    early_open: Option<(ChannelKind, Direction)>,
+    phase: Phase,
+    peer_open: Option<T>,
+    peer_closed: bool,
+}
+
+impl<T> Default for Binding<T> {
+    fn default() -> Self {
+        Binding {
+            connection: None,
+            early_open: None,
+            phase: Phase::Connected,
+            peer_open: None,
+            peer_closed: false,
+        }
+    }
+}
+
+impl<T> Binding<T> {
+    /// Whether the endpoint is one end of a channel (connected, not yet disconnected).
+    pub fn is_connected(&self) -> bool {
+        self.connection.is_some()
+    }
+
+    /// The channel's type and this endpoint's direction, once connected.
+    pub fn connection(&self) -> Option<(ChannelKind, Direction)> {
+        self.connection
+    }
+
+    /// The phase of a connected endpoint.
+    pub fn phase(&self) -> Option<Phase> {
+        self.connection.map(|_| self.phase)
+    }
+
+    /// Whether a connect of this endpoint is allowed; `message_users` counts other nodes
+    /// that use the endpoint as a message destination (its "get reference count").
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_CLOSEPENDING` while a close is pending, `MCAPI_ERR_CHAN_CONNECTED`
+    /// when connected, `MCAPI_ERR_ENDP_GET_LIMIT` when other nodes send messages to it.
+    pub fn check_connect(&self, message_users: usize) -> Result<(), Status> {
+        match self.phase() {
+            Some(Phase::ClosePending) => Err(Status::MCAPI_ERR_CHAN_CLOSEPENDING),
+            Some(_) => Err(Status::MCAPI_ERR_CHAN_CONNECTED),
+            None if message_users > 0 => Err(Status::MCAPI_ERR_ENDP_GET_LIMIT),
+            None => Ok(()),
+        }
+    }
+
+    /// Connects the endpoint (after [`Binding::check_connect`]).
+    pub fn connect(&mut self, kind: ChannelKind, direction: Direction) {
+        self.connection = Some((kind, direction));
+        self.phase = Phase::Connected;
+        self.peer_closed = false;
+        if self.early_open.take().is_some() {
+            self.phase = Phase::OpenPending;
+        }
+    }
+
+    /// Undoes a connect that the other endpoint refused.
+    pub fn undo_connect(&mut self) {
+        if self.phase == Phase::Connected {
+            self.connection = None;
+        }
+    }
+
+    /// An open of the given type and direction made here.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`, `MCAPI_ERR_CHAN_OPENPENDING`,
+    /// `MCAPI_ERR_CHAN_OPEN`, `MCAPI_ERR_CHAN_CLOSEPENDING`.
+    pub fn open(&mut self, kind: ChannelKind, direction: Direction) -> Result<(), Status> {
+        let Some((k, d)) = self.connection else {
+            if self.early_open.is_some() {
+                return Err(Status::MCAPI_ERR_CHAN_OPENPENDING);
+            }
+            self.early_open = Some((kind, direction));
+            return Ok(());
+        };
+        if k != kind {
+            return Err(Status::MCAPI_ERR_CHAN_TYPE);
+        }
+        if d != direction {
+            return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
+        }
+        match self.phase {
+            Phase::Connected => {
+                self.phase = Phase::OpenPending;
+                Ok(())
+            }
+            Phase::OpenPending => Err(Status::MCAPI_ERR_CHAN_OPENPENDING),
+            Phase::Open => Err(Status::MCAPI_ERR_CHAN_OPEN),
+            Phase::ClosePending => Err(Status::MCAPI_ERR_CHAN_CLOSEPENDING),
+        }
+    }
+
+    /// The open made before the connect, if any: checked against the connection once it
+    /// arrives (`Ok(true)`: it now waits for the other side).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_TYPE` or `MCAPI_ERR_CHAN_DIRECTION` when the connect disagrees.
+    pub fn early_open_status(
+        &self,
+        kind: ChannelKind,
+        direction: Direction,
+    ) -> Result<bool, Status> {
+        match self.connection {
+            None => Ok(false),
+            Some((k, _)) if k != kind => Err(Status::MCAPI_ERR_CHAN_TYPE),
+            Some((_, d)) if d != direction => Err(Status::MCAPI_ERR_CHAN_DIRECTION),
+            Some(_) => Ok(true),
+        }
+    }
+
+    /// Withdraws an open that failed or was cancelled before completing.
+    pub fn abandon_open(&mut self) {
+        self.early_open = None;
+        if self.phase == Phase::OpenPending {
+            self.phase = Phase::Connected;
+        }
+    }
+
+    /// The other side opened and told us `info`.
+    pub fn peer_opened(&mut self, info: T) {
+        self.peer_open = Some(info);
+    }
+
+    /// What the other side told us when it opened.
+    pub fn peer_info(&self) -> Option<&T> {
+        self.peer_open.as_ref()
+    }
+
+    /// Completes a pending open once the other side has opened too.
+    pub fn try_finish_open(&mut self) -> bool {
+        if self.phase == Phase::OpenPending && self.peer_open.is_some() {
+            self.phase = Phase::Open;
+        }
+        self.phase == Phase::Open && self.connection.is_some()
+    }
+
+    /// A close made here.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`, `MCAPI_ERR_CHAN_NOTOPEN`.
+    pub fn close(&mut self, kind: ChannelKind, direction: Direction) -> Result<(), Status> {
+        let Some((k, d)) = self.connection else {
+            return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
+        };
+        if k != kind {
+            return Err(Status::MCAPI_ERR_CHAN_TYPE);
+        }
+        if d != direction {
+            return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
+        }
+        if self.phase != Phase::Open {
+            return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
+        }
+        self.phase = Phase::ClosePending;
+        Ok(())
+    }
+
+    /// The other side closed.
+    pub fn peer_closed(&mut self) {
+        self.peer_closed = true;
+    }
+
+    /// Whether the other side has closed.
+    pub fn is_peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
+    /// Disconnects once both sides have closed (`true`: the endpoint is unbound again).
+    pub fn try_finish_close(&mut self) -> bool {
+        if self.phase == Phase::ClosePending && self.peer_closed {
+            *self = Binding::default();
+            return true;
+        }
+        false
+    }
+
+    /// `MCAPI_ENDP_ATTR_STATUS`.
+    pub fn status_flags(&self) -> u64 {
+        use status_flags::*;
+        let Some((kind, direction)) = self.connection else {
+            return if self.early_open.is_some() {
+                OPEN_PENDING
+            } else {
+                0
+            };
+        };
+        let mut f = CONNECTED;
+        f |= match kind {
+            ChannelKind::Packet => PKTCHAN,
+            ChannelKind::Scalar => SCLCHAN,
+        };
+        f |= match direction {
+            Direction::Send => SEND,
+            Direction::Receive => RECEIVE,
+        };
+        f |= match self.phase {
+            Phase::Connected => 0,
+            Phase::OpenPending => OPEN_PENDING,
+            Phase::Open => OPEN,
+            Phase::ClosePending => OPEN | CLOSE_PENDING,
+        };
+        f
+    }
+}
+
+/// The sender's view of the receiver's free buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct SendCredits {
+    available: u32,
+}
+
+impl SendCredits {
+    /// Starts with the receiver's whole pool.
+    pub fn new(capacity: u32) -> SendCredits {
+        SendCredits {
+            available: capacity,
+        }
+    }
+
+    /// Takes one credit for a packet or scalar about to be sent.
+    pub fn try_take(&mut self) -> bool {
+        let ok = self.available > 0;
+        self.available -= u32::from(ok);
+        ok
+    }
+
+    /// Gives back a credit taken for a send the provider refused.
+    pub fn untake(&mut self) {
+        self.available += 1;
+    }
+
+    /// Credits the receiver returned.
+    pub fn add(&mut self, n: u32) {
+        self.available += n;
+    }
+
+    /// Credits held now.
+    pub fn available(&self) -> u32 {
+        self.available
+    }
+}
+
+/// The receiver's batching of returned credits: one small message per quarter of the pool,
+/// and everything at once when the receiver is about to wait (so a sender never waits for
+/// space that is free but unreported).
+#[derive(Debug, Clone, Copy)]
+pub struct CreditReturn {
+    unreported: u32,
+    batch: u32,
+}
+
+impl CreditReturn {
+    /// For a pool of `capacity` buffers.
+    pub fn new(capacity: u32) -> CreditReturn {
+        CreditReturn {
+            unreported: 0,
+            batch: capacity.div_ceil(4).max(1),
+        }
+    }
+
+    /// A buffer became free; `Some(n)`: return `n` credits now.
+    pub fn freed(&mut self) -> Option<u32> {
+        self.unreported += 1;
+        (self.unreported >= self.batch).then(|| std::mem::take(&mut self.unreported))
+    }
+
+    /// Everything not yet returned (the receiver is about to wait).
+    pub fn flush(&mut self) -> Option<u32> {
+        (self.unreported > 0).then(|| std::mem::take(&mut self.unreported))
+    }
+
+    /// Gives back credits whose message could not be sent now.
+    pub fn unflush(&mut self, n: u32) {
+        self.unreported += n;
+    }
+
+    /// Most credit messages that can be on their way at once (how many receives the sender
+    /// must keep posted for them): the sender holds at most the pool, and each message but
+    /// the flushes returns a batch.
+    pub fn max_in_flight(capacity: u32) -> u32 {
+        capacity.div_ceil(CreditReturn::new(capacity).batch) + 2
+    }
+}
+
+/// Which multi-receive buffers of a pool hold packets the application has not released,
+/// and which the provider still owns, so a buffer is posted again exactly when both are done
+/// with it.
+#[derive(Debug)]
+pub struct PoolBuffers {
+    /// Packets in each buffer that arrived and were not released yet.
+    held: Vec<u32>,
+    /// Whether the provider owns the buffer (posted and not yet released with
+    /// `FI_MULTI_RECV`).
+    posted: Vec<bool>,
+}
+
+impl PoolBuffers {
+    /// `n` buffers, all about to be posted.
+    pub fn new(n: usize) -> PoolBuffers {
+        PoolBuffers {
+            held: vec![0; n],
+            posted: vec![true; n],
+        }
+    }
+
+    /// A packet arrived in buffer `b`.
+    pub fn arrived(&mut self, b: usize) {
+        self.held[b] += 1;
+    }
+
+    /// The provider released buffer `b` (`FI_MULTI_RECV`); `true`: post it again now.
+    pub fn provider_released(&mut self, b: usize) -> bool {
+        self.posted[b] = false;
+        self.held[b] == 0
+    }
+
+    /// A packet of buffer `b` was released (by the application, or discarded);
+    /// `true`: post the buffer again now.
+    pub fn packet_released(&mut self, b: usize) -> bool {
+        self.held[b] = self.held[b].saturating_sub(1);
+        self.held[b] == 0 && !self.posted[b]
+    }
+
+    /// Buffer `b` was posted again.
+    pub fn reposted(&mut self, b: usize) {
+        self.posted[b] = true;
+    }
+
+    /// Buffers the provider owns now.
+    pub fn posted(&self) -> usize {
+        self.posted.iter().filter(|p| **p).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use status_flags::*;
+
+    #[test]
+    fn connect_open_close_cycle_shows_the_spec_flags() {
+        let mut b: Binding<u32> = Binding::default();
+        assert_eq!(b.status_flags(), 0);
+        b.check_connect(0).unwrap();
+        b.connect(ChannelKind::Packet, Direction::Receive);
+        assert_eq!(b.status_flags(), CONNECTED | PKTCHAN | RECEIVE);
+        assert_eq!(b.check_connect(0), Err(Status::MCAPI_ERR_CHAN_CONNECTED));
+        b.open(ChannelKind::Packet, Direction::Receive).unwrap();
+        assert_eq!(
+            b.open(ChannelKind::Packet, Direction::Receive),
+            Err(Status::MCAPI_ERR_CHAN_OPENPENDING)
+        );
+        assert!(!b.try_finish_open());
+        assert_eq!(b.status_flags() & OPEN_PENDING, OPEN_PENDING);
+        b.peer_opened(7);
+        assert!(b.try_finish_open());
+        assert_eq!(b.status_flags(), CONNECTED | PKTCHAN | RECEIVE | OPEN);
+        assert_eq!(
+            b.open(ChannelKind::Packet, Direction::Receive),
+            Err(Status::MCAPI_ERR_CHAN_OPEN)
+        );
+        b.close(ChannelKind::Packet, Direction::Receive).unwrap();
+        assert_eq!(b.check_connect(0), Err(Status::MCAPI_ERR_CHAN_CLOSEPENDING));
+        assert_eq!(b.status_flags() & CLOSE_PENDING, CLOSE_PENDING);
+        assert!(!b.try_finish_close());
+        b.peer_closed();
+        assert!(b.try_finish_close());
+        assert_eq!(b.status_flags(), 0);
+        b.check_connect(0).unwrap();
+    }
+
+    #[test]
+    fn wrong_type_or_direction_is_refused_and_changes_nothing() {
+        let mut b: Binding<()> = Binding::default();
+        b.connect(ChannelKind::Scalar, Direction::Send);
+        let before = b.status_flags();
+        assert_eq!(
+            b.open(ChannelKind::Packet, Direction::Send),
+            Err(Status::MCAPI_ERR_CHAN_TYPE)
+        );
+        assert_eq!(
+            b.open(ChannelKind::Scalar, Direction::Receive),
+            Err(Status::MCAPI_ERR_CHAN_DIRECTION)
+        );
+        assert_eq!(
+            b.close(ChannelKind::Scalar, Direction::Send),
+            Err(Status::MCAPI_ERR_CHAN_NOTOPEN)
+        );
+        assert_eq!(b.status_flags(), before);
+    }
+
+    #[test]
+    fn an_open_before_the_connect_waits_and_is_checked_when_it_arrives() {
+        let mut b: Binding<()> = Binding::default();
+        b.open(ChannelKind::Packet, Direction::Send).unwrap();
+        assert_eq!(
+            b.early_open_status(ChannelKind::Packet, Direction::Send),
+            Ok(false)
+        );
+        assert_eq!(b.status_flags(), OPEN_PENDING);
+        b.connect(ChannelKind::Packet, Direction::Receive);
+        assert_eq!(
+            b.early_open_status(ChannelKind::Packet, Direction::Send),
+            Err(Status::MCAPI_ERR_CHAN_DIRECTION)
+        );
+        b.abandon_open();
+        assert_eq!(b.phase(), Some(Phase::Connected));
+    }
+
+    #[test]
+    fn message_users_block_a_connect() {
+        let b: Binding<()> = Binding::default();
+        assert_eq!(b.check_connect(2), Err(Status::MCAPI_ERR_ENDP_GET_LIMIT));
+    }
+
+    #[test]
+    fn credits_return_in_batches_and_on_flush() {
+        let mut r = CreditReturn::new(64);
+        for _ in 0..15 {
+            assert_eq!(r.freed(), None);
+        }
+        assert_eq!(r.freed(), Some(16));
+        assert_eq!(r.freed(), None);
+        assert_eq!(r.flush(), Some(1));
+        assert_eq!(r.flush(), None);
+        assert!(CreditReturn::max_in_flight(64) >= 4);
+        let mut s = SendCredits::new(2);
+        assert!(s.try_take() && s.try_take() && !s.try_take());
+        s.add(1);
+        assert!(s.try_take());
+    }
+
+    #[test]
+    fn a_buffer_is_reposted_when_both_provider_and_application_are_done() {
+        let mut p = PoolBuffers::new(2);
+        p.arrived(0);
+        p.arrived(0);
+        assert!(!p.provider_released(0));
+        assert!(!p.packet_released(0));
+        assert!(p.packet_released(0));
+        p.reposted(0);
+        assert_eq!(p.posted(), 2);
+        // Released by the application first, then by the provider.
+        p.arrived(1);
+        assert!(!p.packet_released(1));
+        assert!(p.provider_released(1));
+    }
+}

@@ -1,0 +1,445 @@
+//! Packet and scalar channels between nodes over real providers (shm and tcp), one test at a
+//! time: nodes are threads of this process here; `processes.rs` covers separate processes.
+
+use mcapi::config::Config;
+use mcapi::semantics::channel::status_flags as flag;
+use mcapi::{ChannelHandle, EndpointId, Node, RequestHandle, Status};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static FABRIC: Mutex<()> = Mutex::new(());
+const WAIT: Option<Duration> = Some(Duration::from_secs(20));
+const ATTR_STATUS: u32 = 8;
+const ATTR_MAX_PAYLOAD: u32 = 1;
+const ATTR_PRIORITY: u32 = 5;
+
+fn config(provider: &str, job: &str) -> Config {
+    let mut c = Config::defaults();
+    c.provider = Some(provider.into());
+    c.job = format!("{job}-{}", std::process::id());
+    c.recv_buffers = 16;
+    c
+}
+
+fn providers() -> Vec<&'static str> {
+    let mut v = vec!["shm", "tcp"];
+    v.retain(|p| mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok());
+    v
+}
+
+struct Pair {
+    a: Node,
+    b: Node,
+    third: Node,
+    tx: EndpointId,
+    rx: EndpointId,
+}
+
+impl Pair {
+    fn new(prov: &str, job: &str, base: u32) -> Pair {
+        let cfg = config(prov, job);
+        let a = Node::initialize(0, base, cfg.clone()).unwrap();
+        let b = Node::initialize(0, base + 1, cfg.clone()).unwrap();
+        let third = Node::initialize(0, base + 2, cfg).unwrap();
+        let tx = a.endpoint_create(10).unwrap();
+        let rx = b.endpoint_create(20).unwrap();
+        Pair {
+            a,
+            b,
+            third,
+            tx,
+            rx,
+        }
+    }
+
+    fn finalize(self) {
+        self.a.finalize().unwrap();
+        self.b.finalize().unwrap();
+        self.third.finalize().unwrap();
+    }
+}
+
+/// A third node gets both endpoints and connects them (spec 7.1), then both sides open
+/// (receiver first or sender first) and wait.
+fn open(p: &Pair, scalar: bool, receiver_first: bool) -> (ChannelHandle, ChannelHandle) {
+    let s = p.third.endpoint_get(0, p.tx.node(), 10, WAIT).unwrap();
+    let r = p.third.endpoint_get(0, p.rx.node(), 20, WAIT).unwrap();
+    let c = if scalar {
+        p.third.sclchan_connect_i(s, r)
+    } else {
+        p.third.pktchan_connect_i(s, r)
+    }
+    .unwrap();
+    p.third.wait(c, None, WAIT).unwrap();
+    let open_rx = |n: &Node| {
+        if scalar {
+            n.sclchan_recv_open_i(p.rx)
+        } else {
+            n.pktchan_recv_open_i(p.rx)
+        }
+        .unwrap()
+    };
+    let open_tx = |n: &Node| {
+        if scalar {
+            n.sclchan_send_open_i(p.tx)
+        } else {
+            n.pktchan_send_open_i(p.tx)
+        }
+        .unwrap()
+    };
+    let ((hr, qr), (hs, qs)) = if receiver_first {
+        let r = open_rx(&p.b);
+        (r, open_tx(&p.a))
+    } else {
+        let s = open_tx(&p.a);
+        (open_rx(&p.b), s)
+    };
+    let a = p.a.clone();
+    let waiter = std::thread::spawn(move || a.wait(qs, None, WAIT));
+    p.b.wait(qr, None, WAIT).unwrap();
+    waiter.join().unwrap().unwrap();
+    (hs, hr)
+}
+
+fn close(p: &Pair, hs: ChannelHandle, hr: ChannelHandle, scalar: bool) {
+    let (qs, qr): (RequestHandle, RequestHandle) = if scalar {
+        (
+            p.a.sclchan_send_close_i(hs).unwrap(),
+            p.b.sclchan_recv_close_i(hr).unwrap(),
+        )
+    } else {
+        (
+            p.a.pktchan_send_close_i(hs).unwrap(),
+            p.b.pktchan_recv_close_i(hr).unwrap(),
+        )
+    };
+    p.b.wait(qr, None, WAIT).unwrap();
+    p.a.wait(qs, None, WAIT).unwrap();
+}
+
+#[test]
+fn packets_of_every_size_arrive_in_order_zero_copy() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "pkt", 10);
+        let (hs, hr) = open(&p, false, true);
+        let pool = p.b.pktchan_pool_range(hr).unwrap();
+        let sizes = [0usize, 1, 64, 4096, 64 * 1024 - 1, 64 * 1024];
+        for (i, &n) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+            p.a.pktchan_send(hs, &data).unwrap();
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.len(), n, "{prov} size {n}");
+            assert_eq!(pkt.to_vec(), data, "{prov} size {n}");
+            assert!(
+                pool.contains(&pkt.addr()),
+                "{prov}: packet not inside the pool"
+            );
+            p.b.pktchan_release(pkt.addr()).unwrap();
+            assert_eq!(
+                p.b.pktchan_release(pkt.addr()),
+                Err(Status::MCAPI_ERR_BUF_INVALID)
+            );
+        }
+        assert_eq!(
+            p.a.pktchan_send(hs, &vec![0u8; 64 * 1024 + 1]),
+            Err(Status::MCAPI_ERR_PKT_SIZE)
+        );
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
+#[test]
+fn held_packets_block_the_sender_until_released_out_of_order() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "hold", 20);
+        let (hs, hr) = open(&p, false, false);
+        // 16 receive buffers: the receiver holds all of them.
+        let a = p.a.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..40u32 {
+                a.pktchan_send(hs, &vec![i as u8; 1000 + i as usize])
+                    .unwrap();
+            }
+        });
+        let mut held = Vec::new();
+        for i in 0..16u32 {
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.to_vec(), vec![i as u8; 1000 + i as usize]);
+            held.push(pkt);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!sender.is_finished(), "{prov}: sender did not block");
+        assert_eq!(p.b.pktchan_available(hr).unwrap(), 0);
+        assert!(!p.b.pktchan_release_test(held[3].addr()).unwrap());
+        // Release in reverse order; the rest flows.
+        while let Some(pkt) = held.pop() {
+            p.b.pktchan_release(pkt.addr()).unwrap();
+            assert!(p.b.pktchan_release_test(pkt.addr()).unwrap());
+        }
+        for i in 16..40u32 {
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.to_vec(), vec![i as u8; 1000 + i as usize], "{prov}");
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        sender.join().unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
+#[test]
+fn nonblocking_packets_and_many_packets_lose_nothing() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "pkti", 30);
+        let (hs, hr) = open(&p, false, true);
+        let r = p.b.pktchan_recv_i(hr).unwrap();
+        assert_eq!(p.b.test(r, None).unwrap(), None);
+        let s = p.a.pktchan_send_i(hs, b"hello").unwrap();
+        p.a.wait(s, None, WAIT).unwrap();
+        assert_eq!(p.b.wait(r, None, WAIT).unwrap(), 5);
+        let addr = p.b.received_packet(r).unwrap();
+        p.b.pktchan_release(addr).unwrap();
+        let count: u32 = if prov == "shm" { 100_000 } else { 20_000 };
+        let a = p.a.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..count {
+                a.pktchan_send(hs, &i.to_le_bytes()).unwrap();
+            }
+        });
+        for i in 0..count {
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.to_vec(), i.to_le_bytes(), "{prov}");
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        sender.join().unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
+#[test]
+fn scalars_of_every_width_in_order_and_width_mismatch_is_an_error() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "scl", 40);
+        let (hs, hr) = open(&p, true, false);
+        let count: u64 = if prov == "shm" { 100_000 } else { 20_000 };
+        for width in [1usize, 2, 4, 8] {
+            let a = p.a.clone();
+            let mask = if width == 8 {
+                u64::MAX
+            } else {
+                (1 << (8 * width)) - 1
+            };
+            let sender = std::thread::spawn(move || {
+                for i in 0..count {
+                    a.sclchan_send(hs, i.wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask, width)
+                        .unwrap();
+                }
+            });
+            for i in 0..count {
+                let v = p.b.sclchan_recv(hr, width).unwrap();
+                assert_eq!(
+                    v,
+                    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask,
+                    "{prov} w{width}"
+                );
+            }
+            sender.join().unwrap();
+        }
+        p.a.sclchan_send(hs, 0xABCD, 2).unwrap();
+        let start = Instant::now();
+        while p.b.sclchan_available(hr).unwrap() == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+        assert_eq!(p.b.sclchan_recv(hr, 4), Err(Status::MCAPI_ERR_GENERAL));
+        assert_eq!(
+            p.b.sclchan_recv(hr, 2),
+            Ok(0xABCD),
+            "mismatch left it queued"
+        );
+        close(&p, hs, hr, true);
+        p.finalize();
+    }
+}
+
+#[test]
+fn close_reconnect_and_status_flags_at_each_step() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "cycle", 50);
+        assert_eq!(p.b.endpoint_get_attribute(p.rx, ATTR_STATUS).unwrap(), 0);
+        for round in 0..2 {
+            let scalar = round == 1;
+            let (hs, hr) = open(&p, scalar, round == 0);
+            let kind = if scalar { flag::SCLCHAN } else { flag::PKTCHAN };
+            assert_eq!(
+                p.b.endpoint_get_attribute(p.rx, ATTR_STATUS).unwrap(),
+                flag::CONNECTED | flag::OPEN | flag::RECEIVE | kind
+            );
+            assert_eq!(
+                p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(),
+                flag::CONNECTED | flag::OPEN | flag::SEND | kind
+            );
+            // From another node too.
+            assert_eq!(
+                p.third.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(),
+                flag::CONNECTED | flag::OPEN | flag::SEND | kind
+            );
+            assert_eq!(
+                p.b.endpoint_delete(p.rx),
+                Err(Status::MCAPI_ERR_CHAN_CONNECTED)
+            );
+            assert_eq!(
+                p.b.endpoint_set_attribute(p.rx, ATTR_PRIORITY, 1),
+                Err(Status::MCAPI_ERR_CHAN_CONNECTED)
+            );
+            // Sender closes first: close pending until the receiver closes.
+            let qs = if scalar {
+                p.a.sclchan_send_close_i(hs)
+            } else {
+                p.a.pktchan_send_close_i(hs)
+            }
+            .unwrap();
+            assert_eq!(p.a.test(qs, None).unwrap(), None);
+            let f = p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap();
+            assert_eq!(f & flag::CLOSE_PENDING, flag::CLOSE_PENDING);
+            let qr = if scalar {
+                p.b.sclchan_recv_close_i(hr)
+            } else {
+                p.b.pktchan_recv_close_i(hr)
+            }
+            .unwrap();
+            p.b.wait(qr, None, WAIT).unwrap();
+            p.a.wait(qs, None, WAIT).unwrap();
+            assert_eq!(p.b.endpoint_get_attribute(p.rx, ATTR_STATUS).unwrap(), 0);
+            assert_eq!(p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(), 0);
+            assert_eq!(
+                p.a.pktchan_send(hs, b"x"),
+                Err(Status::MCAPI_ERR_CHAN_INVALID),
+                "closed handle"
+            );
+        }
+        // Back to a message endpoint.
+        let to = p.a.endpoint_get(0, p.rx.node(), 20, WAIT).unwrap();
+        p.a.msg_send(p.tx, to, b"msg", 1).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(p.b.msg_recv(p.rx, &mut buf).unwrap(), 3);
+        p.finalize();
+    }
+}
+
+#[test]
+fn errors_tables_of_connect_open_send_recv_close() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let prov = providers()[0];
+    let p = Pair::new(prov, "errs", 60);
+    let other = p.b.endpoint_create(21).unwrap();
+    p.b.endpoint_set_attribute(p.rx, 9, 200).unwrap();
+    // Connect: same endpoint twice, unknown endpoint, incompatible attributes.
+    assert_eq!(
+        p.a.pktchan_connect_i(p.tx, p.tx),
+        Err(Status::MCAPI_ERR_ENDP_INVALID)
+    );
+    let ghost = EndpointId::encode(0, p.rx.node(), 999).unwrap();
+    assert_eq!(
+        p.a.pktchan_connect_i(p.tx, ghost),
+        Err(Status::MCAPI_ERR_ENDP_INVALID)
+    );
+    p.b.endpoint_set_attribute(other, ATTR_MAX_PAYLOAD, 1024)
+        .unwrap();
+    assert_eq!(
+        p.a.pktchan_connect_i(p.tx, other),
+        Err(Status::MCAPI_ERR_ATTR_INCOMPATIBLE)
+    );
+    p.b.endpoint_set_attribute(other, ATTR_MAX_PAYLOAD, 64 * 1024)
+        .unwrap();
+    p.b.endpoint_set_attribute(other, ATTR_PRIORITY, 3).unwrap();
+    assert_eq!(
+        p.a.pktchan_connect_i(p.tx, other),
+        Err(Status::MCAPI_ERR_ATTR_INCOMPATIBLE)
+    );
+    assert_eq!(
+        p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(),
+        0,
+        "unchanged"
+    );
+    // A good connect, then a second connection on either endpoint.
+    let c = p.a.pktchan_connect_i(p.tx, p.rx).unwrap();
+    p.a.wait(c, None, WAIT).unwrap();
+    assert_eq!(
+        p.a.pktchan_connect_i(p.tx, other),
+        Err(Status::MCAPI_ERR_CHAN_CONNECTED)
+    );
+    // Open with the wrong type or direction.
+    assert_eq!(
+        p.b.sclchan_recv_open_i(p.rx).err(),
+        Some(Status::MCAPI_ERR_CHAN_TYPE)
+    );
+    assert_eq!(
+        p.b.pktchan_send_open_i(p.rx).err(),
+        Some(Status::MCAPI_ERR_CHAN_DIRECTION)
+    );
+    assert_eq!(
+        p.b.pktchan_recv_open_i(p.tx).err(),
+        Some(Status::MCAPI_ERR_ENDP_INVALID),
+        "another node's endpoint"
+    );
+    let (hr, qr) = p.b.pktchan_recv_open_i(p.rx).unwrap();
+    assert_eq!(
+        p.b.pktchan_recv_open_i(p.rx).err(),
+        Some(Status::MCAPI_ERR_CHAN_OPENPENDING)
+    );
+    // Not usable before both sides are open.
+    assert_eq!(
+        p.b.pktchan_recv(hr).err(),
+        Some(Status::MCAPI_ERR_CHAN_INVALID)
+    );
+    let (hs, qs) = p.a.pktchan_send_open_i(p.tx).unwrap();
+    p.a.wait(qs, None, WAIT).unwrap();
+    p.b.wait(qr, None, WAIT).unwrap();
+    assert_eq!(
+        p.b.pktchan_recv_open_i(p.rx).err(),
+        Some(Status::MCAPI_ERR_CHAN_OPEN)
+    );
+    // Handles: garbage, wrong kind, wrong direction.
+    let garbage = ChannelHandle::from_raw(0xdead_beef);
+    assert_eq!(
+        p.a.pktchan_send(garbage, b"x"),
+        Err(Status::MCAPI_ERR_CHAN_INVALID)
+    );
+    assert_eq!(
+        p.a.sclchan_send(hs, 1, 8),
+        Err(Status::MCAPI_ERR_CHAN_INVALID)
+    );
+    assert_eq!(
+        p.a.pktchan_recv_close_i(hs).err(),
+        Some(Status::MCAPI_ERR_CHAN_DIRECTION)
+    );
+    assert_eq!(
+        p.a.sclchan_send_close_i(hs).err(),
+        Some(Status::MCAPI_ERR_CHAN_TYPE)
+    );
+    assert_eq!(
+        p.b.pktchan_release(0x1000),
+        Err(Status::MCAPI_ERR_BUF_INVALID)
+    );
+    assert_eq!(
+        p.b.pktchan_release_test(0x1000),
+        Err(Status::MCAPI_ERR_BUF_INVALID)
+    );
+    // The endpoint timeout (set before the connect) bounds a blocking receive.
+    let t = Instant::now();
+    assert_eq!(p.b.pktchan_recv(hr).err(), Some(Status::MCAPI_TIMEOUT));
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    close(&p, hs, hr, false);
+    assert_eq!(
+        p.a.pktchan_send_close_i(hs).err(),
+        Some(Status::MCAPI_ERR_CHAN_INVALID)
+    );
+    p.finalize();
+}
