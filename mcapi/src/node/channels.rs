@@ -485,7 +485,7 @@ impl NodeInner {
     }
 
     /// Completes the requests that side operations finished.
-    fn flush_completed(&self) {
+    pub(super) fn flush_completed(&self) {
         if COMPLETED.with(|c| c.borrow().is_empty()) {
             return;
         }

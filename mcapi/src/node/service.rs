@@ -116,6 +116,7 @@ pub(super) fn background_progress(node: Weak<NodeInner>) {
         let busy = node.progress_counting(&mut st) > 0;
         drop(st);
         let busy = node.channels.progress_idle() > 0 || busy;
+        node.flush_completed();
         pause = if busy {
             Duration::from_micros(100)
         } else {
