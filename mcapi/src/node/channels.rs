@@ -1387,7 +1387,7 @@ impl Node {
         let mut g = self
             .inner
             .side(handle, ChannelKind::Packet, Direction::Send)?;
-        let timeout = g.as_ref().map_or(None, |s| s.timeout);
+        let timeout = g.as_ref().and_then(|s| s.timeout);
         let mut wait = ChannelWait::new(timeout);
         loop {
             let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
@@ -1472,7 +1472,7 @@ impl Node {
                     return SendWait::Done;
                 }
                 polls += 1;
-                if polls % 1024 == 0 {
+                if polls.is_multiple_of(1024) {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         outcome = Err(Status::MCAPI_TIMEOUT);
                         return SendWait::Abandon;
