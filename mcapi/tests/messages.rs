@@ -703,7 +703,7 @@ fn errors_tables() {
         ),
         (
             "endpoint_set_attribute: read-only",
-            Box::new(|| a.endpoint_set_attribute(ep, A::MaxPayloadSize as u32, 1)),
+            Box::new(|| a.endpoint_set_attribute(ep, A::NumRecvBuffers as u32, 1)),
             Status::MCAPI_ERR_ATTR_READONLY,
         ),
         (
