@@ -24,6 +24,12 @@ pub mod node;
 pub mod request;
 pub mod support;
 
+pub use endpoint::*;
+pub use msg::*;
+pub use node::*;
+pub use request::*;
+pub use support::*;
+
 use crate::semantics::endpoint_id::{MAX_PORT, PORT_ANY};
 use crate::semantics::{EndpointId, Status};
 use crate::{Node, MAX_MSG_SIZE, NUM_PRIORITIES};
@@ -81,9 +87,9 @@ pub const MCAPI_NODE_INVALID: mcapi_node_t = u32::MAX;
 pub const MCAPI_RETURN_VALUE_INVALID: mcapi_uint_t = u32::MAX;
 /// `MCAPI_MAX_MSG_SIZE`: the largest message accepted.
 pub const MCAPI_MAX_MSG_SIZE: usize = MAX_MSG_SIZE;
-/// `MCAPI_MAX_PKT_SIZE`: the largest packet accepted (the channels issue may change it;
-/// the header check follows this constant).
-pub const MCAPI_MAX_PKT_SIZE: usize = MAX_MSG_SIZE;
+/// `MCAPI_MAX_PKT_SIZE`: the largest packet accepted. Mirrors the packet channels' limit
+/// (4 MiB) until their C exports land and this can name it.
+pub const MCAPI_MAX_PKT_SIZE: usize = 4 << 20;
 /// `MCAPI_MAX_PRIORITY`: the largest valid priority value (the lowest priority).
 pub const MCAPI_MAX_PRIORITY: u32 = NUM_PRIORITIES - 1;
 /// `MCAPI_MAX_ENDPOINTS`: an upper bound on a node's endpoints. The real limit is lower and
@@ -94,6 +100,24 @@ pub const MCAPI_MAX_ENDPOINTS: u32 = 2048;
 pub const MCAPI_BUF_ALIGN: usize = 64;
 /// `MCAPI_MAX_STATUS_MSG_LEN`: a buffer this long holds every status name and its NUL.
 pub const MCAPI_MAX_STATUS_MSG_LEN: usize = 32;
+/// `MCAPI_ENDP_ATTR_STATE_BUFFER` (an ABB extension this implementation does not offer).
+pub const MCAPI_ENDP_ATTR_STATE_BUFFER: u32 = 1;
+/// `MCAPI_ENDP_ATTR_SHARED_MEMORY` (not offered).
+pub const MCAPI_ENDP_ATTR_SHARED_MEMORY: u32 = 1;
+/// `MCAPI_ENDP_ATTR_REMOTE_MEMORY` (not offered).
+pub const MCAPI_ENDP_ATTR_REMOTE_MEMORY: u32 = 2;
+/// The `MCAPI_ENDP_ATTR_STATUS_*` flags (spec 3.16.13.8), by C name. The same values as
+/// the channel state's flags, which the channels' C exports can name when they land.
+pub const MCAPI_ENDP_ATTR_STATUS_FLAGS: [(&str, u32); 8] = [
+    ("MCAPI_ENDP_ATTR_STATUS_CONNECTED", 0x01),
+    ("MCAPI_ENDP_ATTR_STATUS_OPEN", 0x02),
+    ("MCAPI_ENDP_ATTR_STATUS_OPEN_PENDING", 0x04),
+    ("MCAPI_ENDP_ATTR_STATUS_CLOSE_PENDING", 0x08),
+    ("MCAPI_ENDP_ATTR_STATUS_PKTCHAN", 0x10),
+    ("MCAPI_ENDP_ATTR_STATUS_SCLCHAN", 0x20),
+    ("MCAPI_ENDP_ATTR_STATUS_SEND", 0x40),
+    ("MCAPI_ENDP_ATTR_STATUS_RECEIVE", 0x80),
+];
 /// Ports a node has: `0..=MAX_PORT` (`mcapi_info_t.number_of_ports`).
 pub const NUMBER_OF_PORTS: u32 = MAX_PORT + 1;
 

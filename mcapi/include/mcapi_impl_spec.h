@@ -1,0 +1,82 @@
+/*
+ * mcapi_impl_spec.h - implementation-specific types and constants of libmcapi
+ * (MCAPI 2.000 over libfabric). Included by mcapi.h.
+ *
+ * Values are checked against the Rust side by mcapi/tests/c_abi.rs; what they mean is in
+ * docs/c-abi.md and docs/implementation-defined.md.
+ */
+#ifndef MCAPI_IMPL_SPEC_H
+#define MCAPI_IMPL_SPEC_H
+
+#include "mca.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Handles: plain 64-bit values, comparable with ==, validated on every use (a garbage,
+ * stale or deleted handle is reported as invalid, never mistaken for another object).
+ * An endpoint value names <domain, node, port> and means the same on every node, so it
+ * can be sent to another node in a message. */
+typedef uint64_t mcapi_endpoint_t;
+typedef uint64_t mcapi_pktchan_recv_hndl_t;
+typedef uint64_t mcapi_pktchan_send_hndl_t;
+typedef uint64_t mcapi_sclchan_recv_hndl_t;
+typedef uint64_t mcapi_sclchan_send_hndl_t;
+typedef mca_request_t mcapi_request_t;
+
+/* Limits. */
+#define MCAPI_MAX_MSG_SIZE 65536     /* largest message (bytes) */
+#define MCAPI_MAX_PKT_SIZE 4194304   /* largest packet (bytes) */
+#define MCAPI_MAX_PRIORITY 7         /* largest valid priority value; 0 is the highest */
+#define MCAPI_MAX_ENDPOINTS 2048     /* upper bound per node; the provider's is lower */
+#define MCAPI_MAX_STATUS_MSG_LEN 32  /* mcapi_display_status buffer for any name */
+#define MCAPI_MAX_REQUESTS 16777216  /* largest mcapi_param_t.request_table_size */
+#define MCAPI_MAX_RECV_BUFFERS 16384 /* largest mcapi_param_t.recv_buffers */
+
+/* Buffers aligned to a cache line: `char buf[256] MCAPI_DECL_ALIGNED;` */
+#define MCAPI_BUF_ALIGN 64
+#if defined(__GNUC__) || defined(__clang__)
+#define MCAPI_DECL_ALIGNED __attribute__((aligned(MCAPI_BUF_ALIGN)))
+#else
+#define MCAPI_DECL_ALIGNED
+#endif
+
+/* mcapi_info_t values. */
+#define MCAPI_ORG_ID 0 /* no MCA organization id assigned */
+#define MCAPI_IMPL_VERSION 0x000100 /* 0xMMmmpp of the libmcapi version */
+
+/* Implementation parameters of mcapi_initialize (spec 3.17.5.1.1).
+ *
+ * mcapi_param_init() sets every field to "no override" and writes the magic; set the fields
+ * you want afterwards. mcapi_initialize reads the block only if the magic is there, so
+ * NULL, a zero-filled block or a variable never initialized all mean defaults. A zero
+ * number or an empty string keeps the environment's value (MCAPI_REQUESTS,
+ * MCAPI_RECV_BUFFERS, MCAPI_PROVIDER, MCAPI_JOB, MCAPI_TOPOLOGY) or the default. */
+#define MCAPI_PARAM_MAGIC 0x4d4341504950524dULL /* set by mcapi_param_init only */
+typedef struct mcapi_param {
+    uint64_t magic;
+    mca_uint_t request_table_size; /* request slots of the node; default 1024 */
+    mca_uint_t recv_buffers;       /* receive buffers per endpoint; default 64 */
+    char provider[64];             /* libfabric provider: "shm", "tcp", "verbs;ofi_rxm"... */
+    char job[64];                  /* job name; nodes of other jobs are invisible */
+    char topology[256];            /* file of "domain node host[:port]" lines */
+    uint64_t reserved[8];          /* zero */
+} mcapi_param_t;
+
+/* Node attributes (spec 4.1.5-4.1.7); set up with mcapi_node_init_attributes. */
+#define MCAPI_NODE_ATTR_MAGIC 0x4d4e4154U /* set by mcapi_node_init_attributes only */
+typedef struct mcapi_node_attributes {
+    mca_uint_t magic;
+    mca_uint_t node_type; /* MCAPI_NODE_ATTR_TYPE */
+    mca_uint_t reserved[6];
+} mcapi_node_attributes_t;
+
+/* Sets up a parameter block (implementation-specific; see above). */
+void mcapi_param_init(mcapi_param_t* mcapi_parameters, mca_status_t* mcapi_status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MCAPI_IMPL_SPEC_H */
