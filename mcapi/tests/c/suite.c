@@ -342,9 +342,11 @@ static void endpoint_attributes(mcapi_endpoint_t echo_endpoint) {
     EXPECT_STATUS(status, MCAPI_ERR_ATTR_VALUE);
     mcapi_endpoint_get_attribute(ep, MCAPI_ENDP_ATTR_PRIORITY, &value, sizeof value, &status);
     EXPECT(value == 3);
+    /* Writable for channels (1..MCAPI_MAX_PKT_SIZE) before a connect; 0 is out of range. */
+    payload = 0;
     mcapi_endpoint_set_attribute(ep, MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE, &payload, sizeof payload,
                                  &status);
-    EXPECT_STATUS(status, MCAPI_ERR_ATTR_READONLY);
+    EXPECT_STATUS(status, MCAPI_ERR_ATTR_VALUE);
     mcapi_endpoint_set_attribute(ep, MCAPI_ENDP_ATTR_STATUS, &value, sizeof value, &status);
     EXPECT_STATUS(status, MCAPI_ERR_ATTR_READONLY);
     mcapi_endpoint_set_attribute(echo_endpoint, MCAPI_ENDP_ATTR_TIMEOUT, &timeout,
