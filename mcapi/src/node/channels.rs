@@ -252,6 +252,17 @@ struct SendData {
     zero_copy_failed: bool,
 }
 
+impl SendData {
+    /// Takes the credits of the credit message in receive slot `ctx`; returns the slot.
+    fn credit_arrived(&mut self, ctx: u64) -> usize {
+        let slot = (ctx & CTX_MASK) as usize;
+        let mut word = [0u8; 8];
+        self.credit_slots.read(slot * 8, &mut word);
+        self.credits.add(u64::from_le_bytes(word) as u32);
+        slot
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Item {
     offset: usize,
@@ -276,6 +287,7 @@ struct RecvData {
 }
 
 /// What a channel request waits for.
+#[derive(Clone, Copy)]
 pub(super) enum ChanReq {
     Connect,
     Open { port: u32, handle: ChannelHandle },
@@ -349,10 +361,7 @@ impl SideIo {
             SideData::Unconnected => {}
             SideData::Send(s) => match ctx & !CTX_MASK {
                 CTX_CREDIT => {
-                    let slot = (ctx & CTX_MASK) as usize;
-                    let mut word = [0u8; 8];
-                    s.credit_slots.read(slot * 8, &mut word);
-                    s.credits.add(u64::from_le_bytes(word) as u32);
+                    let slot = s.credit_arrived(ctx);
                     if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
                         let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
                     }
@@ -646,7 +655,8 @@ impl NodeInner {
                 return Ok(ChannelHandle::new(slot, generation, kind, dir));
             }
         }
-        Err(Status::MCAPI_ERR_MEM_LIMIT)
+        // The open calls' ERRORS tables have no MCAPI_ERR_MEM_LIMIT.
+        Err(Status::MCAPI_ERR_GENERAL)
     }
 
     /// Opens the fabric part of a channel end before the other side is known: endpoint,
@@ -947,28 +957,21 @@ impl Node {
 
     /// One non-blocking attempt to advance a channel request (called by test and wait).
     pub(super) fn poll_channel(&self, request: RequestHandle) -> Result<()> {
-        let what = {
+        let pending = {
             let st = self.inner.live_state()?;
             match (st.requests.state(request), st.requests.get(request)) {
-                (Ok(RequestState::Pending), Ok(Req::Chan(c))) => match *c {
-                    ChanReq::Open { port, handle } => Some((true, port, handle)),
-                    ChanReq::Close { port, handle } => Some((false, port, handle)),
-                    ChanReq::Send { handle } | ChanReq::Recv { handle } => {
-                        Some((false, u32::MAX, handle))
-                    }
-                    ChanReq::Connect => None,
-                },
+                (Ok(RequestState::Pending), Ok(Req::Chan(c))) => Some(*c),
                 _ => None,
             }
         };
-        match what {
-            Some((true, port, handle)) => self.advance_open(request, port, handle),
-            Some((false, u32::MAX, handle)) => {
+        match pending {
+            Some(ChanReq::Open { port, handle }) => self.advance_open(request, port, handle),
+            Some(ChanReq::Close { port, handle }) => self.advance_close(request, port, handle),
+            Some(ChanReq::Send { handle } | ChanReq::Recv { handle }) => {
                 self.progress_side(handle);
                 Ok(())
             }
-            Some((false, port, handle)) => self.advance_close(request, port, handle),
-            None => Ok(()),
+            Some(ChanReq::Connect) | None => Ok(()),
         }
     }
 
@@ -1257,23 +1260,21 @@ impl Node {
         handle: ChannelHandle,
     ) -> Result<()> {
         let (slot, generation, ..) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
-        let (peer, gone, drained) = {
+        let (peer, gone, queued) = {
             let g = lock(&self.inner.channels.sides[slot]);
             match g.as_ref().filter(|s| s.generation == generation) {
                 Some(side) => {
-                    let drained = match &side.io {
-                        Some(SideIo {
-                            data: SideData::Send(s),
-                            ..
-                        }) => s.queued.is_empty(),
-                        _ => true,
-                    };
-                    (side.peer, side.peer_gone, drained)
+                    let queued = matches!(&side.io, Some(SideIo {
+                        data: SideData::Send(s),
+                        ..
+                    }) if !s.queued.is_empty());
+                    (side.peer, side.peer_gone, queued)
                 }
-                None => (None, None, true),
+                None => (None, None, false),
             }
         };
-        let peer_dead = peer.is_some() && !self.inner.peer_alive(peer);
+        // Liveness is checked only while the other side has not closed.
+        let peer_dead = gone.is_none() && peer.is_some() && !self.inner.peer_alive(peer);
         let finished = {
             let mut st = self.inner.live_state()?;
             let Some(ep) = st.endpoints.get_mut(&port) else {
@@ -1283,14 +1284,10 @@ impl Node {
             if peer_dead {
                 ep.channel.binding.peer_closed();
             }
-            if !(drained || peer_dead) || !ep.channel.binding.try_finish_close() {
-                if gone.is_none() {
-                    return Ok(());
-                }
-                // The peer closed (its notice arrived on the control plane).
-                if !ep.channel.binding.is_peer_closed() || !ep.channel.binding.try_finish_close() {
-                    return Ok(());
-                }
+            // Packets queued here still go out first, unless the receiver is gone.
+            let receiver_here = gone.is_none() && !peer_dead;
+            if (queued && receiver_here) || !ep.channel.binding.try_finish_close() {
+                return Ok(());
             }
             ep.channel = EndpointChannel::default();
             let status = if peer_dead {
@@ -1332,9 +1329,19 @@ impl NodeInner {
         let held = match &mut side.io {
             Some(io) => {
                 io.ep = None;
-                match &io.data {
+                match &mut io.data {
                     SideData::Recv(r) => !r.held.is_empty(),
-                    _ => false,
+                    SideData::Send(s) => {
+                        // Sends the departed receiver can no longer take fail, not vanish.
+                        COMPLETED.with(|c| {
+                            let mut c = c.borrow_mut();
+                            for (req, ..) in s.queued.drain(..) {
+                                c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
+                            }
+                        });
+                        false
+                    }
+                    SideData::Unconnected => false,
                 }
             }
             None => false,
@@ -1344,6 +1351,8 @@ impl NodeInner {
             *g = None;
             lock(&self.channels.pools).retain(|p| p.2 != slot);
         }
+        drop(g);
+        self.flush_completed();
     }
 
     /// Completes pending `pktchan_recv_i` requests of a receive side from its FIFO.
@@ -1457,11 +1466,8 @@ impl Node {
                         if c.context() == CTX_ZERO_COPY {
                             s.zero_copy_done = true;
                         } else if c.context() & !CTX_MASK == CTX_CREDIT {
-                            let slot = (c.context() & CTX_MASK) as usize;
-                            let mut word = [0u8; 8];
-                            s.credit_slots.read(slot * 8, &mut word);
-                            s.credits.add(u64::from_le_bytes(word) as u32);
                             // Re-posted after the send: the endpoint is lent out.
+                            let slot = s.credit_arrived(c.context());
                             s.credit_reposts.push(slot);
                         }
                     }
@@ -1624,8 +1630,8 @@ impl Node {
                 let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 side.check_usable()?;
                 side.progress();
-                let wait = wait.get_or_insert_with(|| ChannelWait::new(side.timeout));
-                let _ = wait;
+                let timeout = side.timeout;
+                wait.get_or_insert_with(|| ChannelWait::new(timeout));
                 if let Some(p) = take_item(side)? {
                     return Ok(p);
                 }
