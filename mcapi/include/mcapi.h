@@ -225,6 +225,88 @@ void mcapi_msg_recv(MCAPI_IN mcapi_endpoint_t receive_endpoint, MCAPI_OUT void* 
 mcapi_uint_t mcapi_msg_available(MCAPI_IN mcapi_endpoint_t receive_endpoint,
                                  MCAPI_OUT mcapi_status_t* mcapi_status);
 
+/* 4.4 Packet channels. Open handles are written at once and usable once the request
+ * completed. A received packet is a pointer into the channel's receive pool (no copy),
+ * valid until mcapi_pktchan_release; mcapi_pktchan_recv_i writes it to *buffer when the
+ * request completes (mcapi_test, mcapi_wait, mcapi_wait_any). */
+void mcapi_pktchan_connect_i(MCAPI_IN mcapi_endpoint_t send_endpoint,
+                             MCAPI_IN mcapi_endpoint_t receive_endpoint,
+                             MCAPI_OUT mcapi_request_t* request,
+                             MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_recv_open_i(MCAPI_OUT mcapi_pktchan_recv_hndl_t* receive_handle,
+                               MCAPI_IN mcapi_endpoint_t receive_endpoint,
+                               MCAPI_OUT mcapi_request_t* request,
+                               MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_send_open_i(MCAPI_OUT mcapi_pktchan_send_hndl_t* send_handle,
+                               MCAPI_IN mcapi_endpoint_t send_endpoint,
+                               MCAPI_OUT mcapi_request_t* request,
+                               MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_send_i(MCAPI_IN mcapi_pktchan_send_hndl_t send_handle, MCAPI_IN void* buffer,
+                          MCAPI_IN size_t size, MCAPI_OUT mcapi_request_t* request,
+                          MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_send(MCAPI_IN mcapi_pktchan_send_hndl_t send_handle, MCAPI_IN void* buffer,
+                        MCAPI_IN size_t size, MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_recv_i(MCAPI_IN mcapi_pktchan_recv_hndl_t receive_handle,
+                          MCAPI_OUT void** buffer, MCAPI_OUT mcapi_request_t* request,
+                          MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_recv(MCAPI_IN mcapi_pktchan_recv_hndl_t receive_handle,
+                        MCAPI_OUT void** buffer, MCAPI_OUT size_t* received_size,
+                        MCAPI_OUT mcapi_status_t* mcapi_status);
+mcapi_uint_t mcapi_pktchan_available(MCAPI_IN mcapi_pktchan_recv_hndl_t receive_handle,
+                                     MCAPI_OUT mcapi_status_t* mcapi_status);
+/* The buffer is a plain void* (not const): it is the packet the call gives back. */
+void mcapi_pktchan_release(void* buffer, MCAPI_OUT mcapi_status_t* mcapi_status);
+mcapi_boolean_t mcapi_pktchan_release_test(void* buffer, MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_recv_close_i(MCAPI_IN mcapi_pktchan_recv_hndl_t receive_handle,
+                                MCAPI_OUT mcapi_request_t* request,
+                                MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_pktchan_send_close_i(MCAPI_IN mcapi_pktchan_send_hndl_t send_handle,
+                                MCAPI_OUT mcapi_request_t* request,
+                                MCAPI_OUT mcapi_status_t* mcapi_status);
+
+/* 4.5 Scalar channels. A scalar is received with the width it was sent with; another
+ * width gives MCAPI_ERR_GENERAL and leaves it queued. */
+void mcapi_sclchan_connect_i(MCAPI_IN mcapi_endpoint_t send_endpoint,
+                             MCAPI_IN mcapi_endpoint_t receive_endpoint,
+                             MCAPI_OUT mcapi_request_t* request,
+                             MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_recv_open_i(MCAPI_OUT mcapi_sclchan_recv_hndl_t* receive_handle,
+                               MCAPI_IN mcapi_endpoint_t receive_endpoint,
+                               MCAPI_OUT mcapi_request_t* request,
+                               MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_send_open_i(MCAPI_OUT mcapi_sclchan_send_hndl_t* send_handle,
+                               MCAPI_IN mcapi_endpoint_t send_endpoint,
+                               MCAPI_OUT mcapi_request_t* request,
+                               MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_send_uint64(MCAPI_IN mcapi_sclchan_send_hndl_t send_handle,
+                               MCAPI_IN mcapi_uint64_t dataword,
+                               MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_send_uint32(MCAPI_IN mcapi_sclchan_send_hndl_t send_handle,
+                               MCAPI_IN mcapi_uint32_t dataword,
+                               MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_send_uint16(MCAPI_IN mcapi_sclchan_send_hndl_t send_handle,
+                               MCAPI_IN mcapi_uint16_t dataword,
+                               MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_send_uint8(MCAPI_IN mcapi_sclchan_send_hndl_t send_handle,
+                              MCAPI_IN mcapi_uint8_t dataword,
+                              MCAPI_OUT mcapi_status_t* mcapi_status);
+mcapi_uint64_t mcapi_sclchan_recv_uint64(MCAPI_IN mcapi_sclchan_recv_hndl_t receive_handle,
+                                         MCAPI_OUT mcapi_status_t* mcapi_status);
+mcapi_uint32_t mcapi_sclchan_recv_uint32(MCAPI_IN mcapi_sclchan_recv_hndl_t receive_handle,
+                                         MCAPI_OUT mcapi_status_t* mcapi_status);
+mcapi_uint16_t mcapi_sclchan_recv_uint16(MCAPI_IN mcapi_sclchan_recv_hndl_t receive_handle,
+                                         MCAPI_OUT mcapi_status_t* mcapi_status);
+mcapi_uint8_t mcapi_sclchan_recv_uint8(MCAPI_IN mcapi_sclchan_recv_hndl_t receive_handle,
+                                       MCAPI_OUT mcapi_status_t* mcapi_status);
+mcapi_uint_t mcapi_sclchan_available(MCAPI_IN mcapi_sclchan_recv_hndl_t receive_handle,
+                                     MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_recv_close_i(MCAPI_IN mcapi_sclchan_recv_hndl_t receive_handle,
+                                MCAPI_OUT mcapi_request_t* request,
+                                MCAPI_OUT mcapi_status_t* mcapi_status);
+void mcapi_sclchan_send_close_i(MCAPI_IN mcapi_sclchan_send_hndl_t send_handle,
+                                MCAPI_OUT mcapi_request_t* request,
+                                MCAPI_OUT mcapi_status_t* mcapi_status);
+
 /* 4.6 Non-blocking operations. */
 mcapi_boolean_t mcapi_test(mcapi_request_t* request, MCAPI_OUT size_t* size,
                            MCAPI_OUT mcapi_status_t* mcapi_status);

@@ -220,7 +220,7 @@ fn expected_constants() -> BTreeMap<String, u64> {
         ("MCAPI_ORG_ID", capi::MCAPI_ORG_ID.into()),
         ("MCAPI_IMPL_VERSION", capi::MCAPI_IMPL_VERSION.into()),
         ("MCAPI_MAX_MSG_SIZE", capi::MCAPI_MAX_MSG_SIZE as u64),
-        ("MCAPI_MAX_PKT_SIZE", capi::MCAPI_MAX_PKT_SIZE as u64),
+        ("MCAPI_MAX_PKT_SIZE", mcapi::MAX_PKT_SIZE as u64),
         ("MCAPI_MAX_PRIORITY", capi::MCAPI_MAX_PRIORITY.into()),
         ("MCAPI_MAX_PRORITY", 0),
         ("MCAPI_MAX_ENDPOINTS", capi::MCAPI_MAX_ENDPOINTS.into()),
@@ -301,7 +301,22 @@ fn expected_constants() -> BTreeMap<String, u64> {
         ("sizeof(mcapi_node_t)", size_of::<capi::mcapi_node_t>()),
         ("sizeof(mcapi_port_t)", size_of::<capi::mcapi_port_t>()),
         ("sizeof(mcapi_uint_t)", size_of::<capi::mcapi_uint_t>()),
-        ("sizeof(mcapi_pktchan_recv_hndl_t)", 8),
+        (
+            "sizeof(mcapi_pktchan_recv_hndl_t)",
+            size_of::<capi::mcapi_pktchan_recv_hndl_t>(),
+        ),
+        (
+            "sizeof(mcapi_pktchan_send_hndl_t)",
+            size_of::<capi::mcapi_pktchan_send_hndl_t>(),
+        ),
+        (
+            "sizeof(mcapi_sclchan_recv_hndl_t)",
+            size_of::<capi::mcapi_sclchan_recv_hndl_t>(),
+        ),
+        (
+            "sizeof(mcapi_sclchan_send_hndl_t)",
+            size_of::<capi::mcapi_sclchan_send_hndl_t>(),
+        ),
     ];
     for &(name, value) in more_sizes {
         want.insert(name.into(), value as u64);
@@ -517,6 +532,56 @@ signatures! {
     mcapi_msg_recv: "void" ("mcapi_endpoint_t, void*, size_t, size_t*, mcapi_status_t*")
         = fn(u64, *mut c_void, usize, *mut usize, *mut u32);
     mcapi_msg_available: "mcapi_uint_t" ("mcapi_endpoint_t, mcapi_status_t*") = fn(u64, *mut u32) -> u32;
+    mcapi_pktchan_connect_i: "void" ("mcapi_endpoint_t, mcapi_endpoint_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(u64, u64, *mut u64, *mut u32);
+    mcapi_pktchan_recv_open_i: "void" ("mcapi_pktchan_recv_hndl_t*, mcapi_endpoint_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(*mut mcapi_pktchan_recv_hndl_t, u64, *mut u64, *mut u32);
+    mcapi_pktchan_send_open_i: "void" ("mcapi_pktchan_send_hndl_t*, mcapi_endpoint_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(*mut mcapi_pktchan_send_hndl_t, u64, *mut u64, *mut u32);
+    mcapi_pktchan_send_i: "void" ("mcapi_pktchan_send_hndl_t, const void*, size_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(mcapi_pktchan_send_hndl_t, *const c_void, usize, *mut u64, *mut u32);
+    mcapi_pktchan_send: "void" ("mcapi_pktchan_send_hndl_t, const void*, size_t, mcapi_status_t*")
+        = fn(mcapi_pktchan_send_hndl_t, *const c_void, usize, *mut u32);
+    mcapi_pktchan_recv_i: "void" ("mcapi_pktchan_recv_hndl_t, void**, mcapi_request_t*, mcapi_status_t*")
+        = fn(mcapi_pktchan_recv_hndl_t, *mut *mut c_void, *mut u64, *mut u32);
+    mcapi_pktchan_recv: "void" ("mcapi_pktchan_recv_hndl_t, void**, size_t*, mcapi_status_t*")
+        = fn(mcapi_pktchan_recv_hndl_t, *mut *mut c_void, *mut usize, *mut u32);
+    mcapi_pktchan_available: "mcapi_uint_t" ("mcapi_pktchan_recv_hndl_t, mcapi_status_t*")
+        = fn(mcapi_pktchan_recv_hndl_t, *mut u32) -> u32;
+    mcapi_pktchan_release: "void" ("void*, mcapi_status_t*") = fn(*mut c_void, *mut u32);
+    mcapi_pktchan_release_test: "mcapi_boolean_t" ("void*, mcapi_status_t*") = fn(*mut c_void, *mut u32) -> u8;
+    mcapi_pktchan_recv_close_i: "void" ("mcapi_pktchan_recv_hndl_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(mcapi_pktchan_recv_hndl_t, *mut u64, *mut u32);
+    mcapi_pktchan_send_close_i: "void" ("mcapi_pktchan_send_hndl_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(mcapi_pktchan_send_hndl_t, *mut u64, *mut u32);
+    mcapi_sclchan_connect_i: "void" ("mcapi_endpoint_t, mcapi_endpoint_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(u64, u64, *mut u64, *mut u32);
+    mcapi_sclchan_recv_open_i: "void" ("mcapi_sclchan_recv_hndl_t*, mcapi_endpoint_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(*mut mcapi_sclchan_recv_hndl_t, u64, *mut u64, *mut u32);
+    mcapi_sclchan_send_open_i: "void" ("mcapi_sclchan_send_hndl_t*, mcapi_endpoint_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(*mut mcapi_sclchan_send_hndl_t, u64, *mut u64, *mut u32);
+    mcapi_sclchan_send_uint64: "void" ("mcapi_sclchan_send_hndl_t, mcapi_uint64_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_send_hndl_t, u64, *mut u32);
+    mcapi_sclchan_send_uint32: "void" ("mcapi_sclchan_send_hndl_t, mcapi_uint32_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_send_hndl_t, u32, *mut u32);
+    mcapi_sclchan_send_uint16: "void" ("mcapi_sclchan_send_hndl_t, mcapi_uint16_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_send_hndl_t, u16, *mut u32);
+    mcapi_sclchan_send_uint8: "void" ("mcapi_sclchan_send_hndl_t, mcapi_uint8_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_send_hndl_t, u8, *mut u32);
+    mcapi_sclchan_recv_uint64: "mcapi_uint64_t" ("mcapi_sclchan_recv_hndl_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_recv_hndl_t, *mut u32) -> u64;
+    mcapi_sclchan_recv_uint32: "mcapi_uint32_t" ("mcapi_sclchan_recv_hndl_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_recv_hndl_t, *mut u32) -> u32;
+    mcapi_sclchan_recv_uint16: "mcapi_uint16_t" ("mcapi_sclchan_recv_hndl_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_recv_hndl_t, *mut u32) -> u16;
+    mcapi_sclchan_recv_uint8: "mcapi_uint8_t" ("mcapi_sclchan_recv_hndl_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_recv_hndl_t, *mut u32) -> u8;
+    mcapi_sclchan_available: "mcapi_uint_t" ("mcapi_sclchan_recv_hndl_t, mcapi_status_t*")
+        = fn(mcapi_sclchan_recv_hndl_t, *mut u32) -> u32;
+    mcapi_sclchan_recv_close_i: "void" ("mcapi_sclchan_recv_hndl_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(mcapi_sclchan_recv_hndl_t, *mut u64, *mut u32);
+    mcapi_sclchan_send_close_i: "void" ("mcapi_sclchan_send_hndl_t, mcapi_request_t*, mcapi_status_t*")
+        = fn(mcapi_sclchan_send_hndl_t, *mut u64, *mut u32);
     mcapi_test: "mcapi_boolean_t" ("mcapi_request_t*, size_t*, mcapi_status_t*")
         = fn(*mut u64, *mut usize, *mut u32) -> u8;
     mcapi_wait: "mcapi_boolean_t" ("const mcapi_request_t*, size_t*, mcapi_timeout_t, mcapi_status_t*")

@@ -13,26 +13,30 @@
 //! `# Safety` section, and each dereference sits in its own `unsafe` block.
 //!
 //! Layout, one file per chapter-4 section: [`node`] (4.1), [`endpoint`] (4.2), [`msg`]
-//! (4.3), [`request`] (4.6), [`support`] (4.7). Packet and scalar channels (4.4, 4.5) get
-//! their own files beside these.
+//! (4.3), [`pktchan`] (4.4), [`sclchan`] (4.5), [`request`] (4.6), [`support`] (4.7).
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod endpoint;
 pub mod msg;
 pub mod node;
+pub mod pktchan;
 pub mod request;
+pub mod sclchan;
 pub mod support;
 
 pub use endpoint::*;
 pub use msg::*;
 pub use node::*;
+pub use pktchan::*;
 pub use request::*;
+pub use sclchan::*;
 pub use support::*;
 
+use crate::semantics::channel::status_flags;
 use crate::semantics::endpoint_id::{MAX_PORT, PORT_ANY};
 use crate::semantics::{EndpointId, Status};
-use crate::{Node, MAX_MSG_SIZE, NUM_PRIORITIES};
+use crate::{ChannelHandle, Node, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
@@ -58,6 +62,14 @@ pub type mcapi_boolean_t = u8;
 pub type mcapi_endpoint_t = u64;
 /// `mcapi_request_t` / `mca_request_t`: a [`RequestHandle`](crate::RequestHandle) value.
 pub type mcapi_request_t = u64;
+/// `mcapi_pktchan_recv_hndl_t`: a [`ChannelHandle`] value.
+pub type mcapi_pktchan_recv_hndl_t = u64;
+/// `mcapi_pktchan_send_hndl_t`: a [`ChannelHandle`] value.
+pub type mcapi_pktchan_send_hndl_t = u64;
+/// `mcapi_sclchan_recv_hndl_t`: a [`ChannelHandle`] value.
+pub type mcapi_sclchan_recv_hndl_t = u64;
+/// `mcapi_sclchan_send_hndl_t`: a [`ChannelHandle`] value.
+pub type mcapi_sclchan_send_hndl_t = u64;
 
 // Constants of the headers; `tests/c_abi.rs` compiles the headers and compares.
 
@@ -87,9 +99,9 @@ pub const MCAPI_NODE_INVALID: mcapi_node_t = u32::MAX;
 pub const MCAPI_RETURN_VALUE_INVALID: mcapi_uint_t = u32::MAX;
 /// `MCAPI_MAX_MSG_SIZE`: the largest message accepted.
 pub const MCAPI_MAX_MSG_SIZE: usize = MAX_MSG_SIZE;
-/// `MCAPI_MAX_PKT_SIZE`: the largest packet accepted. Mirrors the packet channels' limit
-/// (4 MiB) until their C exports land and this can name it.
-pub const MCAPI_MAX_PKT_SIZE: usize = 4 << 20;
+/// `MCAPI_MAX_PKT_SIZE`: the largest packet accepted (the largest
+/// `MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE` of a channel endpoint).
+pub const MCAPI_MAX_PKT_SIZE: usize = MAX_PKT_SIZE;
 /// `MCAPI_MAX_PRIORITY`: the largest valid priority value (the lowest priority).
 pub const MCAPI_MAX_PRIORITY: u32 = NUM_PRIORITIES - 1;
 /// `MCAPI_MAX_ENDPOINTS`: an upper bound on a node's endpoints. The real limit is lower and
@@ -106,17 +118,17 @@ pub const MCAPI_ENDP_ATTR_STATE_BUFFER: u32 = 1;
 pub const MCAPI_ENDP_ATTR_SHARED_MEMORY: u32 = 1;
 /// `MCAPI_ENDP_ATTR_REMOTE_MEMORY` (not offered).
 pub const MCAPI_ENDP_ATTR_REMOTE_MEMORY: u32 = 2;
-/// The `MCAPI_ENDP_ATTR_STATUS_*` flags (spec 3.16.13.8), by C name. The same values as
-/// the channel state's flags, which the channels' C exports can name when they land.
+/// The `MCAPI_ENDP_ATTR_STATUS_*` flags (spec 3.16.13.8), by C name: the channel state's
+/// flags that `MCAPI_ENDP_ATTR_STATUS` reports.
 pub const MCAPI_ENDP_ATTR_STATUS_FLAGS: [(&str, u32); 8] = [
-    ("MCAPI_ENDP_ATTR_STATUS_CONNECTED", 0x01),
-    ("MCAPI_ENDP_ATTR_STATUS_OPEN", 0x02),
-    ("MCAPI_ENDP_ATTR_STATUS_OPEN_PENDING", 0x04),
-    ("MCAPI_ENDP_ATTR_STATUS_CLOSE_PENDING", 0x08),
-    ("MCAPI_ENDP_ATTR_STATUS_PKTCHAN", 0x10),
-    ("MCAPI_ENDP_ATTR_STATUS_SCLCHAN", 0x20),
-    ("MCAPI_ENDP_ATTR_STATUS_SEND", 0x40),
-    ("MCAPI_ENDP_ATTR_STATUS_RECEIVE", 0x80),
+    ("MCAPI_ENDP_ATTR_STATUS_CONNECTED", status_flags::CONNECTED as u32),
+    ("MCAPI_ENDP_ATTR_STATUS_OPEN", status_flags::OPEN as u32),
+    ("MCAPI_ENDP_ATTR_STATUS_OPEN_PENDING", status_flags::OPEN_PENDING as u32),
+    ("MCAPI_ENDP_ATTR_STATUS_CLOSE_PENDING", status_flags::CLOSE_PENDING as u32),
+    ("MCAPI_ENDP_ATTR_STATUS_PKTCHAN", status_flags::PKTCHAN as u32),
+    ("MCAPI_ENDP_ATTR_STATUS_SCLCHAN", status_flags::SCLCHAN as u32),
+    ("MCAPI_ENDP_ATTR_STATUS_SEND", status_flags::SEND as u32),
+    ("MCAPI_ENDP_ATTR_STATUS_RECEIVE", status_flags::RECEIVE as u32),
 ];
 /// Ports a node has: `0..=MAX_PORT` (`mcapi_info_t.number_of_ports`).
 pub const NUMBER_OF_PORTS: u32 = MAX_PORT + 1;
@@ -207,6 +219,12 @@ fn current_node() -> Result<Node, Status> {
 /// An `mcapi_endpoint_t` value as an [`EndpointId`]; garbage is `MCAPI_ERR_ENDP_INVALID`.
 fn endpoint(raw: mcapi_endpoint_t) -> Result<EndpointId, Status> {
     EndpointId::from_raw(raw).ok_or(Status::MCAPI_ERR_ENDP_INVALID)
+}
+
+/// A channel handle value (`mcapi_pktchan_send_hndl_t` and its kin); checked when used,
+/// garbage is `MCAPI_ERR_CHAN_INVALID`.
+fn channel(raw: u64) -> ChannelHandle {
+    ChannelHandle::from_raw(raw)
 }
 
 /// An `mcapi_timeout_t` in milliseconds as the Rust API's timeout (`None`: infinite).

@@ -1,12 +1,14 @@
-//! Spec 4.6: `mcapi_test`, `mcapi_wait`, `mcapi_wait_any`, `mcapi_cancel`, and the receive
-//! buffers of pending `mcapi_msg_recv_i` requests.
+//! Spec 4.6: `mcapi_test`, `mcapi_wait`, `mcapi_wait_any`, `mcapi_cancel`, and where the
+//! receive requests of C put what they receive.
 //!
 //! The Rust API takes a receive request's message when the request is tested or waited on,
-//! into the buffer given then. C gives the buffer to `mcapi_msg_recv_i` instead, so this
-//! module remembers it per request and hands it to whichever call completes the request.
-//! A `wait`/`wait_any` checks the buffer out while it blocks (a concurrent `test` then
-//! reports the request pending, a second waiter gets `MCAPI_ERR_WAIT_PENDING`), so the
-//! buffer is never used by two calls at once.
+//! into the buffer given then, and a `pktchan_recv_i` request's packet address from
+//! [`Node::received_packet`] once it completed. C gives the buffer (`mcapi_msg_recv_i`) or
+//! the `void**` for the packet address (`mcapi_pktchan_recv_i`) to the `_i` call instead, so
+//! this module remembers it per request and hands it to whichever call completes the
+//! request. A `wait`/`wait_any` checks it out while it blocks (a concurrent `test` then
+//! reports the request pending, a second waiter gets `MCAPI_ERR_WAIT_PENDING`), so it is
+//! never used by two calls at once.
 
 use super::{
     boolean, current_node, mcapi_boolean_t, mcapi_request_t, mcapi_status_t, mcapi_timeout_t,
@@ -15,31 +17,60 @@ use super::{
 use crate::semantics::Status;
 use crate::{Node, RequestHandle};
 use std::collections::BTreeMap;
+use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
-/// A receive request's buffer, as C gave it to `mcapi_msg_recv_i`.
-struct RecvBuffer {
-    address: usize,
-    len: usize,
-    /// A `wait` or `wait_any` has it checked out.
-    checked_out: bool,
+/// Where a C receive request puts what it receives.
+#[derive(Clone, Copy)]
+enum Target {
+    /// `mcapi_msg_recv_i`: the message is copied into these `len` bytes.
+    Message { address: usize, len: usize },
+    /// `mcapi_pktchan_recv_i`: the packet's address is written to this `void**`.
+    Packet { out: usize },
 }
 
-impl RecvBuffer {
-    /// The buffer as a slice.
+impl Target {
+    /// A message buffer as a slice; `None` for a packet target.
     ///
     /// # Safety
     /// The C caller of `mcapi_msg_recv_i` keeps the buffer writable until the request
     /// completes or is cancelled, and nothing else uses this slice meanwhile (the checkout
     /// or the registry lock guarantees that).
-    unsafe fn slice<'a>(&self) -> &'a mut [u8] {
-        if self.len == 0 {
-            return &mut [];
+    unsafe fn slice<'a>(self) -> Option<&'a mut [u8]> {
+        match self {
+            Target::Message { len: 0, .. } => Some(&mut []),
+            // SAFETY: non-NULL (`mcapi_msg_recv_i` refuses NULL with a size) and writable
+            // for `len` bytes by the contract above.
+            Target::Message { address, len } => {
+                Some(unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) })
+            }
+            Target::Packet { .. } => None,
         }
-        // SAFETY: non-NULL (`mcapi_msg_recv_i` refuses NULL with a size) and writable for
-        // `len` bytes by the contract above.
-        unsafe { std::slice::from_raw_parts_mut(self.address as *mut u8, self.len) }
     }
+
+    /// After the request completed successfully: a packet target gets the address of the
+    /// packet (the message of a message target is in its buffer already).
+    ///
+    /// # Safety
+    /// A packet target's `void**` is still writable (the `mcapi_pktchan_recv_i` contract).
+    unsafe fn deliver(self, node: &Node, request: RequestHandle) -> Result<(), Status> {
+        if let Target::Packet { out } = self {
+            let address = node
+                .received_packet(request)
+                .ok_or(Status::MCAPI_ERR_GENERAL)?;
+            // SAFETY: non-NULL (`mcapi_pktchan_recv_i` requires it) and writable by the
+            // contract above; unaligned writes accept any pointer C computed.
+            unsafe { (out as *mut *mut c_void).write_unaligned(address as *mut c_void) };
+        }
+        Ok(())
+    }
+}
+
+/// A receive request's target, as C gave it.
+struct Pending {
+    target: Target,
+    /// A `wait` or `wait_any` has it checked out.
+    checked_out: bool,
 }
 
 /// Requests are per node, so a key is `(domain, node, request)`.
@@ -49,37 +80,47 @@ fn key(node: &Node, request: RequestHandle) -> Key {
     (node.domain_id(), node.node_id(), request.as_raw())
 }
 
-/// Buffers of receive requests not yet reported complete.
-fn buffers() -> MutexGuard<'static, BTreeMap<Key, RecvBuffer>> {
-    static BUFFERS: Mutex<BTreeMap<Key, RecvBuffer>> = Mutex::new(BTreeMap::new());
-    BUFFERS.lock().unwrap_or_else(|p| p.into_inner())
+/// Targets of receive requests not yet reported complete.
+fn targets() -> MutexGuard<'static, BTreeMap<Key, Pending>> {
+    static TARGETS: Mutex<BTreeMap<Key, Pending>> = Mutex::new(BTreeMap::new());
+    TARGETS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Remembers where receive request `request` puts its message.
-pub(super) fn remember_buffer(node: &Node, request: RequestHandle, buffer: *mut u8, len: usize) {
-    let entry = RecvBuffer {
-        address: buffer as usize,
-        len,
+fn remember(node: &Node, request: RequestHandle, target: Target) {
+    let entry = Pending {
+        target,
         checked_out: false,
     };
-    buffers().insert(key(node, request), entry);
+    targets().insert(key(node, request), entry);
 }
 
-/// Forgets the buffers of a finalized node's requests.
+/// Remembers where message receive request `request` puts its message.
+pub(super) fn remember_buffer(node: &Node, request: RequestHandle, buffer: *mut u8, len: usize) {
+    let address = buffer as usize;
+    remember(node, request, Target::Message { address, len });
+}
+
+/// Remembers where packet receive request `request` writes its packet's address.
+pub(super) fn remember_packet_out(node: &Node, request: RequestHandle, out: *mut *mut c_void) {
+    remember(node, request, Target::Packet { out: out as usize });
+}
+
+/// Forgets the targets of a finalized node's requests.
 pub(super) fn forget_node(domain: u32, node: u32) {
-    buffers().retain(|&(d, n, _), _| (d, n) != (domain, node));
+    targets().retain(|&(d, n, _), _| (d, n) != (domain, node));
 }
 
-/// `Node::test` with the request's receive buffer, if it has one.
+/// `Node::test` with the request's target, if it has one.
 ///
 /// # Safety
-/// Any buffer registered for `request` is still writable (the `mcapi_msg_recv_i` contract).
+/// Any target registered for `request` is still writable (the `mcapi_msg_recv_i` and
+/// `mcapi_pktchan_recv_i` contracts).
 pub(super) unsafe fn test_now(
     node: &Node,
     request: RequestHandle,
 ) -> Result<Option<usize>, Status> {
     let key = key(node, request);
-    let mut table = buffers();
+    let mut table = targets();
     let Some(entry) = table.get(&key) else {
         drop(table);
         return node.test(request, None);
@@ -88,21 +129,26 @@ pub(super) unsafe fn test_now(
         // A waiter is completing it: still pending as far as this call can tell.
         return Ok(None);
     }
+    let target = entry.target;
     // SAFETY: per this function's contract; the registry lock, held until the end, keeps
-    // every other call away from this buffer.
-    let result = node.test(request, Some(unsafe { entry.slice() }));
+    // every other call away from this target.
+    let result = node.test(request, unsafe { target.slice() });
     if !matches!(result, Ok(None)) {
         table.remove(&key);
+    }
+    if let Ok(Some(_)) = result {
+        // SAFETY: per this function's contract.
+        unsafe { target.deliver(node, request)? };
     }
     result
 }
 
-/// Checks out the buffers of `requests` (those that have one) for a wait.
+/// Checks out the targets of `requests` (those that have one) for a wait.
 ///
 /// # Errors
 /// `MCAPI_ERR_WAIT_PENDING` if another wait holds one of them; nothing is checked out then.
-fn check_out(keys: &[Key]) -> Result<Vec<Option<(usize, usize)>>, Status> {
-    let mut table = buffers();
+fn check_out(keys: &[Key]) -> Result<Vec<Option<Target>>, Status> {
+    let mut table = targets();
     if keys
         .iter()
         .any(|k| table.get(k).is_some_and(|b| b.checked_out))
@@ -114,16 +160,16 @@ fn check_out(keys: &[Key]) -> Result<Vec<Option<(usize, usize)>>, Status> {
         .map(|k| {
             table.get_mut(k).map(|b| {
                 b.checked_out = true;
-                (b.address, b.len)
+                b.target
             })
         })
         .collect())
 }
 
-/// Gives checked-out buffers back: `finished` ones are forgotten, the others can be used
+/// Gives checked-out targets back: `finished` ones are forgotten, the others can be used
 /// by the next test or wait.
 fn check_in(keys: &[Key], finished: impl Fn(usize) -> bool) {
-    let mut table = buffers();
+    let mut table = targets();
     for (i, k) in keys.iter().enumerate() {
         if finished(i) {
             table.remove(k);
@@ -133,23 +179,16 @@ fn check_in(keys: &[Key], finished: impl Fn(usize) -> bool) {
     }
 }
 
-/// A checked-out buffer as a slice.
+/// A checked-out target's message buffer as a slice (`None` for none or a packet target).
 ///
 /// # Safety
-/// As [`RecvBuffer::slice`]; the checkout keeps other calls away.
-unsafe fn checked_out_slice<'a>(buffer: Option<(usize, usize)>) -> Option<&'a mut [u8]> {
-    buffer.map(|(address, len)| {
-        let entry = RecvBuffer {
-            address,
-            len,
-            checked_out: true,
-        };
-        // SAFETY: per this function's contract.
-        unsafe { entry.slice() }
-    })
+/// As [`Target::slice`]; the checkout keeps other calls away.
+unsafe fn checked_out_slice<'a>(target: Option<Target>) -> Option<&'a mut [u8]> {
+    // SAFETY: per this function's contract.
+    target.and_then(|t| unsafe { t.slice() })
 }
 
-/// Whether a wait's error leaves the request pending (so its buffer stays registered).
+/// Whether a wait's error leaves the request pending (so its target stays registered).
 fn still_pending(error: Status) -> bool {
     matches!(
         error,
@@ -157,13 +196,14 @@ fn still_pending(error: Status) -> bool {
     )
 }
 
-/// `mcapi_test` (4.6.1): `MCA_TRUE` and `*size` once the request completed (a receive's
-/// message is then in its buffer); `MCA_FALSE` with `MCAPI_PENDING` before. The request
-/// stays valid until waited on or cancelled.
+/// `mcapi_test` (4.6.1): `MCA_TRUE` and `*size` once the request completed (a message
+/// receive's message is then in its buffer, a packet receive's packet address in its
+/// `void*`); `MCA_FALSE` with `MCAPI_PENDING` before. The request stays valid until waited
+/// on or cancelled.
 ///
 /// # Safety
 /// `request` is NULL or readable; `size` and `status` are NULL or writable; a receive
-/// request's buffer is still writable.
+/// request's buffer (or packet pointer) is still writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcapi_test(
     request: *mut mcapi_request_t,
@@ -179,7 +219,7 @@ pub unsafe extern "C" fn mcapi_test(
             *unsafe { request.as_ref() }.ok_or(Status::MCAPI_ERR_PARAMETER)?,
         );
         let node = current_node()?;
-        // SAFETY: receive buffers per this function's contract.
+        // SAFETY: receive targets per this function's contract.
         match unsafe { test_now(&node, handle) }? {
             Some(n) => {
                 // SAFETY: non-NULL and writable by the contract.
@@ -196,7 +236,7 @@ pub unsafe extern "C" fn mcapi_test(
 ///
 /// # Safety
 /// `request` is NULL or readable; `size` and `status` are NULL or writable; a receive
-/// request's buffer is still writable.
+/// request's buffer (or packet pointer) is still writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcapi_wait(
     request: *mut mcapi_request_t,
@@ -214,16 +254,21 @@ pub unsafe extern "C" fn mcapi_wait(
         );
         let node = current_node()?;
         let keys = [key(&node, handle)];
-        let buffer = check_out(&keys)?.pop().flatten();
+        let target = check_out(&keys)?.pop().flatten();
         // SAFETY: checked out, and writable per this function's contract.
         let result = node.wait(
             handle,
-            unsafe { checked_out_slice(buffer) },
+            unsafe { checked_out_slice(target) },
             timeout(timeout_ms),
         );
         check_in(&keys, |_| !matches!(result, Err(e) if still_pending(e)));
+        let n = result?;
+        if let Some(target) = target {
+            // SAFETY: checked out until now and completed here; writable by the contract.
+            unsafe { target.deliver(&node, handle)? };
+        }
         // SAFETY: non-NULL and writable by the contract.
-        unsafe { put(size, result?) };
+        unsafe { put(size, n) };
         Ok(boolean(true))
     })
 }
@@ -235,7 +280,8 @@ pub unsafe extern "C" fn mcapi_wait(
 ///
 /// # Safety
 /// `requests` is NULL or readable for `number` pointers, each NULL or readable; `size` and
-/// `status` are NULL or writable; receive requests' buffers are still writable.
+/// `status` are NULL or writable; receive requests' buffers (and packet pointers) are still
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcapi_wait_any(
     number: usize,
@@ -264,9 +310,9 @@ pub unsafe extern "C" fn mcapi_wait_any(
         let keys: Vec<Key> = handles.iter().map(|&h| key(&node, h)).collect();
         let checked_out = check_out(&keys)?;
         let mut slices: Vec<Option<&mut [u8]>> = checked_out
-            .into_iter()
+            .iter()
             // SAFETY: checked out, and writable per this function's contract.
-            .map(|b| unsafe { checked_out_slice(b) })
+            .map(|&t| unsafe { checked_out_slice(t) })
             .collect();
         let result = node.wait_any_into(&handles, &mut slices, timeout(timeout_ms));
         let finished = match &result {
@@ -275,13 +321,20 @@ pub unsafe extern "C" fn mcapi_wait_any(
         };
         check_in(&keys, |i| Some(i) == finished);
         let (index, outcome) = result?;
+        let n = outcome?;
+        if let Some(target) = checked_out[index] {
+            // SAFETY: checked out until now and completed here; writable by the contract.
+            unsafe { target.deliver(&node, handles[index])? };
+        }
         // SAFETY: non-NULL and writable by the contract.
-        unsafe { put(size, outcome?) };
+        unsafe { put(size, n) };
         Ok(index as mcapi_uint_t)
     })
 }
 
-/// `mcapi_cancel` (4.6.4): a cancelled receive takes no message and forgets its buffer.
+/// `mcapi_cancel` (4.6.4): a cancelled receive takes no message and forgets its buffer. A
+/// packet receive that had completed but was never reported gives its packet back
+/// (`mcapi_pktchan_release`), since the application never learns its address.
 ///
 /// # Safety
 /// `request` is NULL or readable; `status` is NULL or writable.
@@ -296,11 +349,16 @@ pub unsafe extern "C" fn mcapi_cancel(request: *mut mcapi_request_t, status: *mu
         );
         let node = current_node()?;
         node.cancel(handle)?;
-        // A waiter holding the buffer learns of the cancel and forgets it itself.
+        // A waiter holding the target learns of the cancel and forgets it itself.
         let key = key(&node, handle);
-        let mut table = buffers();
+        let mut table = targets();
         if table.get(&key).is_some_and(|b| !b.checked_out) {
             table.remove(&key);
+        }
+        drop(table);
+        if let Some(address) = node.received_packet(handle) {
+            // Not a packet the application holds: it is the node's to release.
+            node.pktchan_release(address)?;
         }
         Ok(())
     })
