@@ -19,11 +19,13 @@ const ALL_SIZES_MAX: usize = 4 << 20;
 #[command(
     name = "perftest",
     version,
-    about = "Latency and bandwidth of MCAPI messages, beside raw libfabric on the same provider",
-    long_about = "Latency and bandwidth of MCAPI messages, measured beside raw libfabric over \
-                  the same provider, sizes and window: each size runs over raw libfabric, then \
-                  over MCAPI (up to MCAPI's 64 KiB message limit), and the results are printed \
-                  side by side with their ratio (MCAPI/raw: p50 latency, or MB/s).\n\n\
+    about = "Latency, bandwidth and rate of MCAPI messages, packet and scalar channels, beside \
+             raw libfabric on the same provider",
+    long_about = "Latency, bandwidth and rate of MCAPI messages, packet channels and scalar \
+                  channels, measured beside raw libfabric over the same provider, sizes and \
+                  window: each size runs over raw libfabric, then over MCAPI (up to MCAPI's \
+                  limit: 64 KiB messages, 4 MiB packets, 8-byte scalars), and the results are \
+                  printed side by side with their ratio (MCAPI/raw: p50 latency, or MB/s).\n\n\
                   Run the server with no host argument and the client with the server's host, \
                   or both at once on this machine with --local:\n\n  \
                   perftest msg-lat --local -p tcp -S 8,4k\n  \
@@ -48,6 +50,20 @@ pub enum TestCmd {
     /// Streaming bandwidth and message rate: the client keeps a window of -W non-blocking sends
     /// in flight, the server acknowledges each window.
     MsgBw(Opts),
+    /// Packet-channel ping-pong over two unidirectional packet channels (blocking
+    /// pktchan_send, pktchan_recv and release); raw baseline: msg-lat's.
+    PktLat(Opts),
+    /// Packet-channel bandwidth: windows of -W pktchan_send_i (or blocking pktchan_send with
+    /// --blocking-sends), the receiver receives and releases, acknowledges each window over
+    /// the reverse channel; raw baseline: msg-bw's.
+    PktBw(Opts),
+    /// Scalar-channel ping-pong of uint64 values over two scalar channels (size 8); raw
+    /// baseline: an 8-byte inject ping-pong.
+    SclLat(Opts),
+    /// Scalar-channel rate: uint64 values streamed one way in windows of -W, acknowledged by
+    /// a scalar per window (-W >= -I: one final ack); raw baseline: 8-byte injects, same
+    /// window.
+    SclRate(Opts),
     /// Every benchmark over every provider offered here (each as a --local run bounded in
     /// time); writes a markdown table, the JSON lines and SVG plots into a directory.
     Compare(CompareOpts),
@@ -59,6 +75,10 @@ impl TestCmd {
         match self {
             TestCmd::MsgLat(o) => Some((Test::MsgLat, o)),
             TestCmd::MsgBw(o) => Some((Test::MsgBw, o)),
+            TestCmd::PktLat(o) => Some((Test::PktLat, o)),
+            TestCmd::PktBw(o) => Some((Test::PktBw, o)),
+            TestCmd::SclLat(o) => Some((Test::SclLat, o)),
+            TestCmd::SclRate(o) => Some((Test::SclRate, o)),
             TestCmd::Compare(_) => None,
         }
     }
@@ -69,6 +89,22 @@ impl TestCmd {
 pub enum Test {
     MsgLat,
     MsgBw,
+    PktLat,
+    PktBw,
+    SclLat,
+    SclRate,
+}
+
+/// What a benchmark moves through MCAPI (its raw libfabric baseline is always tagged
+/// messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// MCAPI messages between two endpoints.
+    Messages,
+    /// Two unidirectional packet channels.
+    Packets,
+    /// Two unidirectional scalar channels of uint64.
+    Scalars,
 }
 
 /// What a benchmark's headline number is: it decides the ratio MCAPI/raw, what `--rounds`
@@ -83,13 +119,24 @@ pub enum Metric {
 
 impl Test {
     /// Every benchmark, in the order `compare` runs them.
-    pub const ALL: &'static [Test] = &[Test::MsgLat, Test::MsgBw];
+    pub const ALL: &'static [Test] = &[
+        Test::MsgLat,
+        Test::MsgBw,
+        Test::PktLat,
+        Test::PktBw,
+        Test::SclLat,
+        Test::SclRate,
+    ];
 
     /// The name used on the command line, in the output and on the bootstrap channel.
     pub fn name(self) -> &'static str {
         match self {
             Test::MsgLat => "msg-lat",
             Test::MsgBw => "msg-bw",
+            Test::PktLat => "pkt-lat",
+            Test::PktBw => "pkt-bw",
+            Test::SclLat => "scl-lat",
+            Test::SclRate => "scl-rate",
         }
     }
 
@@ -99,8 +146,41 @@ impl Test {
 
     pub fn metric(self) -> Metric {
         match self {
-            Test::MsgLat => Metric::Latency,
-            Test::MsgBw => Metric::Throughput,
+            Test::MsgLat | Test::PktLat | Test::SclLat => Metric::Latency,
+            Test::MsgBw | Test::PktBw | Test::SclRate => Metric::Throughput,
+        }
+    }
+
+    pub fn layer(self) -> Layer {
+        match self {
+            Test::MsgLat | Test::MsgBw => Layer::Messages,
+            Test::PktLat | Test::PktBw => Layer::Packets,
+            Test::SclLat | Test::SclRate => Layer::Scalars,
+        }
+    }
+
+    /// Sizes run when `-S` is not given.
+    pub fn default_sizes(self) -> &'static str {
+        match self.layer() {
+            Layer::Messages => "8:64k",
+            Layer::Packets => "8:1m",
+            Layer::Scalars => "8",
+        }
+    }
+
+    /// The sizes to run: `given` (`-S`) or [`Test::default_sizes`]. Scalars are uint64:
+    /// their only size is 8.
+    ///
+    /// # Errors
+    /// Another size than 8 for a scalar benchmark.
+    pub fn sizes(self, given: Option<&SizeSpec>) -> Result<SizeSpec, String> {
+        let default = || parse_sizes(self.default_sizes()).expect("valid default sizes");
+        match (self.layer(), given) {
+            (_, None) => Ok(default()),
+            (Layer::Scalars, Some(s)) if s.sizes != [8] => Err(format!(
+                "{self} moves uint64 scalars: its size is 8 bytes (-S 8, or no -S)"
+            )),
+            (_, Some(s)) => Ok(s.clone()),
         }
     }
 
@@ -128,12 +208,11 @@ pub struct Opts {
     pub provider: String,
 
     /// Message sizes: a list (8,64,1k), power-of-two ranges (1:4m), or "all" (1 B to 4 MiB);
-    /// k = 1024, m = 1048576
-    #[arg(short = 'S', long = "size", value_name = "SIZES", default_value = "8:64k",
-          value_parser = parse_sizes)]
-    pub sizes: SizeSpec,
+    /// k = 1024, m = 1048576 [default: 8:64k for msg-*, 8:1m for pkt-*; scl-* are 8 bytes]
+    #[arg(short = 'S', long = "size", value_name = "SIZES", value_parser = parse_sizes)]
+    pub sizes: Option<SizeSpec>,
 
-    /// Timed iterations per size (msg-lat: round trips; msg-bw: messages)
+    /// Timed iterations per size (latency tests: round trips; the others: messages)
     #[arg(short = 'I', long, default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub iterations: u64,
@@ -142,10 +221,16 @@ pub struct Opts {
     #[arg(short = 'w', long, default_value_t = 100)]
     pub warmup: u64,
 
-    /// msg-bw: messages in flight before the receiver acknowledges
+    /// msg-bw, pkt-bw, scl-rate: messages in flight before the receiver acknowledges
     #[arg(short = 'W', long, default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub window: u64,
+
+    /// pkt-bw: MCAPI sends with blocking pktchan_send (zero copy where the provider allows,
+    /// each send waits for its completion) instead of pktchan_send_i (copied into the
+    /// channel's staging buffers, completes once posted)
+    #[arg(long)]
+    pub blocking_sends: bool,
 
     /// Stop a size's timed iterations after this many seconds and report the iterations done
     #[arg(long, value_name = "SECS", default_value_t = 2.0, value_parser = parse_seconds)]
@@ -203,10 +288,10 @@ pub struct CompareOpts {
           value_parser = parse_test)]
     pub tests: Vec<Test>,
 
-    /// Message sizes, as for the benchmarks
-    #[arg(short = 'S', long = "size", value_name = "SIZES", default_value = "8:64k",
-          value_parser = parse_sizes)]
-    pub sizes: SizeSpec,
+    /// Message sizes, as for the benchmarks [default: each benchmark's own; scalar
+    /// benchmarks always run 8 bytes]
+    #[arg(short = 'S', long = "size", value_name = "SIZES", value_parser = parse_sizes)]
+    pub sizes: Option<SizeSpec>,
 
     /// Timed iterations per point at most (--max-time usually ends a point first)
     #[arg(short = 'I', long, default_value_t = 100_000,
@@ -261,6 +346,15 @@ impl CompareOpts {
             Metric::Latency => self.lat_rounds,
             Metric::Throughput => self.bw_rounds,
         }
+    }
+
+    /// The sizes of `test`: `-S` where it applies, else the benchmark's defaults.
+    pub fn sizes(&self, test: Test) -> SizeSpec {
+        match test.layer() {
+            Layer::Scalars => test.sizes(None),
+            _ => test.sizes(self.sizes.as_ref()),
+        }
+        .expect("valid sizes")
     }
 
     /// The benchmarks to run (all when none was named).

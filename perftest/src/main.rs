@@ -1,5 +1,5 @@
-//! `perftest`: latency, bandwidth and message rate of MCAPI messages, measured beside raw
-//! libfabric over the same provider, sizes and window.
+//! `perftest`: latency, bandwidth and message rate of MCAPI messages, packet channels and
+//! scalar channels, measured beside raw libfabric over the same provider, sizes and window.
 //!
 //! # Place in the workspace
 //! `ofi-sys` (bindings) <- `mcapi-ofi` (safe fabric layer) <- `mcapi` (MCAPI 2.000) <-
@@ -70,6 +70,12 @@ fn main() {
         }
         cmd => cmd.single().expect("a single benchmark"),
     };
+    if let Err(why) = check_opts(test, opts) {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, why)
+            .exit();
+    }
     let role = match (&opts.host, opts.local, opts.local_role) {
         (_, true, _) => "",
         (Some(_), _, _) => " (client)",
@@ -100,4 +106,13 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// What clap cannot check alone: options that depend on the benchmark.
+fn check_opts(test: cli::Test, opts: &cli::Opts) -> Result<(), String> {
+    test.sizes(opts.sizes.as_ref())?;
+    if opts.blocking_sends && test != cli::Test::PktBw {
+        return Err(format!("--blocking-sends applies to pkt-bw, not to {test}"));
+    }
+    Ok(())
 }

@@ -14,8 +14,11 @@
 //!   The sender never has more than `W` messages in flight, and the receiver keeps more than
 //!   `W` receives posted: on shm (libfabric 1.17) messages that arrive with no receive posted
 //!   are lost once a few hundred pile up.
+//! - `pkt-lat`, `scl-lat` are `msg-lat`'s ping-pong, `pkt-bw` and `scl-rate` `msg-bw`'s
+//!   windows, over MCAPI channels (the transport decides; the raw baseline is the same).
+//!   An acknowledgement is [`Transport::ack_len`] bytes (a uint64 over scalar channels).
 
-use crate::cli::{Opts, Test};
+use crate::cli::{Metric, Opts, Test};
 use crate::error::{Error, Result};
 use crate::oob::{self, Oob};
 use crate::stats::{Measurement, RoundTrips};
@@ -42,6 +45,8 @@ pub struct Plan {
     pub max_time: Duration,
     /// Rounds per size (client side only: the server serves sizes as they come).
     pub rounds: u32,
+    /// pkt-bw: MCAPI sends with blocking `pktchan_send` (client side only).
+    pub blocking_sends: bool,
 }
 
 impl Plan {
@@ -53,6 +58,7 @@ impl Plan {
             window: opts.window,
             max_time: opts.max_time(),
             rounds: opts.rounds,
+            blocking_sends: opts.blocking_sends,
         }
     }
 
@@ -88,6 +94,7 @@ impl Plan {
             window: window.parse().ok().filter(|&w| w > 0)?,
             max_time: Duration::from_millis(max_ms.parse().ok()?),
             rounds: 1,
+            blocking_sends: false,
         })
     }
 }
@@ -223,9 +230,9 @@ pub fn client_size<T: Transport>(
 ) -> Result<Measurement> {
     oob.send(&format!("size {} {size}", t.kind()))?;
     oob.expect("ready", || t.progress())?;
-    let m = match plan.test {
-        Test::MsgLat => lat_client(t, oob, plan, size)?,
-        Test::MsgBw => bw_client(t, oob, plan, size)?,
+    let m = match plan.test.metric() {
+        Metric::Latency => lat_client(t, oob, plan, size)?,
+        Metric::Throughput => bw_client(t, oob, plan, size)?,
     };
     oob.send(&format!("end {}", plan.warmup + m.iterations))?;
     oob.expect("done", || t.progress())?;
@@ -276,11 +283,12 @@ fn bw_client<T: Transport>(
     size: usize,
 ) -> Result<Measurement> {
     let mut w = Watch::new(t);
+    let ack = t.ack_len();
     let mut window = |t: &mut T, n: u64| -> Result<()> {
         for _ in 0..n {
             send(t, oob, &mut w, size)?;
         }
-        recv(t, oob, &mut w, ACK_LEN)
+        recv(t, oob, &mut w, ack)
     };
     let mut warm = plan.warmup;
     while warm > 0 {
@@ -332,11 +340,12 @@ pub fn serve_size<T: Transport>(t: &mut T, oob: &mut Oob, plan: &Plan, size: usi
         w.activity();
         check_len(got, size)?;
         received += 1;
-        match plan.test {
-            Test::MsgLat => send(t, oob, &mut w, size)?,
-            Test::MsgBw => {
+        match plan.test.metric() {
+            Metric::Latency => send(t, oob, &mut w, size)?,
+            Metric::Throughput => {
                 if windows.take_one()? {
-                    send(t, oob, &mut w, ACK_LEN)?;
+                    let ack = t.ack_len();
+                    send(t, oob, &mut w, ack)?;
                 }
             }
         }
@@ -358,7 +367,7 @@ fn finish<T: Transport>(t: &mut T, oob: &mut Oob, line: &str, received: u64) -> 
     oob.send("done")
 }
 
-/// The receiver's view of msg-bw's windows: the warmup messages in windows of `W` (the last
+/// The receiver's view of the streaming benchmarks' windows: the warmup messages in windows of `W` (the last
 /// one possibly shorter), then the timed ones likewise.
 struct Windows {
     warmup: u64,
@@ -418,6 +427,7 @@ mod tests {
             window,
             max_time: Duration::from_secs(2),
             rounds: 1,
+            blocking_sends: false,
         }
     }
 

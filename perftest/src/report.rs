@@ -388,6 +388,7 @@ mod tests {
             window: 64,
             max_time: Duration::from_secs(2),
             rounds: 1,
+            blocking_sends: false,
         };
         let info = RunInfo {
             libfabric_version: "1.17".into(),
@@ -480,6 +481,7 @@ mod tests {
             window: 64,
             max_time: Duration::from_secs(2),
             rounds: 3,
+            blocking_sends: false,
         };
         let info = RunInfo {
             libfabric_version: "1.17".into(),

@@ -12,8 +12,12 @@
 //!    `mcapi-up`, or `mcapi-off <why>` when MCAPI cannot run here (the run goes on over raw
 //!    libfabric alone). Then the client starts its node and says `mcapi-up` (or
 //!    `mcapi-off <why>`); the server looks its endpoint up and answers `mcapi-connected`,
-//!    and the client looks the server's up.
-//! 5. Per size, raw then MCAPI (sizes up to `MCAPI_MAX_MSG_SIZE`), the frame of
+//!    and the client looks the server's up. Channel benchmarks go on: the client connects
+//!    both channels, opens its sides and says `mcapi-open` (or `mcapi-off <why>`); the
+//!    server opens its sides and answers `mcapi-opened` once they are open (or
+//!    `mcapi-off <why>`: the provider cannot carry channels; the run goes on over raw
+//!    libfabric alone).
+//! 5. Per size, raw then MCAPI (sizes up to MCAPI's limit), the frame of
 //!    [`crate::pattern`]: `size <transport> <bytes>`/`ready`, `end`/`done`; with `--rounds`,
 //!    that many times, the order of the two alternating (the server just serves each frame).
 //! 6. `quit` -> `bye`.
@@ -27,7 +31,7 @@ use crate::oob::{self, Listener, Oob};
 use crate::pattern::{self, Plan, ACK_LEN};
 use crate::report::{Progress, Report, RunInfo, SizeResult};
 use crate::stats::{Measurement, Summary};
-use crate::transport::mcapi::{self, McapiTransport, Setup, CLIENT_NODE, SERVER_NODE};
+use crate::transport::mcapi::{self, McapiLayer, Setup, CLIENT_NODE, SERVER_NODE};
 use crate::transport::raw::{self, RawTransport};
 use crate::transport::{Kind, Transport};
 use std::io::IsTerminal;
@@ -104,10 +108,10 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     let mut raw = RawTransport::open(&opts.provider, Some(oob.local_ip()))?;
     let peer_max = exchange_addresses(&mut raw, oob, true)?;
 
+    let spec = test.sizes(opts.sizes.as_ref()).map_err(Error::failed)?;
     let limit = raw.max_msg_size().min(peer_max);
-    let (sizes, skipped): (Vec<usize>, Vec<usize>) =
-        opts.sizes.sizes.iter().partition(|&&s| s <= limit);
-    if !skipped.is_empty() && !opts.sizes.all {
+    let (sizes, skipped): (Vec<usize>, Vec<usize>) = spec.sizes.iter().partition(|&&s| s <= limit);
+    if !skipped.is_empty() && !spec.all {
         eprintln!(
             "perftest: sizes {skipped:?} skipped: larger than {}'s max_msg_size ({limit} bytes)",
             raw.provider()
@@ -122,17 +126,23 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     let max_len = max_len.max(ACK_LEN);
     oob.send(&format!("prepare {max_len}"))?;
     raw.prepare(max_len, plan.depth())?;
-    let (mut mcapi, why_not) = client_mcapi(opts, &plan, &mut raw, oob)?;
+    let (mut mcapi, why_not) = client_mcapi(opts, &plan, max_len, &mut raw, oob)?;
     if let Some(why) = &why_not {
         eprintln!("perftest: MCAPI not run: {why}");
     }
-    let too_large = format!("larger than MCAPI_MAX_MSG_SIZE ({} bytes)", mcapi::MAX_SIZE);
+    let (mcapi_limit, too_large) = match &mcapi {
+        Some(t) => {
+            let (limit, name) = t.limit();
+            (limit, format!("larger than {name} ({limit} bytes)"))
+        }
+        None => (0, String::new()),
+    };
 
     let mut report = Report::new(&plan, raw.provider(), opts.json, RunInfo::collect());
     let mut progress = Progress::new();
     for (i, &size) in sizes.iter().enumerate() {
         let note = match &mcapi {
-            Some(_) if size <= mcapi::MAX_SIZE => None,
+            Some(_) if size <= mcapi_limit => None,
             Some(_) => Some(too_large.as_str()),
             None => Some("MCAPI could not start (see above)"),
         };
@@ -163,7 +173,7 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
                         pattern::client_size(&mut raw, oob, &plan, size)?,
                     ),
                     (Kind::Mcapi, Some(t)) if note.is_none() => {
-                        add_round(&mut mc_rounds, pattern::client_size(t, oob, &plan, size)?)
+                        add_round(&mut mc_rounds, t.client_size(oob, &plan, size)?)
                     }
                     (Kind::Mcapi, _) => {}
                 }
@@ -208,14 +218,16 @@ fn one_line(e: &Error) -> String {
     e.to_string().replace('\n', " ")
 }
 
-/// Starts the client's MCAPI node and connects it to the server's. `Ok((None, why))` when
-/// MCAPI cannot run here (either side could not start its node): the run goes on over raw.
+/// Starts the client's MCAPI node and connects it to the server's (for channel benchmarks:
+/// connects and opens the channels). `Ok((None, why))` when MCAPI cannot run here (either
+/// side could not start its node or open its channels): the run goes on over raw.
 fn client_mcapi(
     opts: &Opts,
     plan: &Plan,
+    max_len: usize,
     raw: &mut RawTransport,
     oob: &mut Oob,
-) -> Result<(Option<McapiTransport>, Option<String>)> {
+) -> Result<(Option<McapiLayer>, Option<String>)> {
     let setup = mcapi_setup(opts);
     oob.send(&format!(
         "mcapi {} {} {}",
@@ -230,7 +242,7 @@ fn client_mcapi(
     }
     let opened = mcapi::topology(oob.peer_ip(), oob.local_ip(), setup.ports)
         .and_then(|topo| mcapi::config(&setup, topo, &opts.provider, plan.depth()))
-        .and_then(|config| McapiTransport::open(CLIENT_NODE, config));
+        .and_then(|config| McapiLayer::open(plan, CLIENT_NODE, config, max_len));
     let mut t = match opened {
         Ok(t) => t,
         Err(e) => {
@@ -240,7 +252,23 @@ fn client_mcapi(
     };
     oob.send("mcapi-up")?;
     oob.expect("mcapi-connected", || raw.progress())?;
-    t.connect(SERVER_NODE, MCAPI_CONNECT_TIMEOUT)?;
+    if !t.has_channels() {
+        t.connect(SERVER_NODE, MCAPI_CONNECT_TIMEOUT)?;
+    } else {
+        if let Err(e) = t.connect(SERVER_NODE, MCAPI_CONNECT_TIMEOUT) {
+            oob.send(&format!("mcapi-off {}", one_line(&e)))?;
+            return Ok((None, Some(e.to_string())));
+        }
+        oob.send("mcapi-open")?;
+        let reply = oob.line(|| raw.progress())?;
+        if let Some(why) = reply.strip_prefix("mcapi-off ") {
+            return Ok((None, Some(format!("the server's channels: {why}"))));
+        }
+        if reply != "mcapi-opened" {
+            return Err(oob::protocol(&reply, "mcapi-opened"));
+        }
+        t.finish_open(MCAPI_CONNECT_TIMEOUT)?;
+    }
     if t.provider() != raw.provider() {
         eprintln!(
             "perftest: warning: MCAPI runs over {}, raw libfabric over {}",
@@ -295,17 +323,19 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     let mut raw = RawTransport::open(&opts.provider, Some(oob.local_ip()))?;
     exchange_addresses(&mut raw, oob, false)?;
     // Started, waiting for the client's node; then connected.
-    let mut mcapi_started: Option<McapiTransport> = None;
-    let mut mcapi: Option<McapiTransport> = None;
+    let mut mcapi_started: Option<McapiLayer> = None;
+    let mut mcapi: Option<McapiLayer> = None;
+    // The largest size of the run (from `prepare`).
+    let mut max_len = ACK_LEN;
     loop {
         let line = oob.line(|| raw.progress())?;
         let words: Vec<&str> = line.split(' ').collect();
         match words[..] {
             ["prepare", max] => {
-                let max = max
+                max_len = max
                     .parse()
                     .map_err(|_| oob::protocol(&line, "prepare <bytes>"))?;
-                raw.prepare(max, plan.depth())?;
+                raw.prepare(max_len, plan.depth())?;
             }
             ["mcapi", job, server_port, client_port] => {
                 let port = |p: &str| {
@@ -318,7 +348,7 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
                 };
                 let opened = mcapi::topology(oob.local_ip(), oob.peer_ip(), setup.ports)
                     .and_then(|topo| mcapi::config(&setup, topo, &opts.provider, plan.depth()))
-                    .and_then(|config| McapiTransport::open(SERVER_NODE, config));
+                    .and_then(|config| McapiLayer::open(&plan, SERVER_NODE, config, max_len));
                 match opened {
                     Ok(t) => {
                         mcapi_started = Some(t);
@@ -335,14 +365,30 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
                 mcapi = Some(t);
                 oob.send("mcapi-connected")?;
             }
-            ["mcapi-off", ..] => mcapi_started = None,
+            ["mcapi-open"] => {
+                let opened = match &mut mcapi {
+                    Some(t) => t.open_channels(MCAPI_CONNECT_TIMEOUT),
+                    None => return Err(oob::protocol(&line, "mcapi-up first")),
+                };
+                match opened {
+                    Ok(()) => oob.send("mcapi-opened")?,
+                    Err(e) => {
+                        mcapi = None;
+                        oob.send(&format!("mcapi-off {}", one_line(&e)))?;
+                    }
+                }
+            }
+            ["mcapi-off", ..] => {
+                mcapi_started = None;
+                mcapi = None;
+            }
             ["size", kind, size] => {
                 let size = size
                     .parse()
                     .map_err(|_| oob::protocol(&line, "size <kind> <bytes>"))?;
                 match (Kind::from_name(kind), &mut mcapi) {
                     (Some(Kind::Raw), _) => pattern::serve_size(&mut raw, oob, &plan, size)?,
-                    (Some(Kind::Mcapi), Some(t)) => pattern::serve_size(t, oob, &plan, size)?,
+                    (Some(Kind::Mcapi), Some(t)) => t.serve_size(oob, &plan, size)?,
                     _ => {
                         return Err(Error::failed(format!(
                             "this server cannot run over '{kind}'"

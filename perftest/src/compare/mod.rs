@@ -35,6 +35,8 @@ pub struct Job {
     /// As given to `-p` (libfabric's full name when compare chose it).
     pub provider: String,
     pub sizes: Vec<usize>,
+    /// The sizes are `-S all`'s.
+    pub all_sizes: bool,
     pub rounds: u32,
     pub max_time: Duration,
 }
@@ -42,7 +44,7 @@ pub struct Job {
 impl Job {
     /// The benchmark's command line.
     fn args(&self, opts: &CompareOpts, oob_port: u16) -> Vec<String> {
-        let sizes = if opts.sizes.all {
+        let sizes = if self.all_sizes {
             "all".to_owned()
         } else {
             let s: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
@@ -180,10 +182,12 @@ pub fn run(opts: &CompareOpts) -> Result<i32> {
     let mut runs = Vec::new();
     for provider in &providers {
         for &test in &tests {
+            let spec = opts.sizes(test);
             let job = Job {
                 test,
                 provider: provider.clone(),
-                sizes: opts.sizes.sizes.clone(),
+                sizes: spec.sizes,
+                all_sizes: spec.all,
                 rounds: opts.rounds(test),
                 max_time: Duration::from_secs_f64(opts.max_time),
             };
@@ -264,6 +268,7 @@ mod tests {
                 test: Test::MsgLat,
                 provider: "tcp".into(),
                 sizes: vec![8, 64],
+                all_sizes: false,
                 rounds: 3,
                 max_time: Duration::from_millis(10),
             },

@@ -3,9 +3,8 @@
 //! A pattern (ping-pong, windowed streaming) talks to exactly one peer through a
 //! [`Transport`]: post a message of `len` bytes, poll for the next arrived message, wait for
 //! local send completions. The same pattern code runs over every transport, so the numbers
-//! of the raw-libfabric baseline ([`raw::RawTransport`]) and of MCAPI
-//! ([`mcapi::McapiTransport`], blocking `msg_send`/`msg_recv` on MCAPI message endpoints)
-//! measure the same protocol.
+//! of the raw-libfabric baseline ([`raw::RawTransport`]) and of MCAPI (messages, packet
+//! channels or scalar channels: [`mcapi::McapiLayer`]) measure the same protocol.
 //!
 //! The raw transport never blocks: waiting (busy polling, with the occasional look at the
 //! bootstrap channel) is the pattern's business, so it adds no thread or sleep to the
@@ -27,7 +26,7 @@ use std::fmt;
 pub enum Kind {
     /// libfabric directly: tagged messages on an RDM endpoint.
     Raw,
-    /// MCAPI messages over libfabric.
+    /// MCAPI (messages, packets or scalars) over libfabric.
     Mcapi,
 }
 
@@ -64,6 +63,11 @@ pub trait Transport {
     /// after every such answer instead of every few hundred.
     fn waits(&self) -> bool {
         false
+    }
+
+    /// Length of the acknowledgement a streaming receiver returns after each window.
+    fn ack_len(&self) -> usize {
+        crate::pattern::ACK_LEN
     }
 
     /// Posts a message of `len` bytes to the peer. `Ok(false)`: no room right now (the

@@ -1,0 +1,124 @@
+//! MCAPI messages: one message endpoint per node (port [`PORT`]), and the benchmark
+//! messages are MCAPI messages at priority 0: blocking `msg_send` (which copies or injects
+//! the payload and blocks while the receiver has no free buffer: credit flow control) and
+//! blocking `msg_recv` (which copies the message out of its receive slot).
+
+use super::{failed, OwnedNode, DOMAIN, WAIT};
+use crate::error::{Error, Result};
+use crate::transport::{Kind, Transport};
+use ::mcapi::{EndpointId, Node, Status, MAX_MSG_SIZE};
+use std::time::Duration;
+
+/// The port of each side's message endpoint.
+pub const PORT: u32 = 1;
+/// Priority of the benchmark messages (0 is the highest).
+const PRIORITY: u32 = 0;
+
+/// One side's MCAPI node and message endpoint, connected to the peer's endpoint on the same
+/// port.
+pub struct MsgTransport {
+    node: OwnedNode,
+    local: EndpointId,
+    remote: Option<EndpointId>,
+    provider: String,
+    /// Payload of every message sent (read only).
+    send_buf: Vec<u8>,
+    /// Where every message is received (contents ignored).
+    recv_buf: Vec<u8>,
+}
+
+impl MsgTransport {
+    /// Creates the node's message endpoint on [`PORT`].
+    ///
+    /// # Errors
+    /// The endpoint could not be created.
+    pub fn open(n: OwnedNode) -> Result<MsgTransport> {
+        let local = create_endpoint(&n, PORT)?;
+        let pattern = (0..MAX_MSG_SIZE).map(|i| (i % 251) as u8).collect();
+        Ok(MsgTransport {
+            provider: n.provider().to_owned(),
+            node: n,
+            local,
+            remote: None,
+            send_buf: pattern,
+            recv_buf: vec![0; MAX_MSG_SIZE],
+        })
+    }
+
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// Looks up the peer's endpoint on node `peer` and [`PORT`] (waiting up to `timeout` for
+    /// it to exist) and makes it the destination of sends.
+    pub fn connect(&mut self, peer: u32, timeout: Duration) -> Result<()> {
+        let id = self
+            .node
+            .endpoint_get(DOMAIN, peer, PORT, Some(timeout))
+            .map_err(|s| failed(&format!("endpoint_get of {DOMAIN}.{peer}.{PORT}"), s))?;
+        self.remote = Some(id);
+        Ok(())
+    }
+}
+
+/// A message endpoint on `port` whose blocking calls wait at most [`WAIT`].
+pub(super) fn create_endpoint(node: &Node, port: u32) -> Result<EndpointId> {
+    let ep = node
+        .endpoint_create(port)
+        .map_err(|s| failed(&format!("endpoint_create on port {port}"), s))?;
+    node.set_endpoint_timeout(ep, Some(WAIT))
+        .map_err(|s| failed("set_endpoint_timeout", s))?;
+    Ok(ep)
+}
+
+impl Transport for MsgTransport {
+    fn kind(&self) -> Kind {
+        Kind::Mcapi
+    }
+
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn waits(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn try_send(&mut self, len: usize) -> Result<bool> {
+        let Some(to) = self.remote else {
+            return Err(Error::failed(
+                "MCAPI send before the peer's endpoint is known",
+            ));
+        };
+        match self
+            .node
+            .msg_send(self.local, to, &self.send_buf[..len], PRIORITY)
+        {
+            Ok(()) => Ok(true),
+            Err(Status::MCAPI_TIMEOUT) => Ok(false),
+            Err(s) => Err(failed(&format!("msg_send of {len} bytes"), s)),
+        }
+    }
+
+    #[inline]
+    fn try_recv(&mut self) -> Result<Option<usize>> {
+        match self.node.msg_recv(self.local, &mut self.recv_buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(Status::MCAPI_TIMEOUT) => Ok(None),
+            Err(s) => Err(failed("msg_recv", s)),
+        }
+    }
+
+    fn pending_sends(&self) -> usize {
+        // msg_send returns once the payload is copied or injected.
+        0
+    }
+
+    fn progress(&mut self) -> Result<()> {
+        self.node
+            .msg_available(self.local)
+            .map(|_| ())
+            .map_err(|s| failed("msg_available", s))
+    }
+}
