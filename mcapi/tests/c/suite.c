@@ -1,10 +1,12 @@
 /*
- * The C test suite of libmcapi: every exported function and the ERRORS tables of spec 4.1,
- * 4.2, 4.3 and 4.6, plus 4.7. Two processes:
+ * The C test suite of libmcapi: every exported function and the ERRORS tables of spec 4.1
+ * to 4.6, plus 4.7. Two processes:
  *
  *   suite main   node <0,1>: runs the checks
  *   suite echo   node <0,2>: endpoint port 5 sends each message back to the endpoint value
- *                found at its start (so endpoint values travel inside messages), until "quit"
+ *                found at its start (so endpoint values travel inside messages), until "quit";
+ *                on "channels" it opens the far ends of four channels main connected (ports
+ *                6-9) and echoes packets and scalars on them (echo_channels)
  *
  * The provider and job come from MCAPI_PROVIDER and MCAPI_JOB (set by tests/c_abi.rs).
  */
@@ -19,7 +21,15 @@
 #define ECHO_PORT 5
 #define GARBAGE_ENDPOINT ((mcapi_endpoint_t)0xdeadbeefULL)
 #define GARBAGE_REQUEST ((mcapi_request_t)0x1234ULL)
+#define GARBAGE_CHANNEL ((mcapi_pktchan_send_hndl_t)0xdeadbeefULL)
 #define WAIT_MS 30000
+/* The echo's channel endpoints: packets in and back out, scalars in and back out. */
+#define ECHO_PKT_IN 6
+#define ECHO_PKT_OUT 7
+#define ECHO_SCL_IN 8
+#define ECHO_SCL_OUT 9
+/* Scalars per exchange; the i-th has width 8 << (i % 4) bits. */
+#define SCALARS 8
 
 static void sleep_ms(long ms) {
     struct timespec t;
@@ -30,15 +40,137 @@ static void sleep_ms(long ms) {
 
 /* ---- the echo peer ---- */
 
+/* Waits for the `n` requests of `r` with mcapi_wait_any, in whatever order they finish;
+ * each must succeed. */
+static void wait_all(mcapi_request_t* r, unsigned n) {
+    mcapi_request_t* list[8];
+    mcapi_status_t status;
+    size_t size;
+    unsigned i, left = n;
+    EXPECT(n <= 8);
+    for (i = 0; i < n; i++) {
+        list[i] = &r[i];
+    }
+    while (left > 0) {
+        mcapi_uint_t done = mcapi_wait_any(left, list, &size, WAIT_MS, &status);
+        EXPECT_OK(status);
+        EXPECT(done < left);
+        list[done] = list[left - 1];
+        left--;
+    }
+}
+
+/* The i-th scalar of an exchange: widths 8, 16, 32, 64 bits in turn. */
+static mcapi_uint64_t scalar_value(unsigned i) {
+    static const mcapi_uint64_t values[SCALARS] = {
+        0xabU, 0xbeefU, 0xdeadbeefUL, 0x0123456789abcdefULL,
+        0x01U, 0xffffU, 0x80000001UL, 0xfedcba9876543210ULL};
+    return values[i];
+}
+
+/* An endpoint whose channel calls give up after WAIT_MS (a hung peer fails the test). */
+static mcapi_endpoint_t endpoint_with_timeout(mcapi_port_t port, mcapi_timeout_t timeout) {
+    mcapi_status_t status;
+    mcapi_endpoint_t ep = mcapi_endpoint_create(port, &status);
+    EXPECT_OK(status);
+    mcapi_endpoint_set_attribute(ep, MCAPI_ENDP_ATTR_TIMEOUT, &timeout, sizeof timeout, &status);
+    EXPECT_OK(status);
+    return ep;
+}
+
+/* The far ends of main's channels (see channels()): opened once main has connected and
+ * opened its ends, so main sees its opens pending until now. Each packet goes back as it is,
+ * sent from the receive pool it arrived in (zero copy both ways), until "end"; then SCALARS
+ * scalars go back; then the ends close when main says "close", and the echo says "closed". */
+static void echo_channels(mcapi_endpoint_t me, mcapi_endpoint_t reply_to,
+                          const mcapi_endpoint_t* ends) {
+    mcapi_status_t status;
+    mcapi_pktchan_recv_hndl_t packets_in;
+    mcapi_pktchan_send_hndl_t packets_out;
+    mcapi_sclchan_recv_hndl_t scalars_in;
+    mcapi_sclchan_send_hndl_t scalars_out;
+    mcapi_request_t r[4];
+    char buffer[64];
+    size_t size;
+    unsigned i;
+
+    mcapi_pktchan_recv_open_i(&packets_in, ends[0], &r[0], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_pktchan_send_open_i(&packets_out, ends[1], &r[1], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_sclchan_recv_open_i(&scalars_in, ends[2], &r[2], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_sclchan_send_open_i(&scalars_out, ends[3], &r[3], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    wait_all(r, 4);
+
+    for (;;) {
+        void* packet;
+        mcapi_pktchan_recv(packets_in, &packet, &size, &status);
+        EXPECT_OK(status);
+        if (size == 3 && memcmp(packet, "end", 3) == 0) {
+            mcapi_pktchan_release(packet, &status);
+            EXPECT_OK(status);
+            break;
+        }
+        mcapi_pktchan_send(packets_out, packet, size, &status);
+        EXPECT_OK(status);
+        mcapi_pktchan_release(packet, &status);
+        EXPECT_OK(status);
+    }
+    for (i = 0; i < SCALARS; i++) {
+        mcapi_status_t sent;
+        switch (i % 4) {
+        case 0:
+            mcapi_sclchan_send_uint8(scalars_out, mcapi_sclchan_recv_uint8(scalars_in, &status),
+                                     &sent);
+            break;
+        case 1:
+            mcapi_sclchan_send_uint16(scalars_out,
+                                      mcapi_sclchan_recv_uint16(scalars_in, &status), &sent);
+            break;
+        case 2:
+            mcapi_sclchan_send_uint32(scalars_out,
+                                      mcapi_sclchan_recv_uint32(scalars_in, &status), &sent);
+            break;
+        default:
+            mcapi_sclchan_send_uint64(scalars_out,
+                                      mcapi_sclchan_recv_uint64(scalars_in, &status), &sent);
+        }
+        EXPECT_OK(status);
+        EXPECT_OK(sent);
+    }
+
+    mcapi_msg_recv(me, buffer, sizeof buffer, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == sizeof reply_to + 5 && memcmp(buffer + sizeof reply_to, "close", 5) == 0);
+    mcapi_pktchan_recv_close_i(packets_in, &r[0], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_pktchan_send_close_i(packets_out, &r[1], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_sclchan_recv_close_i(scalars_in, &r[2], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_sclchan_send_close_i(scalars_out, &r[3], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    wait_all(r, 4);
+    mcapi_msg_send(me, reply_to, "closed", 6, 0, &status);
+    EXPECT_OK(status);
+}
+
 static int echo(void) {
     mcapi_status_t status;
     mcapi_info_t info;
     char buffer[1024];
     size_t size;
+    mcapi_endpoint_t ends[4];
+    unsigned i;
     mcapi_initialize(DOMAIN, ECHO_NODE, NULL, NULL, &info, &status);
     EXPECT_OK(status);
     mcapi_endpoint_t me = mcapi_endpoint_create(ECHO_PORT, &status);
     EXPECT_OK(status);
+    for (i = 0; i < 4; i++) {
+        ends[i] = endpoint_with_timeout(ECHO_PKT_IN + i, WAIT_MS);
+    }
     for (;;) {
         mcapi_endpoint_t reply_to;
         mcapi_msg_recv(me, buffer, sizeof buffer, &size, &status);
@@ -47,6 +179,10 @@ static int echo(void) {
         memcpy(&reply_to, buffer, sizeof reply_to);
         if (size == sizeof reply_to + 4 && memcmp(buffer + sizeof reply_to, "quit", 4) == 0) {
             break;
+        }
+        if (size == sizeof reply_to + 8 && memcmp(buffer + sizeof reply_to, "channels", 8) == 0) {
+            echo_channels(me, reply_to, ends);
+            continue;
         }
         mcapi_msg_send(me, reply_to, buffer + sizeof reply_to, size - sizeof reply_to, 0,
                        &status);
@@ -85,6 +221,14 @@ static void before_initialize(void) {
     EXPECT(mcapi_wait_any(1, requests, &size, 0, &status) == MCAPI_RETURN_VALUE_INVALID);
     EXPECT_STATUS(status, MCAPI_ERR_NODE_NOTINIT);
     mcapi_cancel(&request, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_NODE_NOTINIT);
+    mcapi_pktchan_send(GARBAGE_CHANNEL, buffer, 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_NODE_NOTINIT);
+    mcapi_pktchan_release(buffer, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_NODE_NOTINIT);
+    mcapi_sclchan_recv_uint8(GARBAGE_CHANNEL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_NODE_NOTINIT);
+    mcapi_sclchan_available(GARBAGE_CHANNEL, &status);
     EXPECT_STATUS(status, MCAPI_ERR_NODE_NOTINIT);
     /* A NULL status pointer never crashes. */
     mcapi_finalize(NULL);
@@ -700,6 +844,690 @@ static void requests(mcapi_endpoint_t echo_endpoint) {
     EXPECT_OK(status);
 }
 
+/* ---- 4.4 packet channels and 4.5 scalar channels ---- */
+
+/* Every channel function given a garbage handle: MCAPI_ERR_CHAN_INVALID. */
+static void garbage_channel_handles(void) {
+    mcapi_status_t status;
+    mcapi_request_t r;
+    void* packet = NULL;
+    size_t size;
+    mcapi_pktchan_send(GARBAGE_CHANNEL, "x", 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_send_i(GARBAGE_CHANNEL, "x", 1, &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_recv(GARBAGE_CHANNEL, &packet, &size, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_recv_i(GARBAGE_CHANNEL, &packet, &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(packet == NULL);
+    EXPECT(mcapi_pktchan_available(GARBAGE_CHANNEL, &status) == 0);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_recv_close_i(GARBAGE_CHANNEL, &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_send_close_i(GARBAGE_CHANNEL, &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_send_uint64(GARBAGE_CHANNEL, 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_send_uint32(GARBAGE_CHANNEL, 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_send_uint16(GARBAGE_CHANNEL, 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_send_uint8(GARBAGE_CHANNEL, 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(mcapi_sclchan_recv_uint64(GARBAGE_CHANNEL, &status) == 0);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(mcapi_sclchan_recv_uint32(GARBAGE_CHANNEL, &status) == 0);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(mcapi_sclchan_recv_uint16(GARBAGE_CHANNEL, &status) == 0);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(mcapi_sclchan_recv_uint8(GARBAGE_CHANNEL, &status) == 0);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(mcapi_sclchan_available(GARBAGE_CHANNEL, &status) == 0);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_recv_close_i(GARBAGE_CHANNEL, &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_send_close_i(GARBAGE_CHANNEL, &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+}
+
+static mcapi_uint_t endpoint_status(mcapi_endpoint_t ep) {
+    mcapi_status_t status;
+    mcapi_uint_t flags = 0;
+    mcapi_endpoint_get_attribute(ep, MCAPI_ENDP_ATTR_STATUS, &flags, sizeof flags, &status);
+    EXPECT_OK(status);
+    return flags;
+}
+
+/* Packets of the channel to the echo come back on the one from it: sends `text` and returns
+ * the echoed packet (held: the caller releases it). */
+static void* round_trip(mcapi_pktchan_send_hndl_t out, mcapi_pktchan_recv_hndl_t in,
+                        const char* text) {
+    mcapi_status_t status;
+    void* packet = NULL;
+    size_t size = 0;
+    mcapi_pktchan_send(out, text, strlen(text), &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_recv(in, &packet, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == strlen(text) && memcmp(packet, text, size) == 0);
+    return packet;
+}
+
+/* Waits until `n` packets can be received from `in`. */
+static void await_packets(mcapi_pktchan_recv_hndl_t in, mcapi_uint_t n) {
+    mcapi_status_t status;
+    int tries;
+    for (tries = 0; tries < WAIT_MS; tries++) {
+        mcapi_uint_t available = mcapi_pktchan_available(in, &status);
+        EXPECT_OK(status);
+        EXPECT(available <= n);
+        if (available == n) {
+            return;
+        }
+        sleep_ms(1);
+    }
+    EXPECT(!"packets did not arrive");
+}
+
+static void message_to_echo(mcapi_endpoint_t from, mcapi_endpoint_t echo_endpoint,
+                            const char* text) {
+    mcapi_status_t status;
+    char out[sizeof(mcapi_endpoint_t) + 16];
+    size_t n = strlen(text);
+    memcpy(out, &from, sizeof from);
+    memcpy(out + sizeof from, text, n);
+    mcapi_msg_send(from, echo_endpoint, out, sizeof from + n, 0, &status);
+    EXPECT_OK(status);
+}
+
+/* Four channels between this node and the echo, all connected here (the echo only opens
+ * and closes its ends): packets out and back, scalars out and back. */
+static void channels(mcapi_endpoint_t echo_endpoint) {
+    mcapi_status_t status;
+    mcapi_endpoint_t pkt_out = endpoint_with_timeout(50, WAIT_MS);
+    mcapi_endpoint_t pkt_in = endpoint_with_timeout(51, WAIT_MS);
+    mcapi_endpoint_t scl_out = endpoint_with_timeout(52, WAIT_MS);
+    mcapi_endpoint_t scl_in = endpoint_with_timeout(53, WAIT_MS);
+    mcapi_endpoint_t control = mcapi_endpoint_create(54, &status);
+    mcapi_endpoint_t msg_ep = mcapi_endpoint_create(55, &status);
+    mcapi_endpoint_t echo_pkt_in, echo_pkt_out, echo_scl_in, echo_scl_out, ghost;
+    mcapi_pktchan_send_hndl_t hs = 0;
+    mcapi_pktchan_recv_hndl_t hr = 0;
+    mcapi_sclchan_send_hndl_t ss = 0;
+    mcapi_sclchan_recv_hndl_t sr = 0;
+    mcapi_pktchan_recv_hndl_t untouched = 77;
+    mcapi_request_t r[4], r1, r2;
+    mcapi_request_t* list[2];
+    mcapi_endp_attr_max_payload_size_t payload = 1024;
+    void *packet, *p0, *p1, *p2, *kept;
+    char own[8], buffer[64];
+    size_t size;
+    unsigned i;
+    EXPECT_OK(status);
+
+    echo_pkt_in = mcapi_endpoint_get(DOMAIN, ECHO_NODE, ECHO_PKT_IN, WAIT_MS, &status);
+    EXPECT_OK(status);
+    echo_pkt_out = mcapi_endpoint_get(DOMAIN, ECHO_NODE, ECHO_PKT_OUT, WAIT_MS, &status);
+    EXPECT_OK(status);
+    echo_scl_in = mcapi_endpoint_get(DOMAIN, ECHO_NODE, ECHO_SCL_IN, WAIT_MS, &status);
+    EXPECT_OK(status);
+    echo_scl_out = mcapi_endpoint_get(DOMAIN, ECHO_NODE, ECHO_SCL_OUT, WAIT_MS, &status);
+    EXPECT_OK(status);
+    /* A well-formed value of an endpoint that does not exist. */
+    mcapi_endpoint_get_i(DOMAIN, ECHO_NODE, 999, &ghost, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_cancel(&r1, &status);
+    EXPECT_OK(status);
+
+    garbage_channel_handles();
+
+    /* Connect ERRORS (4.4.1, 4.5.1). */
+    mcapi_pktchan_connect_i(pkt_out, echo_pkt_in, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_connect_i(GARBAGE_ENDPOINT, echo_pkt_in, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_pktchan_connect_i(pkt_out, GARBAGE_ENDPOINT, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_pktchan_connect_i(pkt_out, pkt_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_pktchan_connect_i(pkt_out, ghost, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_sclchan_connect_i(scl_out, echo_scl_in, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_sclchan_connect_i(GARBAGE_ENDPOINT, echo_scl_in, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_sclchan_connect_i(scl_out, scl_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_sclchan_connect_i(ghost, scl_in, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    EXPECT(endpoint_status(pkt_out) == 0 && endpoint_status(scl_in) == 0); /* unchanged */
+
+    /* Open ERRORS (4.4.2, 4.4.3, 4.5.2, 4.5.3) that need no connection. */
+    mcapi_pktchan_send_open_i(NULL, pkt_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_send_open_i(&hs, pkt_out, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_recv_open_i(&untouched, GARBAGE_ENDPOINT, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_pktchan_recv_open_i(&untouched, echo_pkt_out, &r1, &status); /* not local */
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    mcapi_sclchan_send_open_i(NULL, scl_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_sclchan_recv_open_i(&untouched, scl_in, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_sclchan_recv_open_i(&untouched, echo_scl_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
+    EXPECT(untouched == 77); /* a refused call writes nothing */
+
+    /* Release ERRORS (4.4.9, 4.4.10): pointers that are no packet of this node. */
+    mcapi_pktchan_release(own, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_BUF_INVALID);
+    mcapi_pktchan_release(NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_BUF_INVALID);
+    EXPECT(mcapi_pktchan_release_test(own, &status) == MCAPI_FALSE);
+    EXPECT_STATUS(status, MCAPI_ERR_BUF_INVALID);
+    EXPECT(mcapi_pktchan_release_test(NULL, &status) == MCAPI_FALSE);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+
+    /* The connects, all made here; each completes at once and is released by a wait. */
+    mcapi_pktchan_connect_i(pkt_out, echo_pkt_in, &r1, &status);
+    EXPECT_OK(status);
+    EXPECT(mcapi_wait(&r1, &size, WAIT_MS, &status) == MCAPI_TRUE);
+    EXPECT_OK(status);
+    mcapi_pktchan_connect_i(echo_pkt_out, pkt_in, &r1, &status);
+    EXPECT_OK(status);
+    EXPECT(mcapi_test(&r1, &size, &status) == MCAPI_TRUE);
+    EXPECT_OK(status);
+    mcapi_sclchan_connect_i(scl_out, echo_scl_in, &r1, &status);
+    EXPECT_OK(status);
+    mcapi_sclchan_connect_i(echo_scl_out, scl_in, &r2, &status);
+    EXPECT_OK(status);
+    list[0] = &r1;
+    list[1] = &r2;
+    EXPECT(mcapi_wait_any(2, list, &size, WAIT_MS, &status) == 0);
+    EXPECT(mcapi_wait_any(1, list + 1, &size, WAIT_MS, &status) == 0);
+    EXPECT_OK(status);
+    mcapi_pktchan_connect_i(pkt_out, msg_ep, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_CONNECTED);
+    mcapi_sclchan_connect_i(msg_ep, echo_pkt_in, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_CONNECTED);
+    EXPECT(endpoint_status(pkt_out) ==
+           (MCAPI_ENDP_ATTR_STATUS_CONNECTED | MCAPI_ENDP_ATTR_STATUS_PKTCHAN |
+            MCAPI_ENDP_ATTR_STATUS_SEND));
+    EXPECT(endpoint_status(scl_in) ==
+           (MCAPI_ENDP_ATTR_STATUS_CONNECTED | MCAPI_ENDP_ATTR_STATUS_SCLCHAN |
+            MCAPI_ENDP_ATTR_STATUS_RECEIVE));
+    mcapi_endpoint_set_attribute(pkt_out, MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE, &payload,
+                                 sizeof payload, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_CONNECTED);
+
+    /* Opens of the wrong type or direction; the right ones stay pending until the echo
+     * opens its ends. */
+    mcapi_sclchan_send_open_i(&ss, pkt_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_TYPE);
+    mcapi_pktchan_recv_open_i(&hr, pkt_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_DIRECTION);
+    mcapi_pktchan_send_open_i(&hs, scl_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_TYPE);
+    mcapi_sclchan_recv_open_i(&sr, scl_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_DIRECTION);
+    mcapi_pktchan_send_open_i(&hs, pkt_out, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_recv_open_i(&hr, pkt_in, &r[1], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_sclchan_send_open_i(&ss, scl_out, &r[2], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_sclchan_recv_open_i(&sr, scl_in, &r[3], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    EXPECT(hs != hr && ss != sr && hs != ss); /* written at once */
+    mcapi_pktchan_send_open_i(&hs, pkt_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_OPENPENDING);
+    mcapi_sclchan_recv_open_i(&sr, scl_in, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_OPENPENDING);
+    EXPECT(mcapi_test(&r[0], &size, &status) == MCAPI_FALSE);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    EXPECT(endpoint_status(pkt_out) & MCAPI_ENDP_ATTR_STATUS_OPEN_PENDING);
+    mcapi_pktchan_send(hs, "x", 1, &status); /* not usable before both sides are open */
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    message_to_echo(control, echo_endpoint, "channels");
+    wait_all(r, 4);
+    mcapi_pktchan_send_open_i(&hs, pkt_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_OPEN);
+    EXPECT(endpoint_status(pkt_out) ==
+           (MCAPI_ENDP_ATTR_STATUS_CONNECTED | MCAPI_ENDP_ATTR_STATUS_PKTCHAN |
+            MCAPI_ENDP_ATTR_STATUS_SEND | MCAPI_ENDP_ATTR_STATUS_OPEN));
+
+    /* Send and receive ERRORS (4.4.4-4.4.8). */
+    mcapi_pktchan_send(hs, NULL, 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_send(hs, big, 64 * 1024 + 1, &status); /* the default payload limit */
+    EXPECT_STATUS(status, MCAPI_ERR_PKT_SIZE);
+    mcapi_pktchan_send_i(hs, "x", 1, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_send_i(hs, NULL, 1, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_send_i(hs, big, 64 * 1024 + 1, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PKT_SIZE);
+    mcapi_pktchan_recv(hr, NULL, &size, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_recv(hr, &packet, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_recv_i(hr, NULL, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_recv_i(hr, &packet, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    /* A handle of the other direction or type is no handle for the call. */
+    mcapi_pktchan_send(hr, "x", 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_recv(hs, &packet, &size, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_available(hs, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_pktchan_send(ss, "x", 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_send_uint8(hs, 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_recv_uint8(ss, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_available(ss, &status); /* takes the receive handle */
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_available(hr, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+
+    /* Packets: a receive posted first gets its pointer from the wait; release and its test. */
+    packet = NULL;
+    mcapi_pktchan_recv_i(hr, &packet, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    EXPECT(mcapi_pktchan_available(hr, &status) == 0);
+    EXPECT_OK(status);
+    mcapi_pktchan_send(hs, "hello", 5, &status);
+    EXPECT_OK(status);
+    EXPECT(mcapi_wait(&r1, &size, WAIT_MS, &status) == MCAPI_TRUE);
+    EXPECT_OK(status);
+    EXPECT(size == 5 && packet != NULL && memcmp(packet, "hello", 5) == 0);
+    EXPECT(mcapi_pktchan_release_test(packet, &status) == MCAPI_FALSE);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+    EXPECT(mcapi_pktchan_release_test(packet, &status) == MCAPI_TRUE);
+    EXPECT_OK(status);
+    mcapi_pktchan_release(packet, &status); /* released already */
+    EXPECT_STATUS(status, MCAPI_ERR_BUF_INVALID);
+
+    /* send_i: the buffer is free at once; the request completes when the packet left. */
+    memcpy(buffer, "world", 5);
+    mcapi_pktchan_send_i(hs, buffer, 5, &r1, &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    memset(buffer, 0, sizeof buffer);
+    EXPECT(mcapi_wait(&r1, &size, WAIT_MS, &status) == MCAPI_TRUE);
+    EXPECT_OK(status);
+    mcapi_pktchan_recv(hr, &packet, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == 5 && memcmp(packet, "world", 5) == 0);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+
+    /* An empty packet (NULL with size 0) and the largest one. */
+    mcapi_pktchan_send(hs, NULL, 0, &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_recv(hr, &packet, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == 0);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+    for (i = 0; i < 64 * 1024; i++) {
+        big[i] = (char)(i * 7 + 3);
+    }
+    mcapi_pktchan_send(hs, big, 64 * 1024, &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_recv(hr, &packet, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == 64 * 1024 && memcmp(packet, big, size) == 0);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+
+    /* Packets held at once, released out of order; available counts what is queued. */
+    mcapi_pktchan_send(hs, "p0", 2, &status);
+    mcapi_pktchan_send(hs, "p1", 2, &status);
+    mcapi_pktchan_send(hs, "p2", 2, &status);
+    EXPECT_OK(status);
+    await_packets(hr, 3);
+    mcapi_pktchan_recv(hr, &p0, &size, &status);
+    EXPECT(size == 2 && memcmp(p0, "p0", 2) == 0);
+    mcapi_pktchan_recv(hr, &p1, &size, &status);
+    EXPECT(size == 2 && memcmp(p1, "p1", 2) == 0);
+    mcapi_pktchan_recv(hr, &p2, &size, &status);
+    EXPECT(size == 2 && memcmp(p2, "p2", 2) == 0);
+    EXPECT_OK(status);
+    EXPECT(p0 != p1 && p1 != p2);
+    EXPECT(mcapi_pktchan_available(hr, &status) == 0);
+    mcapi_pktchan_release(p1, &status);
+    EXPECT_OK(status);
+    EXPECT(memcmp(p0, "p0", 2) == 0 && memcmp(p2, "p2", 2) == 0); /* still theirs */
+    mcapi_pktchan_release(p2, &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_release(p0, &status);
+    EXPECT_OK(status);
+
+    /* A packet queued already: recv_i completes at once (MCAPI_SUCCESS, pointer written). */
+    mcapi_pktchan_send(hs, "now", 3, &status);
+    EXPECT_OK(status);
+    await_packets(hr, 1);
+    packet = NULL;
+    mcapi_pktchan_recv_i(hr, &packet, &r1, &status);
+    EXPECT_OK(status);
+    EXPECT(packet != NULL && memcmp(packet, "now", 3) == 0);
+    EXPECT(mcapi_wait(&r1, &size, 0, &status) == MCAPI_TRUE);
+    EXPECT(size == 3);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+
+    /* wait_any over a packet and a message receive: the packet pointer is written by it. */
+    packet = NULL;
+    mcapi_pktchan_recv_i(hr, &packet, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_msg_recv_i(msg_ep, buffer, sizeof buffer, &r2, &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    list[0] = &r2;
+    list[1] = &r1;
+    EXPECT(mcapi_wait_any(2, list, &size, 20, &status) == MCAPI_RETURN_VALUE_INVALID);
+    EXPECT_STATUS(status, MCAPI_TIMEOUT);
+    EXPECT(packet == NULL);
+    mcapi_pktchan_send(hs, "any", 3, &status);
+    EXPECT_OK(status);
+    EXPECT(mcapi_wait_any(2, list, &size, WAIT_MS, &status) == 1);
+    EXPECT_OK(status);
+    EXPECT(size == 3 && packet != NULL && memcmp(packet, "any", 3) == 0);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+    mcapi_cancel(&r2, &status);
+    EXPECT_OK(status);
+
+    /* mcapi_test completes a packet receive too. */
+    packet = NULL;
+    mcapi_pktchan_recv_i(hr, &packet, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    EXPECT(mcapi_test(&r1, &size, &status) == MCAPI_FALSE);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_send_i(hs, "tested", 6, &r2, &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    while (mcapi_test(&r1, &size, &status) == MCAPI_FALSE) {
+        EXPECT_STATUS(status, MCAPI_PENDING);
+    }
+    EXPECT_OK(status);
+    EXPECT(size == 6 && memcmp(packet, "tested", 6) == 0);
+    EXPECT(mcapi_wait(&r2, &size, WAIT_MS, &status) == MCAPI_TRUE);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+
+    /* A cancelled receive takes no packet. */
+    packet = NULL;
+    mcapi_pktchan_recv_i(hr, &packet, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_cancel(&r1, &status);
+    EXPECT_OK(status);
+    mcapi_test(&r1, &size, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_REQUEST_INVALID);
+    packet = round_trip(hs, hr, "after cancel");
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+
+    /* A packet held until after the close; "end" moves the echo on to scalars. */
+    kept = round_trip(hs, hr, "kept");
+    mcapi_pktchan_send(hs, "end", 3, &status);
+    EXPECT_OK(status);
+
+    /* Scalars: every width, FIFO; a receive of another width fails and leaves it queued. */
+    for (i = 0; i < SCALARS; i++) {
+        switch (i % 4) {
+        case 0:
+            mcapi_sclchan_send_uint8(ss, (mcapi_uint8_t)scalar_value(i), &status);
+            break;
+        case 1:
+            mcapi_sclchan_send_uint16(ss, (mcapi_uint16_t)scalar_value(i), &status);
+            break;
+        case 2:
+            mcapi_sclchan_send_uint32(ss, (mcapi_uint32_t)scalar_value(i), &status);
+            break;
+        default:
+            mcapi_sclchan_send_uint64(ss, scalar_value(i), &status);
+        }
+        EXPECT_OK(status);
+    }
+    for (i = 0; i < WAIT_MS && mcapi_sclchan_available(sr, &status) < SCALARS; i++) {
+        EXPECT_OK(status);
+        sleep_ms(1);
+    }
+    EXPECT(mcapi_sclchan_available(sr, &status) == SCALARS);
+    EXPECT_OK(status);
+    EXPECT(mcapi_sclchan_recv_uint64(sr, &status) == 0); /* an 8-bit scalar is first */
+    EXPECT_STATUS(status, MCAPI_ERR_GENERAL);
+    EXPECT(mcapi_sclchan_recv_uint16(sr, &status) == 0);
+    EXPECT_STATUS(status, MCAPI_ERR_GENERAL);
+    EXPECT(mcapi_sclchan_available(sr, &status) == SCALARS);
+    for (i = 0; i < SCALARS; i++) {
+        mcapi_uint64_t got;
+        switch (i % 4) {
+        case 0:
+            got = mcapi_sclchan_recv_uint8(sr, &status);
+            break;
+        case 1:
+            got = mcapi_sclchan_recv_uint16(sr, &status);
+            break;
+        case 2:
+            got = mcapi_sclchan_recv_uint32(sr, &status);
+            break;
+        default:
+            got = mcapi_sclchan_recv_uint64(sr, &status);
+        }
+        EXPECT_OK(status);
+        EXPECT(got == scalar_value(i));
+    }
+    EXPECT(mcapi_sclchan_available(sr, &status) == 0);
+    EXPECT_OK(status);
+
+    /* Close ERRORS (4.4.11, 4.4.12, 4.5.13, 4.5.14). */
+    mcapi_pktchan_send_close_i(hs, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    mcapi_pktchan_recv_close_i(hs, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_DIRECTION);
+    mcapi_sclchan_send_close_i(hs, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_TYPE);
+    mcapi_pktchan_send_close_i(ss, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_TYPE);
+    mcapi_sclchan_recv_close_i(ss, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_DIRECTION);
+    mcapi_sclchan_recv_close_i(sr, NULL, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+
+    /* Close while holding a packet; each close waits for the echo's. */
+    mcapi_pktchan_send_close_i(hs, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_recv_close_i(hr, &r[1], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_sclchan_send_close_i(ss, &r[2], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_sclchan_recv_close_i(sr, &r[3], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_send_close_i(hs, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_NOTOPEN);
+    mcapi_sclchan_recv_close_i(sr, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_NOTOPEN);
+    mcapi_pktchan_connect_i(pkt_out, msg_ep, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_CLOSEPENDING);
+    mcapi_pktchan_send_open_i(&hs, pkt_out, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_CLOSEPENDING);
+    mcapi_pktchan_send(hs, "x", 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(endpoint_status(pkt_out) & MCAPI_ENDP_ATTR_STATUS_CLOSE_PENDING);
+    EXPECT(mcapi_test(&r[1], &size, &status) == MCAPI_FALSE);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    message_to_echo(control, echo_endpoint, "close");
+    wait_all(r, 4);
+    mcapi_msg_recv(control, buffer, sizeof buffer, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == 6 && memcmp(buffer, "closed", 6) == 0);
+
+    /* Disconnected: handles are stale, a held packet is still valid until released, and
+     * the endpoints are free again. */
+    EXPECT(memcmp(kept, "kept", 4) == 0);
+    mcapi_pktchan_release(kept, &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_send(hs, "x", 1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    mcapi_sclchan_recv_close_i(sr, &r1, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_CHAN_INVALID);
+    EXPECT(endpoint_status(pkt_out) == 0 && endpoint_status(scl_in) == 0);
+    mcapi_msg_send(msg_ep, pkt_in, "message again", 13, 0, &status);
+    EXPECT_OK(status);
+    mcapi_msg_recv(pkt_in, buffer, sizeof buffer, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == 13);
+
+    mcapi_endpoint_delete(pkt_out, &status);
+    EXPECT_OK(status);
+    mcapi_endpoint_delete(pkt_in, &status);
+    mcapi_endpoint_delete(scl_out, &status);
+    mcapi_endpoint_delete(scl_in, &status);
+    mcapi_endpoint_delete(control, &status);
+    mcapi_endpoint_delete(msg_ep, &status);
+    EXPECT_OK(status);
+}
+
+/* A channel between two endpoints of this node: the get reference count, incompatible
+ * attributes, the timeout, MCAPI_ERR_MEM_LIMIT of send_i, and the receive after the sender
+ * closed. */
+static void local_channel(void) {
+    mcapi_status_t status;
+    mcapi_endpoint_t tx = endpoint_with_timeout(60, 50);
+    mcapi_endpoint_t rx = endpoint_with_timeout(61, 50);
+    mcapi_endpoint_t busy = mcapi_endpoint_create(62, &status);
+    mcapi_pktchan_send_hndl_t hs;
+    mcapi_pktchan_recv_hndl_t hr;
+    mcapi_request_t r[2], sends[1024];
+    mcapi_endp_attr_max_payload_size_t payload;
+    mcapi_uint_t priority;
+    mcapi_uint_t credits;
+    char buffer[8];
+    void* packet;
+    size_t size;
+    unsigned i, n, done;
+    EXPECT_OK(status);
+    /* The receive pool of a channel has as many buffers as an endpoint (the sender's
+     * credits). */
+    mcapi_endpoint_get_attribute(rx, MCAPI_ENDP_ATTR_NUM_RECV_BUFFERS, &credits,
+                                 sizeof credits, &status);
+    EXPECT_OK(status);
+
+    /* Another endpoint sends messages to `busy`: not connectable while they are queued. */
+    mcapi_msg_send(tx, busy, "m", 1, 0, &status);
+    EXPECT_OK(status);
+    for (i = 0; i < WAIT_MS && mcapi_msg_available(busy, &status) == 0; i++) {
+        sleep_ms(1);
+    }
+    mcapi_pktchan_connect_i(tx, busy, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_GET_LIMIT);
+    mcapi_sclchan_connect_i(tx, busy, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ENDP_GET_LIMIT);
+    mcapi_msg_recv(busy, buffer, sizeof buffer, &size, &status);
+    EXPECT_OK(status);
+
+    /* The receiver's payload limit must hold the sender's, and priorities must match. */
+    payload = 1024;
+    mcapi_endpoint_set_attribute(rx, MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE, &payload,
+                                 sizeof payload, &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_connect_i(tx, rx, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ATTR_INCOMPATIBLE);
+    mcapi_endpoint_set_attribute(tx, MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE, &payload,
+                                 sizeof payload, &status);
+    EXPECT_OK(status);
+    priority = 3;
+    mcapi_endpoint_set_attribute(rx, MCAPI_ENDP_ATTR_PRIORITY, &priority, sizeof priority,
+                                 &status);
+    EXPECT_OK(status);
+    mcapi_sclchan_connect_i(tx, rx, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_ERR_ATTR_INCOMPATIBLE);
+    mcapi_endpoint_set_attribute(tx, MCAPI_ENDP_ATTR_PRIORITY, &priority, sizeof priority,
+                                 &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_connect_i(tx, rx, &r[0], &status);
+    EXPECT_OK(status);
+    EXPECT(mcapi_wait(&r[0], &size, WAIT_MS, &status) == MCAPI_TRUE);
+
+    /* Receiver first, then the sender; both complete. */
+    mcapi_pktchan_recv_open_i(&hr, rx, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_send_open_i(&hs, tx, &r[1], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    wait_all(r, 2);
+
+    /* The endpoint timeout at open time bounds a blocking receive. */
+    mcapi_pktchan_recv(hr, &packet, &size, &status);
+    EXPECT_STATUS(status, MCAPI_TIMEOUT);
+    mcapi_pktchan_send(hs, big, 1025, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PKT_SIZE);
+
+    /* Nobody receives: send_i copies while staging buffers are free, then refuses. */
+    for (n = 0; n < 1024; n++) {
+        memcpy(buffer, &n, sizeof n);
+        mcapi_pktchan_send_i(hs, buffer, sizeof n, &sends[n], &status);
+        if (status == MCAPI_ERR_MEM_LIMIT) {
+            break;
+        }
+        EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    }
+    /* One staging buffer per credit: at least `credits` packets were taken, at most
+     * `credits` more than could go out; nothing was received, so at most `credits` went. */
+    EXPECT(n >= credits && n <= 2 * credits);
+    for (i = 0, done = 0; i < n; i++) {
+        if (mcapi_test(&sends[i], &size, &status) == MCAPI_TRUE) {
+            done++;
+        } else {
+            EXPECT_STATUS(status, MCAPI_PENDING);
+        }
+    }
+    EXPECT(done <= credits);
+    /* Receiving and releasing lets every queued packet go, in order. */
+    for (i = 0; i < n; i++) {
+        unsigned got;
+        mcapi_pktchan_recv(hr, &packet, &size, &status);
+        EXPECT_OK(status);
+        EXPECT(size == sizeof got);
+        memcpy(&got, packet, sizeof got);
+        EXPECT(got == i);
+        mcapi_pktchan_release(packet, &status);
+        EXPECT_OK(status);
+    }
+    for (i = 0; i < n; i++) {
+        EXPECT(mcapi_wait(&sends[i], &size, WAIT_MS, &status) == MCAPI_TRUE);
+        EXPECT_OK(status);
+    }
+
+    /* The sender closes: what it sent is still received, then MCAPI_ERR_TRANSMISSION. */
+    mcapi_pktchan_send(hs, "last", 4, &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_send_close_i(hs, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_recv(hr, &packet, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == 4 && memcmp(packet, "last", 4) == 0);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+    mcapi_pktchan_recv(hr, &packet, &size, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_TRANSMISSION);
+    mcapi_pktchan_recv_close_i(hr, &r[1], &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    wait_all(r, 2);
+    EXPECT(endpoint_status(tx) == 0 && endpoint_status(rx) == 0);
+
+    mcapi_endpoint_delete(tx, &status);
+    mcapi_endpoint_delete(rx, &status);
+    mcapi_endpoint_delete(busy, &status);
+    EXPECT_OK(status);
+}
+
 /* ---- 4.7 ---- */
 
 static void display_status(void) {
@@ -814,6 +1642,8 @@ int main(int argc, char** argv) {
     endpoint_attributes(echo_endpoint);
     messages(echo_endpoint);
     requests(echo_endpoint);
+    channels(echo_endpoint);
+    local_channel();
     display_status();
     stop_echo(echo_endpoint);
     finalize_and_parameters();
