@@ -2,7 +2,8 @@
 //! progress line on stderr for long runs at a terminal.
 //!
 //! JSON fields: `test`, `provider` (as libfabric names it), `size`, `iterations` (asked for,
-//! per round), `window` (msg-bw), `rounds` and then, for MCAPI unprefixed and for raw
+//! per round), `window` (streaming tests), `mcapi_send` (pkt-bw: `pktchan_send_i` or
+//! `pktchan_send`, how MCAPI sends), `rounds` and then, for MCAPI unprefixed and for raw
 //! libfabric prefixed `raw_`: `iterations_done`, `time_s` (totals over the rounds),
 //! `lat_us_min`, `lat_us_p50`, `lat_us_p99`, `lat_us_p999`, `lat_us_max` (half round trips;
 //! null for msg-bw), `mb_s` (10^6 B/s), `mmsg_s` (10^6 messages/s), `lat_us_p50_spread` and
@@ -162,6 +163,10 @@ impl Report {
             } else {
                 String::new()
             };
+            let window = match self.mcapi_send() {
+                Some(call) => format!("{window} (MCAPI: {call})"),
+                None => window,
+            };
             let rounds = match self.plan.rounds {
                 1 => String::new(),
                 n => format!("; {n} rounds, raw and MCAPI alternating (medians, spread min..max)"),
@@ -237,6 +242,15 @@ impl Report {
         s
     }
 
+    /// How MCAPI sends in pkt-bw.
+    fn mcapi_send(&self) -> Option<&'static str> {
+        match (self.test, self.plan.blocking_sends) {
+            (Test::PktBw, false) => Some("pktchan_send_i"),
+            (Test::PktBw, true) => Some("pktchan_send"),
+            _ => None,
+        }
+    }
+
     fn json_line(&self, r: &SizeResult<'_>) -> String {
         let round = |v: f64, digits: i32| {
             let f = 10f64.powi(digits);
@@ -255,6 +269,7 @@ impl Report {
                     Value::Null
                 },
             ),
+            ("mcapi_send".into(), self.mcapi_send().into()),
             ("rounds".into(), self.plan.rounds.into()),
         ];
         let num = |v: Option<f64>, digits| v.map_or(Value::Null, |v| round(v, digits));

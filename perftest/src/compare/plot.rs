@@ -1,9 +1,11 @@
 //! SVG plots of the comparison (plotters' SVG backend: text goes out as `<text>` elements
 //! that the viewer renders, so no font files are read here): the headline number of each
 //! benchmark against the message size, on log-log axes, MCAPI solid and raw libfabric dashed.
+//! The scalar benchmarks have one size (8 bytes), so no plot: their numbers are in the
+//! tables.
 
 use super::{slug, Run};
-use crate::cli::{Metric, Test};
+use crate::cli::{Layer, Metric, Test};
 use crate::error::{Error, Result};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -34,7 +36,7 @@ pub fn write_all(dir: &Path, runs: &[Run]) -> Result<Vec<String>> {
     let mut files = Vec::new();
     let mut tests: Vec<Test> = Vec::new();
     for r in runs {
-        if !tests.contains(&r.job.test) {
+        if r.job.test.layer() != Layer::Scalars && !tests.contains(&r.job.test) {
             tests.push(r.job.test);
         }
     }
