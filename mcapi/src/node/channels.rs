@@ -215,6 +215,8 @@ pub(super) struct Side {
     closed: bool,
     /// The other side closed or died (the status data calls then get).
     peer_gone: Option<Status>,
+    /// When a request waiting on this side next checks that the other node is alive.
+    next_liveness_check: Option<Instant>,
     timeout: Option<Duration>,
     max_payload: usize,
     io: Option<SideIo>,
@@ -313,6 +315,35 @@ impl Side {
             .map_or(0, |io| io.progress(kind, payload, gone))
     }
 
+    /// Whether requests wait on this side: queued `send_i` packets or pending `recv_i`s.
+    fn has_waiting_requests(&self) -> bool {
+        match &self.io {
+            Some(SideIo {
+                data: SideData::Send(s),
+                ..
+            }) => !s.queued.is_empty(),
+            Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) => !r.pending.is_empty(),
+            _ => false,
+        }
+    }
+
+    /// The other node to check for liveness, at most every 20 ms while requests wait here
+    /// and nothing moves (the slow path of waiting on a request).
+    fn liveness_check_due(&mut self, progressed: bool) -> Option<u16> {
+        if progressed || self.peer_gone.is_some() || !self.has_waiting_requests() {
+            return None;
+        }
+        let now = Instant::now();
+        if self.next_liveness_check.is_some_and(|t| now < t) {
+            return None;
+        }
+        self.next_liveness_check = Some(now + Duration::from_millis(20));
+        self.peer
+    }
+
     fn check_usable(&self) -> Result<&SideIo> {
         match &self.io {
             Some(io) if self.ready && !self.closed => Ok(io),
@@ -407,8 +438,19 @@ impl SideIo {
             return;
         };
         let Some(ep) = &self.ep else { return };
+        if gone {
+            // The receiver closed or died: what is still queued can never go.
+            COMPLETED.with(|c| {
+                let mut c = c.borrow_mut();
+                for (req, slot, _) in s.queued.drain(..) {
+                    s.staging_free.push(slot);
+                    c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
+                }
+            });
+            return;
+        }
         while let Some(&(req, slot, len)) = s.queued.front() {
-            if gone || !s.credits.try_take() {
+            if !s.credits.try_take() {
                 return;
             }
             let Ok(buf) = s.staging.slice(slot * payload, len) else {
@@ -767,6 +809,7 @@ impl Side {
             ready: false,
             closed: false,
             peer_gone: None,
+            next_liveness_check: None,
             timeout: None,
             max_payload: 0,
             io: None,
@@ -975,21 +1018,29 @@ impl Node {
         }
     }
 
+    /// Progresses a side requests wait on; on the slow path, finds out whether the other
+    /// side's node died, so that those requests fail instead of waiting forever.
     fn progress_side(&self, handle: ChannelHandle) {
-        if let Some((slot, generation, ..)) = handle.decode() {
+        let Some((slot, generation, kind, _)) = handle.decode() else {
+            return;
+        };
+        let progress = |peer_died: bool| {
             let mut g = lock(&self.inner.channels.sides[slot]);
-            if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
-                side.progress();
-                if let Some(SideIo {
-                    data: SideData::Recv(_),
-                    ..
-                }) = side.io
-                {
-                    self.inner.serve_pending_recvs(side);
-                }
+            let side = g.as_mut().filter(|s| s.generation == generation)?;
+            if peer_died {
+                side.peer_gone.get_or_insert(side_status(kind));
             }
-            drop(g);
-            self.inner.flush_completed();
+            let progressed = side.progress() > 0;
+            self.inner.serve_pending_recvs(side);
+            side.liveness_check_due(progressed)
+        };
+        let check = progress(false);
+        self.inner.flush_completed();
+        if let Some(peer) = check {
+            if !self.inner.peer_alive(Some(peer)) {
+                progress(true);
+                self.inner.flush_completed();
+            }
         }
     }
 
@@ -1273,15 +1324,17 @@ impl Node {
                 None => (None, None, false),
             }
         };
-        // Liveness is checked only while the other side has not closed.
-        let peer_dead = gone.is_none() && peer.is_some() && !self.inner.peer_alive(peer);
+        let peer_dead = peer.is_some() && !self.inner.peer_alive(peer);
         let finished = {
             let mut st = self.inner.live_state()?;
             let Some(ep) = st.endpoints.get_mut(&port) else {
                 let _ = st.requests.complete(request, Status::MCAPI_ERR_GENERAL, 0);
                 return Ok(());
             };
-            if peer_dead {
+            // A peer that died without closing never will: its side counts as closed, and
+            // this close reports the loss.
+            let lost = peer_dead && !ep.channel.binding.is_peer_closed();
+            if lost {
                 ep.channel.binding.peer_closed();
             }
             // Packets queued here still go out first, unless the receiver is gone.
@@ -1290,7 +1343,7 @@ impl Node {
                 return Ok(());
             }
             ep.channel = EndpointChannel::default();
-            let status = if peer_dead {
+            let status = if lost {
                 Status::MCAPI_ERR_GENERAL
             } else {
                 Status::MCAPI_SUCCESS
@@ -1372,6 +1425,15 @@ impl NodeInner {
             let addr = r.pool.addr() + item.offset;
             DELIVERED.with(|d| d.borrow_mut().push((req, addr)));
             COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, item.len)));
+        }
+        // The sender closed or died and everything it sent was received: nothing more comes.
+        if let Some(status) = side.peer_gone {
+            if r.fifo.is_empty() && r.peer_sent.is_none_or(|sent| r.received == sent) {
+                COMPLETED.with(|c| {
+                    let mut c = c.borrow_mut();
+                    c.extend(r.pending.drain(..).map(|req| (req, status, 0)));
+                });
+            }
         }
     }
 }

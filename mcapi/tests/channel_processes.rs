@@ -1,0 +1,567 @@
+//! Packet and scalar channels between MCAPI nodes in separate processes over real providers:
+//! a third process connects two others (spec 7.1), volumes with a slow receiver, and a peer
+//! killed mid-stream on each side. Runs one test at a time and re-executes itself as the
+//! peers (`MCAPI_TEST_CHILD`).
+//!
+//! Volumes: `MCAPI_STRESS=1` runs the documented stress target (1,000,000 packets and
+//! 1,000,000 scalars of each width on every provider); by default shm runs the full counts
+//! and tcp a tenth of them.
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use mcapi::config::Config;
+use mcapi::semantics::channel::status_flags as flag;
+use mcapi::{ChannelHandle, EndpointId, Node, Status, MAX_PKT_SIZE};
+use std::io::{BufRead, BufReader, Lines};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(60));
+const ATTR_MAX_PAYLOAD: u32 = 1;
+const ATTR_STATUS: u32 = 8;
+/// Packets the receiver holds at once, released out of order (below NUM_RECV_BUFFERS).
+const HELD: usize = 12;
+
+fn main() {
+    if let Ok(spec) = std::env::var("MCAPI_TEST_CHILD") {
+        child(&spec);
+        return;
+    }
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
+    let mut trials = Vec::new();
+    for prov in ["shm", "tcp"] {
+        let absent = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(prov)).is_err();
+        let mut t = vec![Trial::test(
+            format!("{prov}::third_process_connects_two_processes"),
+            move || third_party(prov),
+        )];
+        for kind in [Kind::Packet, Kind::Scalar] {
+            t.push(Trial::test(
+                format!("{prov}::{}_receiver_killed_mid_stream", kind.name()),
+                move || receiver_killed(prov, kind),
+            ));
+            t.push(Trial::test(
+                format!("{prov}::{}_sender_killed_mid_stream", kind.name()),
+                move || sender_killed(prov, kind),
+            ));
+        }
+        for trial in t {
+            if absent {
+                eprintln!("skipping {}: provider {prov} not offered", trial.name());
+            }
+            trials.push(trial.with_ignored_flag(absent));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Packet,
+    Scalar,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Packet => "packet",
+            Kind::Scalar => "scalar",
+        }
+    }
+
+    fn parse(s: &str) -> Kind {
+        if s == "packet" {
+            Kind::Packet
+        } else {
+            Kind::Scalar
+        }
+    }
+
+    /// What the survivor's calls return once the peer is gone (docs: Channels).
+    fn peer_lost(self) -> Status {
+        match self {
+            Kind::Packet => Status::MCAPI_ERR_TRANSMISSION,
+            Kind::Scalar => Status::MCAPI_ERR_GENERAL,
+        }
+    }
+}
+
+fn config(prov: &str, job: &str) -> Config {
+    let mut c = Config::defaults();
+    c.provider = Some(prov.into());
+    c.job = job.into();
+    c.recv_buffers = 16;
+    c
+}
+
+/// Items per stream: full counts on shm (and everywhere under `MCAPI_STRESS=1`).
+fn volume(prov: &str) -> u64 {
+    if prov == "shm" || std::env::var_os("MCAPI_STRESS").is_some_and(|v| v == "1") {
+        1_000_000
+    } else {
+        100_000
+    }
+}
+
+struct Peer {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Peer {
+    fn spawn(role: &str, prov: &str, job: &str) -> Result<Peer, Failed> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .env("MCAPI_TEST_CHILD", format!("{role}:{prov}:{job}"))
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let out = child.stdout.take().ok_or("no stdout")?;
+        Ok(Peer {
+            child,
+            lines: BufReader::new(out).lines(),
+        })
+    }
+
+    /// Waits for the child to print `word` on a line of its own.
+    fn expect(&mut self, word: &str) -> Result<(), Failed> {
+        match self.lines.next() {
+            Some(Ok(line)) if line == word => Ok(()),
+            other => Err(format!("peer said {other:?}, expected {word:?}").into()),
+        }
+    }
+
+    fn finish(mut self) -> Result<(), Failed> {
+        let status = self.child.wait()?;
+        if !status.success() {
+            return Err(format!("peer process failed: {status}").into());
+        }
+        Ok(())
+    }
+
+    fn kill(mut self) -> Result<(), Failed> {
+        let pid = self.child.id();
+        self.child.kill()?;
+        self.child.wait()?;
+        mcapi_ofi::cleanup::remove_shm_regions(pid);
+        Ok(())
+    }
+}
+
+/// Sizes every packet test sends: empty, tiny, around the inject sizes of shm and tcp,
+/// 64 KiB and the maximum payload.
+const SIZES: [usize; 10] = [
+    0,
+    1,
+    8,
+    4095,
+    4096,
+    4097,
+    16 * 1024,
+    64 * 1024,
+    1024 * 1024,
+    MAX_PKT_SIZE,
+];
+
+fn pattern(n: usize, salt: usize) -> Vec<u8> {
+    (0..n).map(|k| (k * 31 + salt) as u8).collect()
+}
+
+/// Streamed packet `i`: its number, then filler, 4..=2052 bytes.
+fn stream_packet(i: u64, buf: &mut [u8]) -> &[u8] {
+    let len = 8 + (i as usize * 193) % 2045;
+    buf[..8].copy_from_slice(&i.to_le_bytes());
+    buf[8..len].fill(i as u8);
+    &buf[..len]
+}
+
+fn scalar(i: u64, width: usize) -> u64 {
+    let v = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    if width == 8 {
+        v
+    } else {
+        v & ((1 << (8 * width)) - 1)
+    }
+}
+
+/// A third process gets both endpoints of two other processes and connects a packet and a
+/// scalar channel between them (spec 7.1); the two open, exchange packets of every size and
+/// a volume with a slow receiver that holds packets and releases them out of order, then
+/// scalars of every width, and close.
+fn third_party(prov: &str) -> Result<(), Failed> {
+    let job = format!("chan3-{prov}-{}", std::process::id());
+    let node = Node::initialize(0, 50, config(prov, &job))?;
+    let count = volume(prov);
+    let mut sender = Peer::spawn(&format!("sender:{count}"), prov, &job)?;
+    let mut receiver = Peer::spawn(&format!("receiver:{count}"), prov, &job)?;
+    // Both sides have set their attributes and opened before the connect.
+    sender.expect("ready")?;
+    receiver.expect("ready")?;
+    let get = |n, port| node.endpoint_get(0, n, port, WAIT);
+    let c = node.pktchan_connect_i(get(51, 1)?, get(52, 2)?)?;
+    node.wait(c, None, WAIT)?;
+    let c = node.sclchan_connect_i(get(51, 3)?, get(52, 4)?)?;
+    node.wait(c, None, WAIT)?;
+    // A second connection on a connected endpoint is refused, from here too.
+    assert_eq!(
+        node.pktchan_connect_i(get(51, 1)?, get(52, 4)?),
+        Err(Status::MCAPI_ERR_CHAN_CONNECTED)
+    );
+    let start = Instant::now();
+    receiver.finish()?;
+    sender.finish()?;
+    eprintln!(
+        "  {prov}: {count} packets and 4 x {count} scalars in {:.1?}",
+        start.elapsed()
+    );
+    node.finalize()?;
+    Ok(())
+}
+
+fn sender_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
+    let n = Node::initialize(0, 51, config(prov, job))?;
+    let tx = n.endpoint_create(1)?;
+    n.endpoint_set_attribute(tx, ATTR_MAX_PAYLOAD, MAX_PKT_SIZE as u64)?;
+    let stx = n.endpoint_create(3)?;
+    n.set_endpoint_timeout(tx, WAIT)?;
+    n.set_endpoint_timeout(stx, WAIT)?;
+    let (hs, qs) = n.pktchan_send_open_i(tx)?;
+    let (ss, qss) = n.sclchan_send_open_i(stx)?;
+    println!("ready");
+    n.wait(qs, None, WAIT)?;
+    n.wait(qss, None, WAIT)?;
+    for (i, &size) in SIZES.iter().enumerate() {
+        n.pktchan_send(hs, &pattern(size, i))?;
+    }
+    let mut buf = vec![0u8; 4096];
+    for i in 0..count {
+        n.pktchan_send(hs, stream_packet(i, &mut buf))?;
+    }
+    for width in [1, 2, 4, 8] {
+        for i in 0..count {
+            n.sclchan_send(ss, scalar(i, width), width)?;
+        }
+    }
+    let q = n.pktchan_send_close_i(hs)?;
+    n.wait(q, None, WAIT)?;
+    let q = n.sclchan_send_close_i(ss)?;
+    n.wait(q, None, WAIT)?;
+    n.finalize()?;
+    Ok(())
+}
+
+fn receiver_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
+    let n = Node::initialize(0, 52, config(prov, job))?;
+    let rx = n.endpoint_create(2)?;
+    n.endpoint_set_attribute(rx, ATTR_MAX_PAYLOAD, MAX_PKT_SIZE as u64)?;
+    let srx = n.endpoint_create(4)?;
+    n.set_endpoint_timeout(rx, WAIT)?;
+    n.set_endpoint_timeout(srx, WAIT)?;
+    let (hr, qr) = n.pktchan_recv_open_i(rx)?;
+    let (sr, qsr) = n.sclchan_recv_open_i(srx)?;
+    println!("ready");
+    n.wait(qr, None, WAIT)?;
+    n.wait(qsr, None, WAIT)?;
+    let status = n.endpoint_get_attribute(rx, ATTR_STATUS)?;
+    assert_eq!(
+        status,
+        flag::CONNECTED | flag::OPEN | flag::PKTCHAN | flag::RECEIVE,
+        "status flags of an open packet receive side"
+    );
+    let pool = n.pktchan_pool_range(hr)?;
+    for (i, &size) in SIZES.iter().enumerate() {
+        let pkt = n.pktchan_recv(hr)?;
+        if pkt.len() != size || pkt.to_vec() != pattern(size, i) {
+            return Err(format!("packet of {size} B arrived as {} B or damaged", pkt.len()).into());
+        }
+        if !pool.contains(&pkt.addr()) {
+            return Err("the packet is not inside the registered pool".into());
+        }
+        n.pktchan_release(pkt.addr())?;
+    }
+    // The slow receiver: holds HELD packets, releases them in a scrambled order, and
+    // naps now and then so that the sender runs into a full channel.
+    let mut held = Vec::with_capacity(HELD);
+    let mut expect = vec![0u8; 4096];
+    for i in 0..count {
+        let pkt = n.pktchan_recv(hr)?;
+        let want = stream_packet(i, &mut expect);
+        if pkt.len() != want.len() || pkt.to_vec() != want {
+            return Err(format!("packet {i} lost, out of order or damaged").into());
+        }
+        held.push(pkt.addr());
+        if held.len() == HELD {
+            for k in [5, 0, 11, 3, 8, 1, 10, 6, 2, 9, 4, 7] {
+                n.pktchan_release(held[k])?;
+            }
+            held.clear();
+        }
+        if i % 100_000 == 99_999 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    for addr in held {
+        n.pktchan_release(addr)?;
+    }
+    for width in [1, 2, 4, 8] {
+        for i in 0..count {
+            let v = n.sclchan_recv(sr, width)?;
+            if v != scalar(i, width) {
+                return Err(format!("scalar {i} of width {width}: got {v:#x}").into());
+            }
+        }
+    }
+    let q = n.pktchan_recv_close_i(hr)?;
+    n.wait(q, None, WAIT)?;
+    let q = n.sclchan_recv_close_i(sr)?;
+    n.wait(q, None, WAIT)?;
+    assert_eq!(n.endpoint_get_attribute(rx, ATTR_STATUS)?, 0);
+    n.finalize()?;
+    Ok(())
+}
+
+/// Connects local `from` to the endpoint (node, port) and opens this node's side.
+fn connect_and_open(
+    n: &Node,
+    kind: Kind,
+    from: EndpointId,
+    to: EndpointId,
+    send_side: bool,
+) -> Result<ChannelHandle, Failed> {
+    let c = match kind {
+        Kind::Packet => n.pktchan_connect_i(from, to)?,
+        Kind::Scalar => n.sclchan_connect_i(from, to)?,
+    };
+    n.wait(c, None, WAIT)?;
+    let local = if send_side { from } else { to };
+    let (h, q) = match (kind, send_side) {
+        (Kind::Packet, true) => n.pktchan_send_open_i(local)?,
+        (Kind::Packet, false) => n.pktchan_recv_open_i(local)?,
+        (Kind::Scalar, true) => n.sclchan_send_open_i(local)?,
+        (Kind::Scalar, false) => n.sclchan_recv_open_i(local)?,
+    };
+    n.wait(q, None, WAIT)?;
+    Ok(h)
+}
+
+fn send_one(n: &Node, kind: Kind, h: ChannelHandle, i: u64) -> Result<(), Status> {
+    match kind {
+        Kind::Packet => n.pktchan_send(h, &i.to_le_bytes()),
+        Kind::Scalar => n.sclchan_send(h, i, 8),
+    }
+}
+
+fn recv_one(n: &Node, kind: Kind, h: ChannelHandle) -> Result<u64, Status> {
+    match kind {
+        Kind::Packet => {
+            let pkt = n.pktchan_recv(h)?;
+            let mut b = [0u8; 8];
+            pkt.copy_to(&mut b);
+            n.pktchan_release(pkt.addr())?;
+            Ok(u64::from_le_bytes(b))
+        }
+        Kind::Scalar => n.sclchan_recv(h, 8),
+    }
+}
+
+fn close(n: &Node, kind: Kind, h: ChannelHandle, send_side: bool) -> Result<Status, Failed> {
+    let q = match (kind, send_side) {
+        (Kind::Packet, true) => n.pktchan_send_close_i(h)?,
+        (Kind::Packet, false) => n.pktchan_recv_close_i(h)?,
+        (Kind::Scalar, true) => n.sclchan_send_close_i(h)?,
+        (Kind::Scalar, false) => n.sclchan_recv_close_i(h)?,
+    };
+    Ok(match n.wait(q, None, WAIT) {
+        Ok(_) => Status::MCAPI_SUCCESS,
+        Err(e) => e,
+    })
+}
+
+/// After losing its peer, the survivor's endpoint is unconnected again and carries a
+/// channel to a fresh local endpoint.
+fn survivor_reconnects(
+    n: &Node,
+    kind: Kind,
+    ep: EndpointId,
+    was_sender: bool,
+) -> Result<(), Failed> {
+    assert_eq!(
+        n.endpoint_get_attribute(ep, ATTR_STATUS)?,
+        0,
+        "still connected"
+    );
+    let other = n.endpoint_create(9)?;
+    let (tx, rx) = if was_sender { (ep, other) } else { (other, ep) };
+    let c = match kind {
+        Kind::Packet => n.pktchan_connect_i(tx, rx)?,
+        Kind::Scalar => n.sclchan_connect_i(tx, rx)?,
+    };
+    n.wait(c, None, WAIT)?;
+    let ((hs, qs), (hr, qr)) = match kind {
+        Kind::Packet => (n.pktchan_send_open_i(tx)?, n.pktchan_recv_open_i(rx)?),
+        Kind::Scalar => (n.sclchan_send_open_i(tx)?, n.sclchan_recv_open_i(rx)?),
+    };
+    n.wait(qs, None, WAIT)?;
+    n.wait(qr, None, WAIT)?;
+    send_one(n, kind, hs, 77)?;
+    assert_eq!(recv_one(n, kind, hr)?, 77);
+    let (qs, qr) = match kind {
+        Kind::Packet => (n.pktchan_send_close_i(hs)?, n.pktchan_recv_close_i(hr)?),
+        Kind::Scalar => (n.sclchan_send_close_i(hs)?, n.sclchan_recv_close_i(hr)?),
+    };
+    n.wait(qs, None, WAIT)?;
+    n.wait(qr, None, WAIT)?;
+    Ok(())
+}
+
+/// The receiving process stops receiving and is killed while the sender is blocked on a
+/// full channel: the blocked send returns an error (not the endpoint timeout), later sends
+/// fail at once, the close completes with the documented status, and the endpoint is usable.
+fn receiver_killed(prov: &str, kind: Kind) -> Result<(), Failed> {
+    let job = format!("killrx-{prov}-{}-{}", kind.name(), std::process::id());
+    let node = Node::initialize(0, 60, config(prov, &job))?;
+    let tx = node.endpoint_create(1)?;
+    node.set_endpoint_timeout(tx, Some(Duration::from_secs(40)))?;
+    let mut peer = Peer::spawn(&format!("stuck-receiver:{}", kind.name()), prov, &job)?;
+    let to = node.endpoint_get(0, 61, 2, WAIT)?;
+    let h = connect_and_open(&node, kind, tx, to, true)?;
+    let killer = std::thread::spawn(move || -> Result<(), String> {
+        peer.expect("got").map_err(|e| format!("{e:?}"))?;
+        // Let the sender fill the channel and block.
+        std::thread::sleep(Duration::from_millis(300));
+        peer.kill().map_err(|e| format!("{e:?}"))
+    });
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let err = loop {
+        match send_one(&node, kind, h, sent) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err("sends to a dead receiver kept succeeding".into());
+        }
+    };
+    killer.join().map_err(|_| "killer panicked")??;
+    let took = start.elapsed();
+    if err != kind.peer_lost() {
+        return Err(format!("blocked send returned {err} after {took:?}").into());
+    }
+    if kind == Kind::Packet {
+        assert_eq!(
+            node.pktchan_send_i(h, b"late").err(),
+            Some(Status::MCAPI_ERR_TRANSMISSION)
+        );
+    }
+    assert_eq!(send_one(&node, kind, h, 0), Err(kind.peer_lost()));
+    let closed = close(&node, kind, h, true)?;
+    if closed != Status::MCAPI_ERR_GENERAL && closed != Status::MCAPI_SUCCESS {
+        return Err(format!("close after the peer died: {closed}").into());
+    }
+    survivor_reconnects(&node, kind, tx, true)?;
+    node.finalize()?;
+    eprintln!(
+        "  {prov} {}: {sent} sent, the dead receiver reported after {took:?}",
+        kind.name()
+    );
+    Ok(())
+}
+
+/// The sending process is killed while streaming: the receiver gets everything that
+/// arrived, in order, then an error instead of a hang; a pending receive request completes
+/// with the error too; the close completes and the endpoint is usable.
+fn sender_killed(prov: &str, kind: Kind) -> Result<(), Failed> {
+    let job = format!("killtx-{prov}-{}-{}", kind.name(), std::process::id());
+    let node = Node::initialize(0, 70, config(prov, &job))?;
+    let rx = node.endpoint_create(2)?;
+    let peer = Peer::spawn(&format!("streaming-sender:{}", kind.name()), prov, &job)?;
+    let from = node.endpoint_get(0, 71, 1, WAIT)?;
+    let h = connect_and_open(&node, kind, from, rx, false)?;
+    for i in 0..1000 {
+        assert_eq!(recv_one(&node, kind, h)?, i);
+    }
+    peer.kill()?;
+    let start = Instant::now();
+    let mut next = 1000;
+    let err = loop {
+        match recv_one(&node, kind, h) {
+            Ok(v) if v == next => next += 1,
+            Ok(v) => return Err(format!("got {v}, expected {next}").into()),
+            Err(e) => break e,
+        }
+    };
+    let took = start.elapsed();
+    if err != kind.peer_lost() {
+        return Err(format!("receive from a dead sender returned {err} after {took:?}").into());
+    }
+    if kind == Kind::Packet {
+        let q = node.pktchan_recv_i(h)?;
+        assert_eq!(
+            node.wait(q, None, WAIT),
+            Err(Status::MCAPI_ERR_TRANSMISSION)
+        );
+    }
+    let closed = close(&node, kind, h, false)?;
+    if closed != Status::MCAPI_ERR_GENERAL && closed != Status::MCAPI_SUCCESS {
+        return Err(format!("close after the peer died: {closed}").into());
+    }
+    survivor_reconnects(&node, kind, rx, false)?;
+    node.finalize()?;
+    eprintln!(
+        "  {prov} {}: {next} received, the dead sender reported after {took:?}",
+        kind.name()
+    );
+    Ok(())
+}
+
+fn child(spec: &str) {
+    let mut parts = spec.split(':');
+    let (role, arg, prov, job) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let result = match role {
+        "sender" => sender_child(prov, job, arg.parse().unwrap()),
+        "receiver" => receiver_child(prov, job, arg.parse().unwrap()),
+        "stuck-receiver" => stuck_receiver(prov, job, Kind::parse(arg)),
+        "streaming-sender" => streaming_sender(prov, job, Kind::parse(arg)),
+        other => panic!("unknown role {other}"),
+    };
+    if let Err(e) = result {
+        eprintln!("{role}: {e:?}");
+        std::process::exit(1);
+    }
+}
+
+/// Opens its side, receives 100 items, says "got" and stops receiving until killed.
+fn stuck_receiver(prov: &str, job: &str, kind: Kind) -> Result<(), Failed> {
+    let n = Node::initialize(0, 61, config(prov, job))?;
+    let rx = n.endpoint_create(2)?;
+    let (h, q) = match kind {
+        Kind::Packet => n.pktchan_recv_open_i(rx)?,
+        Kind::Scalar => n.sclchan_recv_open_i(rx)?,
+    };
+    n.wait(q, None, WAIT)?;
+    for i in 0..100 {
+        assert_eq!(recv_one(&n, kind, h)?, i);
+    }
+    println!("got");
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Opens its side and sends numbered items until killed.
+fn streaming_sender(prov: &str, job: &str, kind: Kind) -> Result<(), Failed> {
+    let n = Node::initialize(0, 71, config(prov, job))?;
+    let tx = n.endpoint_create(1)?;
+    let (h, q) = match kind {
+        Kind::Packet => n.pktchan_send_open_i(tx)?,
+        Kind::Scalar => n.sclchan_send_open_i(tx)?,
+    };
+    n.wait(q, None, WAIT)?;
+    for i in 0.. {
+        send_one(&n, kind, h, i)?;
+    }
+    Ok(())
+}
