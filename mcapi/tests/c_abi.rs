@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
@@ -51,8 +51,20 @@ fn main() {
             Trial::test(format!("{provider}::c_suite"), move || {
                 c_suite(provider, &[])
             }),
+            Trial::test(format!("{provider}::example_7_1"), move || {
+                example_7_1(provider)
+            }),
             Trial::test(format!("{provider}::example_7_2"), move || {
                 example_7_2(provider)
+            }),
+            Trial::test(format!("{provider}::example_7_3_8"), move || {
+                example_7_3_8(provider)
+            }),
+            Trial::test(format!("{provider}::example_7_4_3"), move || {
+                example_7_4_3(provider)
+            }),
+            Trial::test(format!("{provider}::example_7_5"), move || {
+                example_7_5(provider)
             }),
         ];
         for trial in provider_trials {
@@ -170,6 +182,21 @@ fn build(
         .args(pkg_config(&["--cflags", "--libs"])?)
         .arg(format!("-Wl,-rpath,{}", prefix()?.join("lib").display()));
     run(&mut cmd)?;
+    Ok(exe)
+}
+
+/// [`build`] of a program of `tests/c/` with [`C_FLAGS`] and `extra_flags`, once per run:
+/// the tests over each provider use the same executable.
+fn build_once(source: &str, extra_flags: &[&str], name: &str) -> Result<PathBuf, Failed> {
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(exe) = built.get(name) {
+        return Ok(exe.clone());
+    }
+    let mut flags = C_FLAGS.to_vec();
+    flags.extend_from_slice(extra_flags);
+    let exe = build("cc", &flags, &[c_source(source)], name)?;
+    built.insert(name.to_owned(), exe.clone());
     Ok(exe)
 }
 
@@ -803,14 +830,12 @@ fn read_all(child: &mut Child) -> String {
 
 /// The C suite (`tests/c/suite.c`): the echo process and the checking process.
 fn c_suite(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
-    let mut flags = C_FLAGS.to_vec();
-    flags.extend_from_slice(extra_flags);
     let name = if extra_flags.is_empty() {
         "suite"
     } else {
         "suite_sanitized"
     };
-    let exe = build("cc", &flags, &[c_source("suite.c")], name)?;
+    let exe = build_once("suite.c", extra_flags, name)?;
     let job = format!("c-{name}-{provider}-{}", std::process::id());
     // The sanitizers report to stderr and fail the process; leak checking is off because
     // libfabric's providers keep allocations until exit by design.
@@ -835,7 +860,7 @@ fn c_suite(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
 /// issue of concurrent first contacts, reported separately.)
 fn example_7_2(provider: &str) -> Result<(), Failed> {
     const WORKERS: u32 = 2;
-    let exe = build("cc", C_FLAGS, &[c_source("example_7_2.c")], "example_7_2")?;
+    let exe = build_once("example_7_2.c", &[], "example_7_2")?;
     let job = format!("c-7.2-{provider}-{}", std::process::id());
     let mut processes = Processes {
         children: Vec::new(),
@@ -850,4 +875,89 @@ fn example_7_2(provider: &str) -> Result<(), Failed> {
         return Err(format!("the root did not finish:\n{report}").into());
     }
     Ok(())
+}
+
+/// Runs a chapter-7 example: one process per argument list, each a node, all in one job;
+/// all must exit 0 within a minute, and `done` must appear in what they print.
+fn run_example(
+    provider: &str,
+    example: &str,
+    processes: &[Vec<String>],
+    done: &str,
+) -> Result<(), Failed> {
+    let exe = build_once(&format!("{example}.c"), &[], example)?;
+    let job = format!("c-{example}-{provider}-{}", std::process::id());
+    let mut running = Processes {
+        children: Vec::new(),
+    };
+    for args in processes {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        running.spawn(&exe, &args, provider, &job, &[])?;
+    }
+    let report = running.wait_all(Duration::from_secs(60))?;
+    if !report.contains(done) {
+        return Err(format!("{example} did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+fn args(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+/// Spec 7.1 (`tests/c/example_7_1.c`): a third node connects the packet channel between a
+/// sender and a receiver it knows by their static tuples; 100 packets go through.
+fn example_7_1(provider: &str) -> Result<(), Failed> {
+    run_example(
+        provider,
+        "example_7_1",
+        &[
+            args(&["receiver", "100"]),
+            args(&["sender", "100"]),
+            args(&["third"]),
+        ],
+        "receiver: 100 packets in order",
+    )
+}
+
+/// Spec 7.3.8 (`tests/c/example_7_3_8.c`): control, TPU and signal tasks; 100 rounds of
+/// scalar flags over shared memory and signal packets.
+fn example_7_3_8(provider: &str) -> Result<(), Failed> {
+    run_example(
+        provider,
+        "example_7_3_8",
+        &[
+            args(&["tpu", "100"]),
+            args(&["sig", "100"]),
+            args(&["control", "100"]),
+        ],
+        "control: 100 rounds of TPU flags and signal data",
+    )
+}
+
+/// Spec 7.4.3 (`tests/c/example_7_4_3.c`): a GPP has a DSP filter samples over two packet
+/// channels and a scalar command channel.
+fn example_7_4_3(provider: &str) -> Result<(), Failed> {
+    run_example(
+        provider,
+        "example_7_4_3",
+        &[args(&["dsp"]), args(&["gpp"])],
+        "gpp: the DSP filtered 1024 samples with 5 taps correctly",
+    )
+}
+
+/// Spec 7.5 (`tests/c/example_7_5.c`): a load balancer and four workers (the spec's
+/// NUM_WORKERS), 50 work requests each.
+fn example_7_5(provider: &str) -> Result<(), Failed> {
+    const WORKERS: usize = 4;
+    let mut processes: Vec<Vec<String>> = (0..WORKERS)
+        .map(|w| args(&["worker", &w.to_string(), "50"]))
+        .collect();
+    processes.push(args(&["balancer", &WORKERS.to_string(), "50"]));
+    run_example(
+        provider,
+        "example_7_5",
+        &processes,
+        "load balancer: 50 work requests to each of 4 workers",
+    )
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* The name of a status code, in `text` (MCAPI_MAX_STATUS_MSG_LEN bytes). */
-static const char* status_name(mcapi_status_t status, char* text) {
+static inline const char* status_name(mcapi_status_t status, char* text) {
     const char* name = mcapi_display_status(status, text, MCAPI_MAX_STATUS_MSG_LEN);
     return name ? name : "(not a status)";
 }
