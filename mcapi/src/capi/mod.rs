@@ -121,14 +121,32 @@ pub const MCAPI_ENDP_ATTR_REMOTE_MEMORY: u32 = 2;
 /// The `MCAPI_ENDP_ATTR_STATUS_*` flags (spec 3.16.13.8), by C name: the channel state's
 /// flags that `MCAPI_ENDP_ATTR_STATUS` reports.
 pub const MCAPI_ENDP_ATTR_STATUS_FLAGS: [(&str, u32); 8] = [
-    ("MCAPI_ENDP_ATTR_STATUS_CONNECTED", status_flags::CONNECTED as u32),
+    (
+        "MCAPI_ENDP_ATTR_STATUS_CONNECTED",
+        status_flags::CONNECTED as u32,
+    ),
     ("MCAPI_ENDP_ATTR_STATUS_OPEN", status_flags::OPEN as u32),
-    ("MCAPI_ENDP_ATTR_STATUS_OPEN_PENDING", status_flags::OPEN_PENDING as u32),
-    ("MCAPI_ENDP_ATTR_STATUS_CLOSE_PENDING", status_flags::CLOSE_PENDING as u32),
-    ("MCAPI_ENDP_ATTR_STATUS_PKTCHAN", status_flags::PKTCHAN as u32),
-    ("MCAPI_ENDP_ATTR_STATUS_SCLCHAN", status_flags::SCLCHAN as u32),
+    (
+        "MCAPI_ENDP_ATTR_STATUS_OPEN_PENDING",
+        status_flags::OPEN_PENDING as u32,
+    ),
+    (
+        "MCAPI_ENDP_ATTR_STATUS_CLOSE_PENDING",
+        status_flags::CLOSE_PENDING as u32,
+    ),
+    (
+        "MCAPI_ENDP_ATTR_STATUS_PKTCHAN",
+        status_flags::PKTCHAN as u32,
+    ),
+    (
+        "MCAPI_ENDP_ATTR_STATUS_SCLCHAN",
+        status_flags::SCLCHAN as u32,
+    ),
     ("MCAPI_ENDP_ATTR_STATUS_SEND", status_flags::SEND as u32),
-    ("MCAPI_ENDP_ATTR_STATUS_RECEIVE", status_flags::RECEIVE as u32),
+    (
+        "MCAPI_ENDP_ATTR_STATUS_RECEIVE",
+        status_flags::RECEIVE as u32,
+    ),
 ];
 /// Ports a node has: `0..=MAX_PORT` (`mcapi_info_t.number_of_ports`).
 pub const NUMBER_OF_PORTS: u32 = MAX_PORT + 1;

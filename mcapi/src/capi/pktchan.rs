@@ -14,6 +14,13 @@ use crate::semantics::{EndpointId, Status};
 use crate::{ChannelHandle, Node, RequestHandle};
 use std::ffi::c_void;
 
+/// A `Node` connect method (`pktchan_connect_i`, `sclchan_connect_i`).
+type Connect = fn(&Node, EndpointId, EndpointId) -> Result<RequestHandle, Status>;
+/// A `Node` open method: the side's handle and the open request.
+type Open = fn(&Node, EndpointId) -> Result<(ChannelHandle, RequestHandle), Status>;
+/// A `Node` close method.
+type Close = fn(&Node, ChannelHandle) -> Result<RequestHandle, Status>;
+
 /// The status an `_i` call reports for the request it made: `MCAPI_SUCCESS` when it
 /// completed during the call, `MCAPI_PENDING` otherwise, or the operation's own error when
 /// it completed with one.
@@ -38,7 +45,7 @@ pub(super) unsafe fn connect(
     receive_endpoint: mcapi_endpoint_t,
     request: *mut mcapi_request_t,
     status: *mut mcapi_status_t,
-    connect: fn(&Node, EndpointId, EndpointId) -> Result<RequestHandle, Status>,
+    connect: Connect,
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
@@ -65,7 +72,7 @@ pub(super) unsafe fn open(
     local_endpoint: mcapi_endpoint_t,
     request: *mut mcapi_request_t,
     status: *mut mcapi_status_t,
-    open: fn(&Node, EndpointId) -> Result<(ChannelHandle, RequestHandle), Status>,
+    open: Open,
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
@@ -94,7 +101,7 @@ pub(super) unsafe fn close(
     handle: u64,
     request: *mut mcapi_request_t,
     status: *mut mcapi_status_t,
-    close: fn(&Node, ChannelHandle) -> Result<RequestHandle, Status>,
+    close: Close,
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
