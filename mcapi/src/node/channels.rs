@@ -524,15 +524,27 @@ impl NodeInner {
         kind: ChannelKind,
         dir: Direction,
     ) -> Result<MutexGuard<'_, Option<Side>>> {
-        let (slot, generation, k, d) = handle.decode().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        // Finalize dropped every side: on a finalized node any handle is refused as
+        // MCAPI_ERR_NODE_NOTINIT (looked up only on this error path, never on the data path).
+        let invalid = || {
+            if lock(&self.state).finalized {
+                Status::MCAPI_ERR_NODE_NOTINIT
+            } else {
+                Status::MCAPI_ERR_CHAN_INVALID
+            }
+        };
+        let Some((slot, generation, k, d)) = handle.decode() else {
+            return Err(invalid());
+        };
         if k != kind || d != dir {
-            return Err(Status::MCAPI_ERR_CHAN_INVALID);
+            return Err(invalid());
         }
         let g = lock(&self.channels.sides[slot]);
-        match g.as_ref() {
-            Some(s) if s.generation == generation => Ok(g),
-            _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
+        if g.as_ref().is_some_and(|s| s.generation == generation) {
+            return Ok(g);
         }
+        drop(g);
+        Err(invalid())
     }
 
     /// Completes the requests that side operations finished.
@@ -878,10 +890,12 @@ impl Node {
                 return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
             }
         }
+        // An endpoint whose node cannot be reached (not running, finalized or dead) is no
+        // valid endpoint: the connect's ERRORS table has no MCAPI_ERR_TRANSMISSION.
         let unreachable = |e: Status| match e {
-            Status::MCAPI_TIMEOUT | Status::MCAPI_ERR_NODE_INVALID => {
-                Status::MCAPI_ERR_ENDP_INVALID
-            }
+            Status::MCAPI_TIMEOUT
+            | Status::MCAPI_ERR_NODE_INVALID
+            | Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_ENDP_INVALID,
             e => e,
         };
         let kind_bits = u64::from(kind == ChannelKind::Scalar) << 8;
