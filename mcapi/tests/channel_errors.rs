@@ -34,7 +34,7 @@
 //!   exhausted): shm and tcp allow more endpoints than the 256 sides of a node; the
 //!   256-sides limit is a row.
 //! - scalar send `MCAPI_ERR_GENERAL` for a provider error other than the receiver being gone:
-//!   no way to make the provider fail; the receiver closed or its node gone are rows.
+//!   no way to make the provider fail (the receiver closed is a row; its node gone, below).
 //! - Sends to a receiver whose node is gone (`MCAPI_ERR_TRANSMISSION` of `pktchan_send_i`
 //!   and `pktchan_send`, `MCAPI_ERR_GENERAL` of `sclchan_send_uintN`): with nodes as threads
 //!   of one process on shm, such a send crashes the process. libfabric's shm provider maps
