@@ -855,11 +855,10 @@ fn c_suite(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
     Ok(())
 }
 
-/// Spec 7.2 (`tests/c/example_7_2.c`): a root and two workers, three processes. (With three
-/// workers a worker's first send to the root sometimes fails on both providers: a transport
-/// issue of concurrent first contacts, reported separately.)
+/// Spec 7.2 (`tests/c/example_7_2.c`): a root and four workers, five processes, the workers
+/// started first so that all of them contact the root at once.
 fn example_7_2(provider: &str) -> Result<(), Failed> {
-    const WORKERS: u32 = 2;
+    const WORKERS: u32 = 4;
     let exe = build_once("example_7_2.c", &[], "example_7_2")?;
     let job = format!("c-7.2-{provider}-{}", std::process::id());
     let mut processes = Processes {

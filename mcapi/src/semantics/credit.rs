@@ -19,19 +19,24 @@
 //! * *Waiters first*: while anyone waits, every credit that comes back goes
 //!   to the waiters, one each in turn, until each has its want (at most its
 //!   share, at least 1); nothing stays ungranted or earmarked.
-//! * *Recall*: when waiting starts, deferred senders join the ring, and each
-//!   other sender with a batch since its last recall and more than the share
-//!   is asked for the excess; it gives back what is unspent. While anyone
-//!   waits senders get only credits they asked for (and spend), so at least
-//!   one credit keeps circulating through the ring: every waiter is served.
+//! * *Rebalance*: when waiting starts, deferred senders join the ring;
+//!   whenever a sender starts waiting, every other sender is brought down to
+//!   the new share: served waiters cap their want (and leave the ring once
+//!   they hold the share), and each sender that got credits since its last
+//!   recall and holds more than the share is asked for the excess; it gives
+//!   back what is unspent. Senders ask for batches they may never spend (a
+//!   sender that stops sending sits on them), so nothing granted is exempt.
+//!   Then the others hold at most their shares, so credits are left for the
+//!   newcomer: while anyone waits, credits that come back go round the ring,
+//!   and every waiter is served.
 //! * *Batches*: while nobody waits, a consumed message's credit is earmarked
 //!   for its sender, granted back when the earmark reaches `max(1, held / 2)`
 //!   (held = credits out plus earmarked): about two grants per window, and
 //!   the earmark fills as the sender's queued messages are consumed.
 //!
-//! Driver rules: ask for no more than the messages waiting; give unneeded
-//! credits back (a cancelled send) via [`CreditWindow::recall`] and
-//! [`CreditPool::returned`]. Memory is allocated only in [`CreditPool::new`];
+//! Driver rules: ask for what you expect to send (a batch is fine: the
+//! excess is recalled when someone waits); give unneeded credits back (a
+//! cancelled send) via [`CreditWindow::recall`] and [`CreditPool::returned`]. Memory is allocated only in [`CreditPool::new`];
 //! refused input changes nothing.
 
 use super::status::Status;
@@ -80,10 +85,11 @@ struct Sender {
     sent: u32,   // credits in polled grants, wrapping (the window's stamp)
     want: u32,   // credits still wanted while waiting or deferred
     waiting: bool,
-    asked: bool, // deferred request, answered by its next batch
-    spare: bool, // may hold credits it did not ask for (batch since recall)
-    dirty: bool, // in the outbox
-    gone: bool,  // disconnected; kept while its messages are queued
+    served: bool, // got credits since its last request
+    asked: bool,  // deferred request, answered by its next batch
+    spare: bool,  // may hold credits it will not spend (a grant since its last recall)
+    dirty: bool,  // in the outbox
+    gone: bool,   // disconnected; kept while its messages are queued
 }
 
 impl Sender {
@@ -177,6 +183,10 @@ impl CreditPool {
         let calm = self.waiters.is_empty();
         let s = &mut self.senders[i];
         (s.id, s.gone) = (sender, false);
+        if s.waiting && s.grant == 0 && s.sent == seen {
+            // Dry again while still in the ring: it waits for its next credit.
+            s.served = false;
+        }
         if s.waiting || s.asked || s.grant > 0 || s.sent != seen {
             return Ok(());
         }
@@ -203,13 +213,11 @@ impl CreditPool {
             rest = rest.max(1);
         }
         if rest > 0 {
-            (s.want, s.waiting) = (rest, true);
+            (s.want, s.waiting, s.served) = (rest, true, own + extra > 0);
             self.waiters.push_back(i as u32);
+            self.rebalance(i, share);
         }
         if !self.waiters.is_empty() {
-            if calm {
-                self.recall_excess(i, share);
-            }
             let free = take(&mut self.free);
             self.give(free);
         }
@@ -255,7 +263,6 @@ impl CreditPool {
         s.owed += n - ring;
         if n > ring && s.owed >= (s.held() / 2).max(1) {
             let owed = take(&mut s.owed);
-            s.spare = true;
             self.grant_to(i, owed);
         }
         self.give(ring);
@@ -333,6 +340,7 @@ impl CreditPool {
         let s = &mut self.senders[i];
         (s.usable, s.grant, s.asked) = (s.usable + n, s.grant + n, s.asked && n == 0);
         if n > 0 {
+            (s.spare, s.served) = (true, true);
             self.mark(i);
         }
     }
@@ -355,13 +363,30 @@ impl CreditPool {
         self.capacity / active.count() as u32
     }
 
-    /// Asks every other non-waiting sender that got a batch since its last
-    /// recall for its credits beyond `share`.
-    fn recall_excess(&mut self, i: usize, share: u32) {
+    /// Sender `i` starts waiting and the share shrinks to `share`: every
+    /// other sender is brought down to it. Waiters cap their want (sized for
+    /// an older, larger share); those served since their last request leave
+    /// the ring once they hold their share (they ask again when dry); anyone that got credits since its last recall is
+    /// asked for its credits beyond the share. Idle senders sitting on batches
+    /// would otherwise starve the newcomer.
+    fn rebalance(&mut self, i: usize, share: u32) {
         for k in 0..self.senders.len() {
             let s = &mut self.senders[k];
+            if k == i || s.gone {
+                continue;
+            }
+            if s.waiting {
+                // One that has not been served since it asked keeps waiting.
+                let floor = u32::from(!s.served);
+                s.want = s.want.min(share.saturating_sub(s.held())).max(floor);
+                if s.want == 0 {
+                    s.waiting = false;
+                    self.waiters.retain(|&w| w as usize != k);
+                }
+            }
+            let s = &mut self.senders[k];
             let excess = s.held().saturating_sub(share).min(s.usable);
-            if k != i && !s.waiting && !s.gone && s.spare && excess > 0 {
+            if s.spare && excess > 0 {
                 (s.recall, s.spare) = (s.recall.max(excess), excess < s.usable);
                 self.mark(k);
             }
@@ -378,7 +403,7 @@ impl CreditPool {
                 (s.owed, s.want) = (s.owed - n, 0);
                 self.grant_to(k, n);
             } else if s.asked {
-                (s.asked, s.waiting, s.want) = (false, true, 1);
+                (s.asked, s.waiting, s.want, s.served) = (false, true, 1, false);
                 self.waiters.push_back(k as u32);
             }
         }
