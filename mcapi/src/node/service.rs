@@ -104,6 +104,11 @@ pub(super) fn background_progress(node: Weak<NodeInner>) {
         if app != seen_app_progress {
             seen_app_progress = app;
             pause = Duration::from_millis(1);
+            // Application calls progress the message endpoint and the channel side they
+            // use; the other sides (a receiver nobody waits on yet, whose CQ must be read
+            // for the provider to connect and take data) are ours.
+            node.channels.progress_idle();
+            node.flush_completed();
             continue;
         }
         let Ok(mut st) = node.state.try_lock() else {
