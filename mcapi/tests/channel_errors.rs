@@ -8,7 +8,8 @@
 //! Nodes are threads of this process (as in `channels.rs`), on the first of shm and tcp
 //! that works: A and B (the channels), T (a one-slot request table, kept full), D
 //! (finalized after its channels were opened: the `MCAPI_ERR_NODE_NOTINIT` rows, and the
-//! "other side's node is gone" rows on A) and F (every channel side slot reserved).
+//! "other side's node finalized" rows on A; a peer that dies is in `channel_processes.rs`)
+//! and F (every channel side slot reserved).
 //!
 //! Rows NOT provokable through the Rust API, and why:
 //! - `MCAPI_ERR_PARAMETER` (connect, open, `pktchan_send_i`, `pktchan_send`,
@@ -35,15 +36,6 @@
 //!   256-sides limit is a row.
 //! - scalar send `MCAPI_ERR_GENERAL` for a provider error other than the receiver being gone:
 //!   no way to make the provider fail (the receiver closed is a row; its node gone, below).
-//! - Sends to a receiver whose node is gone (`MCAPI_ERR_TRANSMISSION` of `pktchan_send_i`
-//!   and `pktchan_send`, `MCAPI_ERR_GENERAL` of `sclchan_send_uintN`): with nodes as threads
-//!   of one process on shm, such a send crashes the process. libfabric's shm provider maps
-//!   an in-process peer by pointing at that endpoint's own region (`smr_map_to_region`
-//!   looks it up in `ep_name_list`), and the finalized node's `fi_close` unmapped it, so the
-//!   next `fi_senddata` to it faults (SIGSEGV in `pthread_spin_lock`). Across processes
-//!   the peer's region stays mapped; `channel_processes.rs` kills peers mid-stream there.
-//!   The receiver closed is a row for each of them; so are receives and closes whose other
-//!   side's node finalized (those send nothing to it).
 //! - `MCAPI_ERR_ENDP_DELETED` at the call: an endpoint deleted before the open is no endpoint
 //!   any more (`MCAPI_ERR_ENDP_INVALID`, as for messages in 4.3); the rows here delete the
 //!   endpoint while its open is pending, and the open's request completes with it.
@@ -797,6 +789,12 @@ fn every_provokable_row_of_the_4_4_and_4_5_errors_tables() {
                 a,
                 pcr.0,
             ),
+            (
+                Status::MCAPI_ERR_TRANSMISSION,
+                "the receiver's node finalized",
+                a,
+                a_dptx_h,
+            ),
         ];
         for (want, situation, n, h) in cases {
             rows.row(sn, want, situation, move || send(n, h, b"x"));
@@ -1028,6 +1026,12 @@ fn every_provokable_row_of_the_4_4_and_4_5_errors_tables() {
                 y.0,
             ),
             (Status::MCAPI_ERR_GENERAL, "the receiver closed", a, scr.0),
+            (
+                Status::MCAPI_ERR_GENERAL,
+                "the receiver's node finalized",
+                a,
+                a_dstx_h,
+            ),
         ];
         for (want, situation, n, h) in send_cases {
             rows.row(&sn, want, situation, move || n.sclchan_send(h, 1, w));
@@ -1146,6 +1150,7 @@ fn every_provokable_row_of_the_4_4_and_4_5_errors_tables() {
         });
     }
     // 4.4.11, 4.4.12 / 4.5.13, 4.5.14 close (last: the rows on channels with D close them).
+    let mut closes_after_finalize = Vec::new();
     for k in [Pkt, Scl] {
         for dir in [Rx, Tx] {
             let cn = k.name(&format!("{}_close_i", dir.name()));
@@ -1267,15 +1272,7 @@ fn every_provokable_row_of_the_4_4_and_4_5_errors_tables() {
                 })
                 .keep(flags(&watched));
             }
-            rows.row(
-                &cn,
-                Status::MCAPI_ERR_GENERAL,
-                "the other side's node finalized without closing (the close completes with it)",
-                move || {
-                    let q = close_i(a, k, dir, dead_peer)?;
-                    a.wait(q, None, WAIT).map(drop)
-                },
-            );
+            closes_after_finalize.push((cn, k, dir, dead_peer));
         }
     }
 
@@ -1290,6 +1287,16 @@ fn every_provokable_row_of_the_4_4_and_4_5_errors_tables() {
             wrong.push(format!("after the rows, {what}: {detail}"));
         }
     };
+    // A finalize closes the node's sides as a close would (a death is MCAPI_ERR_GENERAL:
+    // channel_processes.rs): the survivor's close completes.
+    for (cn, k, dir, h) in closes_after_finalize {
+        let r = close_i(a, k, dir, h).and_then(|q| a.wait(q, None, WAIT));
+        check(
+            &format!("{cn} after the other side's node finalized"),
+            r.is_ok(),
+            format!("{r:?}"),
+        );
+    }
     // P: the two packets of the setup only (the refused oversized ones never went).
     a.pktchan_send_close_i(p.0).unwrap();
     let r = recv_packet(b, p.1).map(|pkt| pkt.to_vec());

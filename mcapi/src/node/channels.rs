@@ -489,6 +489,11 @@ impl SideIo {
         let SideData::Recv(r) = &mut self.data else {
             return;
         };
+        if r.peer_sent.is_some() {
+            // The sender closed (or finalized): nobody to return them to, and its
+            // endpoint may be gone.
+            return;
+        }
         let sent = self
             .ep
             .as_ref()
@@ -1373,6 +1378,39 @@ impl Node {
 }
 
 impl NodeInner {
+    /// Finalize: tells the other side of each open channel that this side is gone, as a
+    /// close does, so that its calls fail at once instead of reaching an endpoint that is
+    /// about to close (on shm within one process that memory is unmapped).
+    pub(super) fn notify_channel_peers(&self) {
+        let open: Vec<(EndpointId, ChannelHandle)> = match self.live_state() {
+            Ok(st) => st
+                .endpoints
+                .values()
+                .filter_map(|ep| Some((ep.channel.peer?, ep.channel.side?)))
+                .filter(|(peer, _)| (peer.domain(), peer.node()) != (self.domain_id, self.node_id))
+                .collect(),
+            Err(_) => return,
+        };
+        for (peer, handle) in open {
+            let Some((slot, generation, ..)) = handle.decode() else {
+                continue;
+            };
+            let sent = match lock(&self.channels.sides[slot])
+                .as_ref()
+                .filter(|s| s.generation == generation && s.ready && !s.closed)
+                .and_then(|s| s.io.as_ref())
+            {
+                Some(SideIo {
+                    data: SideData::Send(s),
+                    ..
+                }) => s.next_seq,
+                Some(_) => 0,
+                None => continue,
+            };
+            let _ = self.channel_call(peer, op::CLOSED, [u64::from(sent), 0, 0], Vec::new());
+        }
+    }
+
     /// Frees a side slot at once (an open that never got its fabric part).
     fn free_side(&self, handle: ChannelHandle) {
         if let Some((slot, generation, ..)) = handle.decode() {

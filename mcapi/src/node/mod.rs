@@ -343,6 +343,7 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_NODE_NOTINIT` if the node was already finalized.
     pub fn finalize(&self) -> Result<()> {
+        self.inner.notify_channel_peers();
         {
             let mut st = lock(&self.inner.state);
             if st.finalized {
