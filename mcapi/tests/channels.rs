@@ -443,3 +443,51 @@ fn errors_tables_of_connect_open_send_recv_close() {
     );
     p.finalize();
 }
+
+/// An endpoint that received messages from another node (all consumed) can be connected:
+/// the connect takes back the sender's credits, so its next message is refused (spec 3.6)
+/// and one already on its way is queued, not lost.
+#[test]
+fn endpoint_that_received_messages_can_be_connected() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "msg2chan", 70);
+        let m = p.a.endpoint_create(11).unwrap();
+        let to = p.a.endpoint_get(0, p.rx.node(), 20, WAIT).unwrap();
+        let mut buf = [0u8; 8];
+        p.b.set_endpoint_timeout(p.rx, WAIT).unwrap();
+        for i in 0..3u8 {
+            p.a.msg_send(m, to, &[i], 0).unwrap();
+            assert_eq!(p.b.msg_recv(p.rx, &mut buf), Ok(1));
+        }
+        let (hs, hr) = open(&p, false, true);
+        let start = Instant::now();
+        let mut accepted = 0;
+        let refused = loop {
+            match p.a.msg_send(m, to, b"late", 0) {
+                Ok(()) => accepted += 1,
+                Err(e) => break e,
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{prov}: never refused"
+            );
+        };
+        assert_eq!(refused, Status::MCAPI_ERR_GENERAL, "{prov}");
+        assert!(
+            accepted <= 1,
+            "{prov}: {accepted} sends went through after the connect"
+        );
+        let until = Instant::now() + Duration::from_secs(10);
+        while p.b.msg_available(p.rx).unwrap() < accepted && Instant::now() < until {}
+        assert_eq!(
+            p.b.msg_available(p.rx),
+            Ok(accepted),
+            "{prov}: a late message lost"
+        );
+        p.a.pktchan_send(hs, b"packet").unwrap();
+        assert_eq!(p.b.pktchan_recv(hr).unwrap().to_vec(), b"packet");
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}

@@ -610,7 +610,7 @@ impl NodeInner {
                     .endpoints
                     .get_mut(&port)
                     .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-                let users = usize::from(ep.credits.outstanding() > 0 || !ep.queue.is_empty());
+                let users = usize::from(ep.credits.in_use() || !ep.queue.is_empty());
                 ep.channel.binding.check_connect(users)?;
                 // The receiver checks compatibility with the sender's attributes.
                 if dir == Direction::Receive {
@@ -621,7 +621,13 @@ impl NodeInner {
                 }
                 ep.channel.binding.connect(kind, dir);
                 ep.channel.peer = Some(peer);
-                Ok((ep.max_payload as u64) << 8 | u64::from(ep.priority))
+                let answer = (ep.max_payload as u64) << 8 | u64::from(ep.priority);
+                // Senders that sent messages here earlier sit on credits: take them back
+                // (their next message is refused, spec 3.6).
+                ep.credits.recall_all();
+                self.collect_credit_controls(&mut st, port);
+                self.flush_outbox(&mut st);
+                Ok(answer)
             }
             op::UNDO_CONNECT => {
                 let mut st = self.live_state()?;

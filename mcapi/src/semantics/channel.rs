@@ -108,7 +108,7 @@ impl<T> Binding<T> {
     }
 
     /// Whether a connect of this endpoint is allowed; `message_users` counts other nodes
-    /// that use the endpoint as a message destination (its "get reference count").
+    /// that use the endpoint as a message destination now (its "get reference count").
     ///
     /// # Errors
     /// `MCAPI_ERR_CHAN_CLOSEPENDING` while a close is pending, `MCAPI_ERR_CHAN_CONNECTED`

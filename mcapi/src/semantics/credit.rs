@@ -309,6 +309,29 @@ impl CreditPool {
         queued
     }
 
+    /// Whether other nodes are sending to the endpoint now: messages of theirs
+    /// are queued, or they wait for credits.
+    pub fn in_use(&self) -> bool {
+        self.queued > 0 || self.senders.iter().any(|s| s.waiting || s.asked)
+    }
+
+    /// The endpoint stops taking messages (it was connected to a channel):
+    /// grants not polled yet and earmarks come back at once, and every sender
+    /// is asked for all its unspent credits. A message already sent on one
+    /// still arrives and is queued as usual.
+    pub fn recall_all(&mut self) {
+        for i in 0..self.senders.len() {
+            let s = &mut self.senders[i];
+            let (grant, owed) = (take(&mut s.grant), take(&mut s.owed));
+            s.usable -= grant;
+            self.free += grant + owed;
+            if s.usable > 0 && !s.gone {
+                s.recall = s.usable;
+                self.mark(i);
+            }
+        }
+    }
+
     /// The next control message to send, if any.
     pub fn poll(&mut self) -> Option<Control> {
         while let Some(&i) = self.outbox.front() {

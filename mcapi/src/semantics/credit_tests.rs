@@ -773,3 +773,29 @@ fn idle_senders_holding_batches_do_not_starve_a_returning_one() {
         }
     }
 }
+
+/// Connecting an endpoint to a channel takes back every credit senders sit on.
+#[test]
+fn recall_all_takes_back_every_unspent_credit() {
+    let mut p = CreditPool::new(8, 3);
+    ask(&mut p, A, 8).unwrap();
+    drain(&mut p);
+    p.arrived(A).unwrap();
+    p.consumed(A).unwrap(); // earmarked for A
+    assert!(!p.in_use());
+    ask(&mut p, B, 1).unwrap(); // B gets A's earmark
+    let mut unspent = [7u32, 0];
+    settle(&mut p, &mut unspent, &[A, B]);
+    assert_eq!(unspent, [7, 1]);
+    unspent[0] -= 1;
+    p.arrived(A).unwrap();
+    assert!(p.in_use(), "a message is queued");
+    p.consumed(A).unwrap();
+    assert!(!p.in_use());
+    p.recall_all();
+    check(&p);
+    settle(&mut p, &mut unspent, &[A, B]);
+    assert_eq!(unspent, [0, 0]);
+    assert_eq!(p.outstanding(), 0);
+    assert_eq!(p.free, 8);
+}

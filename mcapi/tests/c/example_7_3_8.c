@@ -18,9 +18,9 @@
  * - Processes share no addresses, so shmemget() creates a POSIX shared memory segment and
  *   the message to the TPU carries its name; the TPU maps it (the spec sends the pointer).
  *   The message goes to a TPU endpoint of its own (TPU_PORT_SHMEM), not to TPU_PORT_CNTRL:
- *   here a node that has sent messages to an endpoint keeps credits for it, which counts as
- *   a get reference count > 0, and the connect of that endpoint would be refused
- *   (MCAPI_ERR_ENDP_GET_LIMIT, docs/implementation-defined.md).
+ *   the control task connects TPU_PORT_CNTRL right after sending, when the message may
+ *   still be queued there, and an endpoint with messages queued counts as having a get
+ *   reference count > 0 (MCAPI_ERR_ENDP_GET_LIMIT, docs/implementation-defined.md).
  * - The connects name the sender first, as their synopsis does: the spec passes the control
  *   task's (receiving) endpoint first, which would make the opens fail with
  *   MCAPI_ERR_CHAN_DIRECTION.
