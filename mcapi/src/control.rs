@@ -217,6 +217,8 @@ pub enum Frame {
         /// The index the sender gave the receiver among its peers (goes into the tags of
         /// messages the receiver sends to it).
         peer: u32,
+        /// Tells this run of the node from an earlier one with the same id (a restart).
+        incarnation: u64,
         /// Sender's fabric (libfabric endpoint) address.
         fabric_addr: Vec<u8>,
     },
@@ -224,6 +226,8 @@ pub enum Frame {
     Welcome {
         /// The index the server gave the client among its peers.
         peer: u32,
+        /// As in Hello.
+        incarnation: u64,
         /// The server's fabric address.
         fabric_addr: Vec<u8>,
     },
@@ -282,17 +286,24 @@ impl Frame {
                 domain,
                 node,
                 peer,
+                incarnation,
                 fabric_addr,
             } => {
                 put(1);
                 put(u64::from(*domain));
                 put(u64::from(*node));
                 put(u64::from(*peer));
+                put(*incarnation);
                 out.extend_from_slice(fabric_addr);
             }
-            Frame::Welcome { peer, fabric_addr } => {
+            Frame::Welcome {
+                peer,
+                incarnation,
+                fabric_addr,
+            } => {
                 put(6);
                 put(u64::from(*peer));
+                put(*incarnation);
                 out.extend_from_slice(fabric_addr);
             }
             Frame::Lookup { port } => {
@@ -353,11 +364,13 @@ impl Frame {
                 domain: small(1)?,
                 node: small(2)?,
                 peer: small(3)?,
-                fabric_addr: b.get(32..)?.to_vec(),
+                incarnation: word(4)?,
+                fabric_addr: b.get(40..)?.to_vec(),
             },
             6 => Frame::Welcome {
                 peer: small(1)?,
-                fabric_addr: b.get(16..)?.to_vec(),
+                incarnation: word(2)?,
+                fabric_addr: b.get(24..)?.to_vec(),
             },
             2 => exact(2).and(Some(Frame::Lookup { port: small(1)? }))?,
             3 => exact(3).and(Some(Frame::GetAttribute {
@@ -642,10 +655,12 @@ mod tests {
                 domain: 1,
                 node: 2,
                 peer: 3,
+                incarnation: u64::MAX - 1,
                 fabric_addr: vec![9, 8, 7],
             },
             Frame::Welcome {
                 peer: 4,
+                incarnation: 5,
                 fabric_addr: vec![1],
             },
             Frame::Lookup { port: 5 },
@@ -692,6 +707,7 @@ mod tests {
             domain: 0,
             node: 2,
             peer: 0,
+            incarnation: 1,
             fabric_addr: vec![1],
         };
         assert_eq!(s.call(&hello).unwrap(), Frame::Value(0));

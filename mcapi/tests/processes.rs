@@ -31,6 +31,10 @@ fn main() {
             Trial::test(format!("{prov}::three_sender_processes"), move || {
                 three_senders(prov)
             }),
+            Trial::test(
+                format!("{prov}::restarted_sender_starts_afresh"),
+                move || restarted_sender(prov),
+            ),
         ];
         for trial in t {
             if absent {
@@ -166,6 +170,31 @@ fn three_senders(prov: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// A sender process finalizes and a new process takes over its node id: the new one's
+/// messages arrive too, in order (its sequence numbers start afresh).
+fn restarted_sender(prov: &str) -> Result<(), Failed> {
+    let job = format!("restart-{prov}-{}", std::process::id());
+    let node = Node::initialize(0, 40, config(prov, &job))?;
+    let rx = node.endpoint_create(1)?;
+    node.set_endpoint_timeout(rx, Some(Duration::from_secs(30)))?;
+    let mut buf = [0u8; 8];
+    for life in 0..3u32 {
+        let mut child = spawn(&format!("life{life}"), prov, &job)?;
+        for i in 0..500u32 {
+            let n = node.msg_recv(rx, &mut buf)?;
+            let got = u32::from_le_bytes(buf[..n].try_into()?);
+            if got != life * 1000 + i {
+                return Err(format!("life {life}: message {i} is {got}").into());
+            }
+        }
+        if !child.wait()?.success() {
+            return Err(format!("sender life {life} failed").into());
+        }
+    }
+    node.finalize()?;
+    Ok(())
+}
+
 fn child(spec: &str) {
     let mut parts = spec.splitn(3, ':');
     let (role, prov, job) = (
@@ -217,6 +246,19 @@ fn child(spec: &str) {
             for i in 0..PER_SENDER {
                 msg[1..5].copy_from_slice(&i.to_le_bytes());
                 n.msg_send(tx, to, &msg[..5 + (i as usize * 97) % 1500], i % 3)
+                    .unwrap();
+            }
+            n.finalize().unwrap();
+        }
+        life if life.starts_with("life") => {
+            let k: u32 = life["life".len()..].parse().unwrap();
+            let n = Node::initialize(0, 41, config(prov, job)).unwrap();
+            let tx = n.endpoint_create(1).unwrap();
+            let to = n
+                .endpoint_get(0, 40, 1, Some(Duration::from_secs(30)))
+                .unwrap();
+            for i in 0..500u32 {
+                n.msg_send(tx, to, &(k * 1000 + i).to_le_bytes(), 0)
                     .unwrap();
             }
             n.finalize().unwrap();

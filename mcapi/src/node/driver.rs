@@ -656,13 +656,20 @@ impl NodeInner {
             domain: self.domain_id,
             node: self.node_id,
             peer: u32::from(index),
+            incarnation: self.incarnation,
             fabric_addr: self.fab.ep.address().to_vec(),
         };
-        let Ok(Frame::Welcome { peer, fabric_addr }) = stream.call(&hello) else {
+        let Ok(Frame::Welcome {
+            peer,
+            incarnation,
+            fabric_addr,
+        }) = stream.call(&hello)
+        else {
             return Err(Status::MCAPI_ERR_TRANSMISSION);
         };
         let addr = self.fab.av.insert(&fabric_addr).map_err(ofi_status)?;
         let mut st = self.live_state()?;
+        self.meet_incarnation(&mut st, index, incarnation);
         let p = &mut st.peers[index as usize];
         p.addr = addr;
         p.index_at_peer = peer as u16;
@@ -687,6 +694,7 @@ impl NodeInner {
             index_at_peer: 0,
             alive: true,
             stream: None,
+            incarnation: 0,
         });
         st.peer_of.insert((domain, node), index);
         Ok(index)
@@ -730,6 +738,33 @@ impl NodeInner {
             if p.alive {
                 p.alive = false;
                 st.departed.push((peer, Instant::now() + DEPARTURE_GRACE));
+            }
+        }
+    }
+
+    /// Records which run of peer `index` we talk to. A new run (the node restarted with the
+    /// same id) starts from nothing: what we kept of the old one — its credits and queued
+    /// message accounting, the sequence numbers in both directions, our windows for its
+    /// endpoints and our control connection — is forgotten.
+    pub(super) fn meet_incarnation(&self, st: &mut State, index: u16, incarnation: u64) {
+        let known = std::mem::replace(&mut st.peers[index as usize].incarnation, incarnation);
+        if known == 0 || known == incarnation {
+            return;
+        }
+        st.peers[index as usize].stream = None;
+        st.departed.retain(|&(p, _)| p != index);
+        let ports: Vec<u32> = st.endpoints.keys().copied().collect();
+        for port in ports {
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.credits.sender_gone(SenderId(u32::from(index)));
+                ep.reorder.remove(&index);
+            }
+            self.collect_credit_controls(st, port);
+        }
+        for ((peer, _), remote) in st.remotes.iter_mut() {
+            if *peer == index {
+                remote.window.reset();
+                (remote.spare, remote.next_seq) = (0, 0);
             }
         }
     }

@@ -77,6 +77,8 @@ struct NodeInner {
     /// Counts progress made by application calls, so the background thread can keep away.
     app_progress: AtomicU64,
     channels: ChannelTable,
+    /// Tells this run of the node from earlier ones with the same id (peers' view).
+    incarnation: u64,
 }
 
 /// The node's libfabric objects.
@@ -148,6 +150,19 @@ struct Peer {
     index_at_peer: u16,
     alive: bool,
     stream: Option<Arc<Mutex<Stream>>>,
+    /// The run of the peer node we know (0: none yet); another one is a restart.
+    incarnation: u64,
+}
+
+/// A value no earlier run of a node with the same id had: the clock, the process and a
+/// per-process counter.
+fn new_incarnation() -> u64 {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    (nanos ^ u64::from(std::process::id()).rotate_left(32) ^ n.rotate_left(48)) | 1
 }
 
 struct LocalEndpoint {
@@ -317,6 +332,7 @@ impl Node {
             progress_thread: Mutex::new(None),
             app_progress: AtomicU64::new(0),
             channels: ChannelTable::new(),
+            incarnation: new_incarnation(),
         });
         inner.post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));

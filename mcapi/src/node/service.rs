@@ -16,6 +16,7 @@ impl Handler for ControlHandler {
                 domain,
                 node: n,
                 peer,
+                incarnation,
                 fabric_addr,
             } => {
                 let Ok(addr) = node.fab.av.insert(fabric_addr) else {
@@ -31,12 +32,14 @@ impl Handler for ControlHandler {
                         Err(s) => return Frame::Refused(s.code()),
                     },
                 };
+                node.meet_incarnation(&mut st, index, *incarnation);
                 let p = &mut st.peers[index as usize];
                 p.addr = addr;
                 p.index_at_peer = *peer as u16;
                 p.alive = true;
                 Frame::Welcome {
                     peer: u32::from(index),
+                    incarnation: node.incarnation,
                     fabric_addr: node.fab.ep.address().to_vec(),
                 }
             }
