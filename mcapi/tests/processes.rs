@@ -132,7 +132,15 @@ fn killed_peer(prov: &str) -> Result<(), Failed> {
     Ok(())
 }
 
-const PER_SENDER: u32 = 20_000;
+/// Messages per sender: 100,000 on shm (and everywhere under `MCAPI_STRESS=1`, the stress
+/// target `scripts/stress`), 20,000 on the network providers.
+fn per_sender(prov: &str) -> u32 {
+    if prov == "shm" || std::env::var_os("MCAPI_STRESS").is_some_and(|v| v == "1") {
+        100_000
+    } else {
+        20_000
+    }
+}
 
 /// Three sender processes, mixed priorities and sizes, one receiver that stalls now and then:
 /// everything arrives once, in order per sender and priority.
@@ -146,7 +154,7 @@ fn three_senders(prov: &str) -> Result<(), Failed> {
         .collect::<Result<_, _>>()?;
     let mut next = [[0u32; 3]; 3];
     let mut buf = vec![0u8; 4096];
-    for n in 0..3 * PER_SENDER {
+    for n in 0..3 * per_sender(prov) {
         if n % 20_000 == 0 {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -243,7 +251,7 @@ fn child(spec: &str) {
                 .endpoint_get(0, 30, 1, Some(Duration::from_secs(30)))
                 .unwrap();
             let mut msg = vec![k; 2048];
-            for i in 0..PER_SENDER {
+            for i in 0..per_sender(prov) {
                 msg[1..5].copy_from_slice(&i.to_le_bytes());
                 n.msg_send(tx, to, &msg[..5 + (i as usize * 97) % 1500], i % 3)
                     .unwrap();
