@@ -201,15 +201,17 @@ impl PktTransport {
         })
     }
 
-    /// Tests the oldest outstanding `pktchan_send_i` requests, releasing those that
-    /// completed (in order: stops at the first still pending).
+    /// Completes the oldest outstanding `pktchan_send_i` requests that are done (in order:
+    /// stops at the first still pending). `wait` with a zero timeout, not `test`: a request
+    /// that `test` saw complete stays in mcapi's request table until it is reclaimed, and
+    /// once the table's free list is empty every allocation searches the whole table.
     fn reap(&mut self) -> Result<()> {
         while let Some(&req) = self.in_flight.front() {
-            match self.chan.node.test(req, None) {
-                Ok(Some(_)) => {
+            match self.chan.node.wait(req, None, Some(Duration::ZERO)) {
+                Ok(_) => {
                     self.in_flight.pop_front();
                 }
-                Ok(None) => break,
+                Err(Status::MCAPI_TIMEOUT) => break,
                 Err(s) => return Err(failed("pktchan_send_i", s)),
             }
         }
