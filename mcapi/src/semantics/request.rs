@@ -23,6 +23,7 @@
 
 use super::check16;
 use super::status::Status;
+use std::collections::VecDeque;
 use std::fmt;
 
 /// Most slots a table can have (the handle's index field is 24 bits).
@@ -134,6 +135,10 @@ pub struct RequestTable<T> {
     slots: Vec<Slot<T>>,
     /// Free slot indices, used as a stack (hot slots stay in cache).
     free: Vec<u32>,
+    /// Slots that became reclaimable, oldest first, with their stamps; an entry whose
+    /// slot changed since (stamp differs) is stale and skipped. Compacted when full, so
+    /// it never grows past twice the capacity.
+    reclaimable: VecDeque<(u32, u64)>,
     /// Counter ordering reclaimable slots; not a clock.
     ticks: u64,
 }
@@ -162,6 +167,7 @@ impl<T> RequestTable<T> {
         RequestTable {
             slots,
             free,
+            reclaimable: VecDeque::with_capacity(2 * capacity + 1),
             ticks: 0,
         }
     }
@@ -284,6 +290,7 @@ impl<T> RequestTable<T> {
             RequestState::Completed { status, size } => {
                 slot.state = Some(RequestState::CompletedReported { status, size });
                 slot.stamp = tick;
+                self.note_reclaimable(i, tick);
                 Ok(Some((status, size)))
             }
             RequestState::CompletedReported { status, size } => Ok(Some((status, size))),
@@ -394,6 +401,7 @@ impl<T> RequestTable<T> {
             .ok_or(Status::MCAPI_ERR_REQUEST_INVALID)?;
         slot.state = Some(RequestState::Cancelled);
         slot.stamp = tick;
+        self.note_reclaimable(i, tick);
         Ok(payload)
     }
 
@@ -421,21 +429,38 @@ impl<T> RequestTable<T> {
         self.ticks
     }
 
-    /// The reclaimable slot with the oldest stamp and no waiter. Linear, but
-    /// only run when the table is full.
-    fn oldest_reclaimable(&self) -> Option<usize> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                !s.waiter
-                    && matches!(
-                        s.state,
-                        Some(RequestState::CompletedReported { .. } | RequestState::Cancelled)
-                    )
-            })
-            .min_by_key(|(_, s)| s.stamp)
-            .map(|(i, _)| i)
+    /// Slot `i` became reclaimable at `stamp`.
+    fn note_reclaimable(&mut self, i: usize, stamp: u64) {
+        if self.reclaimable.len() == self.reclaimable.capacity() {
+            let slots = &self.slots;
+            self.reclaimable
+                .retain(|&(i, stamp)| Self::is_reclaimable(&slots[i as usize], stamp));
+        }
+        self.reclaimable.push_back((i as u32, stamp));
+    }
+
+    fn is_reclaimable(slot: &Slot<T>, stamp: u64) -> bool {
+        slot.stamp == stamp
+            && matches!(
+                slot.state,
+                Some(RequestState::CompletedReported { .. } | RequestState::Cancelled)
+            )
+    }
+
+    /// The reclaimable slot with the oldest stamp and no waiter (taken off the list);
+    /// stale entries ahead of it are dropped. Only run when the table is full.
+    fn oldest_reclaimable(&mut self) -> Option<usize> {
+        while let Some(&(i, stamp)) = self.reclaimable.front() {
+            if Self::is_reclaimable(&self.slots[i as usize], stamp) {
+                break;
+            }
+            self.reclaimable.pop_front();
+        }
+        let k = self.reclaimable.iter().position(|&(i, stamp)| {
+            let slot = &self.slots[i as usize];
+            !slot.waiter && Self::is_reclaimable(slot, stamp)
+        })?;
+        self.reclaimable.remove(k).map(|(i, _)| i as usize)
     }
 
     /// Frees slot `i`: bumps the generation so old handles die.

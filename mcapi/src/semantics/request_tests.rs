@@ -271,11 +271,22 @@ fn get_mut_and_release() {
 #[test]
 fn no_growth_after_construction() {
     let mut t = RequestTable::new(4);
-    let (slots, free) = (t.slots.capacity(), t.free.capacity());
+    let (slots, free, reclaimable) = (
+        t.slots.capacity(),
+        t.free.capacity(),
+        t.reclaimable.capacity(),
+    );
     let mut rng = XorShift(7);
     let mut live = Vec::new();
     for _ in 0..10_000 {
-        match rng.next_u64() % 4 {
+        match rng.next_u64() % 5 {
+            // Tested, then released: its reclaimable entry goes stale.
+            4 if !live.is_empty() => {
+                let h = live.swap_remove(rng.next_u64() as usize % live.len());
+                let _ = t.complete(h, MCAPI_SUCCESS, 0);
+                let _ = t.test(h);
+                let _ = t.release(h);
+            }
             0 | 1 => {
                 if let Ok(h) = t.alloc(()) {
                     live.push(h);
@@ -294,7 +305,14 @@ fn no_growth_after_construction() {
         }
         assert!(t.len() <= t.capacity());
     }
-    assert_eq!((t.slots.capacity(), t.free.capacity()), (slots, free));
+    assert_eq!(
+        (
+            t.slots.capacity(),
+            t.free.capacity(),
+            t.reclaimable.capacity()
+        ),
+        (slots, free, reclaimable)
+    );
 }
 
 #[test]
