@@ -568,6 +568,34 @@ mod tests {
     }
 
     #[test]
+    fn sizes_per_benchmark() {
+        assert_eq!(
+            Test::MsgLat.sizes(None).unwrap().sizes.last(),
+            Some(&(64 << 10))
+        );
+        assert_eq!(
+            Test::PktBw.sizes(None).unwrap().sizes.last(),
+            Some(&(1 << 20))
+        );
+        assert_eq!(Test::SclRate.sizes(None).unwrap().sizes, [8]);
+        let given = parse_sizes("8").unwrap();
+        assert_eq!(Test::SclLat.sizes(Some(&given)).unwrap().sizes, [8]);
+        let e = Test::SclLat
+            .sizes(Some(&parse_sizes("16").unwrap()))
+            .unwrap_err();
+        assert!(e.contains("8 bytes"), "{e}");
+        assert!(Test::SclLat
+            .sizes(Some(&parse_sizes("all").unwrap()))
+            .is_err());
+        let given = parse_sizes("4m").unwrap();
+        assert_eq!(Test::PktLat.sizes(Some(&given)).unwrap(), given);
+        for t in Test::ALL {
+            assert_eq!(Test::from_name(t.name()), Some(*t));
+            assert_eq!(t.windowed(), t.metric() == Metric::Throughput);
+        }
+    }
+
+    #[test]
     fn cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
