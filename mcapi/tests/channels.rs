@@ -491,3 +491,30 @@ fn endpoint_that_received_messages_can_be_connected() {
         p.finalize();
     }
 }
+
+/// A packet channel of tiny packets (payload 8, like a scalar's) sends non-blocking too.
+#[test]
+fn tiny_packet_channel_sends_nonblocking() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "tiny", 80);
+        p.a.endpoint_set_attribute(p.tx, ATTR_MAX_PAYLOAD, 8)
+            .unwrap();
+        p.b.endpoint_set_attribute(p.rx, ATTR_MAX_PAYLOAD, 8)
+            .unwrap();
+        let (hs, hr) = open(&p, false, false);
+        for i in 0..100u64 {
+            let s = p.a.pktchan_send_i(hs, &i.to_le_bytes()).unwrap();
+            p.a.wait(s, None, WAIT).unwrap();
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.to_vec(), i.to_le_bytes(), "{prov}");
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        assert_eq!(
+            p.a.pktchan_send_i(hs, &[0u8; 9]).err(),
+            Some(Status::MCAPI_ERR_PKT_SIZE)
+        );
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}

@@ -546,6 +546,11 @@ impl NodeInner {
         }
         let g = lock(&self.channels.sides[slot]);
         if g.as_ref().is_some_and(|s| s.generation == generation) {
+            // An application call is progressing: the background thread keeps away
+            // (only a change matters, so racing plain stores will do).
+            let n = self.app_progress.load(Ordering::Relaxed);
+            self.app_progress
+                .store(n.wrapping_add(1), Ordering::Relaxed);
             return Ok(g);
         }
         drop(g);
@@ -782,6 +787,7 @@ impl NodeInner {
     fn connect_side_io(
         &self,
         io: &mut SideIo,
+        kind: ChannelKind,
         payload: usize,
         peer: &PeerOpen,
     ) -> std::result::Result<(), OfiError> {
@@ -800,7 +806,8 @@ impl NodeInner {
                     )?;
                 }
             }
-            let staged = if payload > 8 {
+            // Scalars go out by inject: no staging.
+            let staged = if kind == ChannelKind::Packet {
                 credits.max(1) as usize
             } else {
                 0
@@ -1188,7 +1195,11 @@ impl Node {
             let Some(io) = side.io.as_mut() else {
                 return Ok(());
             };
-            if self.inner.connect_side_io(io, payload, &info).is_err() {
+            if self
+                .inner
+                .connect_side_io(io, kind, payload, &info)
+                .is_err()
+            {
                 drop(g);
                 return fail(Status::MCAPI_ERR_GENERAL);
             }
