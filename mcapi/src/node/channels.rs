@@ -165,6 +165,9 @@ impl EndpointChannel {
 /// with messages.
 pub(super) struct ChannelTable {
     sides: Box<[Mutex<Option<Side>>]>,
+    /// Bumped by every application call on a side: the background thread leaves sides
+    /// in use alone (taking their lock could stall the application's next call).
+    touched: Box<[AtomicU32]>,
     generation: AtomicU32,
     /// Receive pools: `(start, end, slot)`, to find the channel of a released buffer.
     pools: Mutex<Vec<(usize, usize, usize)>>,
@@ -174,6 +177,7 @@ impl ChannelTable {
     pub(super) fn new() -> ChannelTable {
         ChannelTable {
             sides: (0..MAX_SIDES).map(|_| Mutex::new(None)).collect(),
+            touched: (0..MAX_SIDES).map(|_| AtomicU32::new(0)).collect(),
             generation: AtomicU32::new(1),
             pools: Mutex::new(Vec::new()),
         }
@@ -188,10 +192,20 @@ impl ChannelTable {
         lock(&self.pools).clear();
     }
 
-    /// Progresses the sides nobody is using (background thread); returns completions seen.
-    pub(super) fn progress_idle(&self) -> usize {
+    /// What `progress_idle` remembers of the touch counters, initially.
+    pub(super) fn touch_memory(&self) -> Vec<u32> {
+        vec![0; self.touched.len()]
+    }
+
+    /// Progresses the sides no application call touched since the last time (background
+    /// thread; `seen` is its memory of the touch counters); returns completions seen.
+    pub(super) fn progress_idle(&self, seen: &mut [u32]) -> usize {
         let mut n = 0;
-        for s in self.sides.iter() {
+        for ((s, touched), seen) in self.sides.iter().zip(&self.touched[..]).zip(seen) {
+            let now = touched.load(Ordering::Relaxed);
+            if std::mem::replace(seen, now) != now {
+                continue;
+            }
             if let Ok(mut g) = s.try_lock() {
                 if let Some(side) = g.as_mut() {
                     n += side.progress();
@@ -297,6 +311,9 @@ pub(super) enum ChanReq {
     Send { handle: ChannelHandle },
     Recv { handle: ChannelHandle },
 }
+
+/// CQ polls a blocked channel call makes under the side lock before it backs off once.
+const POLL_BURST: usize = 32;
 
 fn side_status(kind: ChannelKind) -> Status {
     // Scalar calls have no MCAPI_ERR_TRANSMISSION in their ERRORS tables.
@@ -546,11 +563,13 @@ impl NodeInner {
         }
         let g = lock(&self.channels.sides[slot]);
         if g.as_ref().is_some_and(|s| s.generation == generation) {
-            // An application call is progressing: the background thread keeps away
-            // (only a change matters, so racing plain stores will do).
-            let n = self.app_progress.load(Ordering::Relaxed);
-            self.app_progress
-                .store(n.wrapping_add(1), Ordering::Relaxed);
+            // An application call uses the side: the background thread keeps away (only a
+            // change matters, so racing plain stores will do).
+            let touched = &self.channels.touched[slot];
+            touched.store(
+                touched.load(Ordering::Relaxed).wrapping_add(1),
+                Ordering::Relaxed,
+            );
             return Ok(g);
         }
         drop(g);
@@ -1760,12 +1779,14 @@ impl Node {
                     .side(handle, ChannelKind::Packet, Direction::Receive)?;
                 let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 side.check_usable()?;
-                side.progress();
+                for _ in 0..POLL_BURST {
+                    side.progress();
+                    if let Some(p) = take_item(side)? {
+                        return Ok(p);
+                    }
+                }
                 let timeout = side.timeout;
                 wait.get_or_insert_with(|| ChannelWait::new(timeout));
-                if let Some(p) = take_item(side)? {
-                    return Ok(p);
-                }
             }
             self.channel_backoff(handle, wait.as_mut().expect("set above"))?;
         }
@@ -2012,9 +2033,13 @@ impl Node {
                 if let Some(v) = attempt(side)? {
                     return Ok(v);
                 }
-                side.progress();
-                if let Some(v) = attempt(side)? {
-                    return Ok(v);
+                // Poll a burst under the lock before backing off: the side is this call's
+                // while it blocks, and a lock round trip per poll would slow detection.
+                for _ in 0..POLL_BURST {
+                    side.progress();
+                    if let Some(v) = attempt(side)? {
+                        return Ok(v);
+                    }
                 }
                 let timeout = side.timeout;
                 wait.get_or_insert_with(|| ChannelWait::new(timeout));

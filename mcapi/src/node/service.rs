@@ -98,6 +98,10 @@ impl Handler for ControlHandler {
 pub(super) fn background_progress(node: Weak<NodeInner>) {
     let mut pause = Duration::from_micros(100);
     let mut seen_app_progress = u64::MAX;
+    let mut seen_channel_use = match node.upgrade() {
+        Some(node) => node.channels.touch_memory(),
+        None => return,
+    };
     loop {
         std::thread::sleep(pause);
         let Some(node) = node.upgrade() else { return };
@@ -110,7 +114,7 @@ pub(super) fn background_progress(node: Weak<NodeInner>) {
             // Application calls progress the message endpoint and the channel side they
             // use; the other sides (a receiver nobody waits on yet, whose CQ must be read
             // for the provider to connect and take data) are ours.
-            node.channels.progress_idle();
+            node.channels.progress_idle(&mut seen_channel_use);
             node.flush_completed();
             continue;
         }
@@ -123,7 +127,7 @@ pub(super) fn background_progress(node: Weak<NodeInner>) {
         }
         let busy = node.progress_counting(&mut st) > 0;
         drop(st);
-        let busy = node.channels.progress_idle() > 0 || busy;
+        let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;
         node.flush_completed();
         pause = if busy {
             Duration::from_micros(100)
