@@ -241,6 +241,8 @@ struct SideIo {
     // Declared before the objects it is bound to and before the memory it uses.
     ep: Option<Endpoint>,
     cq: CompletionQueue,
+    /// Read buffer of `progress`, kept here: clearing a fresh one on every poll showed.
+    cq_buf: [Completion; 16],
     av: AddressVector,
     dest: FiAddr,
     data: SideData,
@@ -371,17 +373,17 @@ impl Side {
 
 impl SideIo {
     fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
-        let mut buf = [Completion::default(); 16];
         let mut seen = 0;
         loop {
-            match self.cq.read(&mut buf) {
+            match self.cq.read(&mut self.cq_buf) {
                 Ok(0) => break,
                 Ok(n) => {
                     seen += n;
-                    for c in &buf[..n] {
-                        self.dispatch(c, kind);
+                    for i in 0..n {
+                        let c = self.cq_buf[i];
+                        self.dispatch(&c, kind);
                     }
-                    if n < buf.len() {
+                    if n < self.cq_buf.len() {
                         break;
                     }
                 }
@@ -795,6 +797,7 @@ impl NodeInner {
         Ok(SideIo {
             ep: Some(ep),
             cq,
+            cq_buf: [Completion::default(); 16],
             av,
             dest: FiAddr::UNSPEC,
             data,
