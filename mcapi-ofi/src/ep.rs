@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::fabric::Domain;
 use crate::info::Attributes;
 use crate::mr::{Buf, MemoryRegion};
-use crate::raw::{self, EpFid};
+use crate::raw::{self, EpFid, SendBuffer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -237,6 +237,36 @@ impl Endpoint {
         mut wait: impl FnMut(&Endpoint) -> SendWait,
     ) -> (Option<Endpoint>, Result<()>) {
         raw::send_unregistered(self, data, cq_data, dest, context, &mut wait)
+    }
+
+    /// Whether sends may go out from unregistered application memory (no `FI_MR_LOCAL`):
+    /// what [`Endpoint::send_from`] and [`Endpoint::send_unregistered`] need.
+    #[inline]
+    pub fn sends_unregistered(&self) -> bool {
+        self.attributes().mr_mode & crate::flags::MR_LOCAL == 0
+    }
+
+    /// Posts a send of `buf` with remote CQ data `cq_data` straight from the application's
+    /// memory (no registration, no copy) and returns at once; the completion, with
+    /// `context`, comes through the CQ. The memory must stay as it is until then, or until
+    /// the endpoint is closed (its last handle dropped), which [`SendBuffer`]'s contract
+    /// guarantees.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (nothing sent) where the provider needs `FI_MR_LOCAL`, so the caller
+    /// can copy into registered memory instead; otherwise as [`Endpoint::inject_tagged`].
+    #[inline]
+    pub fn send_from(
+        &self,
+        buf: &SendBuffer,
+        cq_data: u64,
+        dest: FiAddr,
+        context: u64,
+    ) -> Result<()> {
+        if !self.sends_unregistered() {
+            return Err(crate::Error::InvalidArgument("provider needs FI_MR_LOCAL"));
+        }
+        raw::send_from(&self.inner.fid, buf, cq_data, dest.0, context)
     }
 
     /// Whether this is the endpoint's only handle.

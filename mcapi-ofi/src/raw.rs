@@ -626,6 +626,104 @@ pub(crate) fn send_unregistered(
     }
 }
 
+/// Application memory that a send ([`crate::Endpoint::send_from`]) reads in place, without a
+/// copy or a registration, and that stays valid and unmodified until the send completes.
+///
+/// Made by [`SendBuffer::from_static`] (safe: `'static` shared memory, e.g. a leaked `Box`)
+/// or [`SendBuffer::from_raw`] (the caller promises it, as a C API's contract does).
+pub struct SendBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a SendBuffer only names memory that its constructor's contract keeps readable and
+// unmodified while it exists; reading it from any thread is fine.
+unsafe impl Send for SendBuffer {}
+// SAFETY: see Send; it gives out shared reads only.
+unsafe impl Sync for SendBuffer {}
+
+impl SendBuffer {
+    /// Names `len` bytes at `ptr` (NULL allowed when `len` is 0).
+    ///
+    /// # Safety
+    /// The memory is readable for `len` bytes and stays valid and unmodified while this
+    /// `SendBuffer` exists and, for every send posted from it, until that send's completion
+    /// was read from the CQ or its endpoint was closed (every handle dropped).
+    pub unsafe fn from_raw(ptr: *const u8, len: usize) -> SendBuffer {
+        SendBuffer {
+            // A NULL pointer is only allowed with len 0: use a dangling one for reads of
+            // nothing (slices need non-NULL).
+            ptr: NonNull::new(ptr.cast_mut())
+                .filter(|_| len > 0)
+                .unwrap_or(NonNull::dangling()),
+            len,
+        }
+    }
+
+    /// Names memory that lives for the rest of the program and is never modified.
+    pub fn from_static(data: &'static [u8]) -> SendBuffer {
+        // SAFETY: `data` is borrowed immutably for 'static: it stays valid and, being
+        // shared, unmodified forever.
+        unsafe { SendBuffer::from_raw(data.as_ptr(), data.len()) }
+    }
+
+    /// Length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes.
+    #[inline(always)]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: by the constructor's contract the memory is readable for `len` bytes and
+        // unmodified while this SendBuffer exists (a dangling pointer only when len is 0).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl core::fmt::Debug for SendBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SendBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// `Endpoint::send_from`: posts a send with remote CQ data from application memory
+/// (`desc` NULL, allowed without `FI_MR_LOCAL`, which the caller checked); returns at once.
+#[inline]
+pub(crate) fn send_from(
+    ep: &EpFid,
+    buf: &SendBuffer,
+    cq_data: u64,
+    dest: u64,
+    context: u64,
+) -> Result<()> {
+    // SAFETY: the endpoint is open. By SendBuffer's contract the memory stays valid and
+    // unmodified until the send's completion was read or the endpoint closed, which is as
+    // long as the provider may read it.
+    let ret = unsafe {
+        sys::fi_senddata(
+            ep.as_ptr(),
+            buf.ptr.as_ptr().cast(),
+            buf.len,
+            ptr::null_mut(),
+            cq_data,
+            dest,
+            ctx(context),
+        )
+    };
+    check("fi_senddata", ret)
+}
+
 // The calls below post operations. Their buffers are either copied before the call returns
 // (inject) or are IoSlices into Memory that the calling endpoint keeps alive until it is
 // closed (see ep.rs), so libfabric never touches freed memory.

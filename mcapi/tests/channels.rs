@@ -518,3 +518,131 @@ fn tiny_packet_channel_sends_nonblocking() {
         p.finalize();
     }
 }
+
+/// A packet whose bytes say which packet it is, leaked so a zero-copy send may read it.
+fn leaked_packet(i: usize, len: usize) -> &'static [u8] {
+    let v: Vec<u8> = (0..len).map(|k| (k * 13 + i * 7) as u8).collect();
+    Box::leak(v.into_boxed_slice())
+}
+
+#[test]
+fn zero_copy_send_i_in_order_with_copying_and_blocking_sends() {
+    use mcapi::SendBuffer;
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    // Above every provider's inject size here (shm 4 KiB, tcp;ofi_rxm 16 KiB), and below.
+    const BIG: usize = 60_000;
+    const SMALL: usize = 100;
+    for prov in providers() {
+        let p = Pair::new(prov, "zcopy", 90);
+        let (hs, hr) = open(&p, false, true);
+
+        // The receiver holds all 16 credits' packets: a zero-copy send_i then stays pending
+        // until one is released, and completes after.
+        let first: Vec<&'static [u8]> = (0..17).map(|i| leaked_packet(i, BIG)).collect();
+        let reqs: Vec<RequestHandle> = first[..16]
+            .iter()
+            .map(|b| {
+                p.a.pktchan_send_i_zero_copy(hs, SendBuffer::from_static(b))
+                    .unwrap()
+            })
+            .collect();
+        let mut held = Vec::new();
+        for (i, data) in first[..16].iter().enumerate() {
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.to_vec(), *data, "{prov}: packet {i}");
+            held.push(pkt);
+        }
+        for r in reqs {
+            assert_eq!(p.a.wait(r, None, WAIT).unwrap(), BIG, "{prov}");
+        }
+        let last =
+            p.a.pktchan_send_i_zero_copy(hs, SendBuffer::from_static(first[16]))
+                .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(p.a.test(last, None).unwrap(), None, "{prov}: completed");
+        assert_eq!(p.b.pktchan_available(hr).unwrap(), 0, "{prov}");
+        for pkt in held.drain(..) {
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        assert_eq!(p.a.wait(last, None, WAIT).unwrap(), BIG, "{prov}");
+        let pkt = p.b.pktchan_recv(hr).unwrap();
+        assert_eq!(pkt.to_vec(), first[16], "{prov}: the pending packet");
+        p.b.pktchan_release(pkt.addr()).unwrap();
+
+        // Zero-copy send_i above and below the inject size, copying send_i and blocking
+        // sends, interleaved: one FIFO.
+        let count = 150;
+        let packets: Vec<&'static [u8]> = (0..count)
+            .map(|i| leaked_packet(i, if i % 2 == 0 { BIG } else { SMALL + i }))
+            .collect();
+        let a = p.a.clone();
+        let sent = packets.clone();
+        let sender = std::thread::spawn(move || {
+            let mut outstanding = std::collections::VecDeque::new();
+            for (i, data) in sent.iter().enumerate() {
+                if outstanding.len() >= 8 {
+                    let (r, n) = outstanding.pop_front().unwrap();
+                    assert_eq!(a.wait(r, None, WAIT).unwrap(), n, "packet before {i}");
+                }
+                match i % 5 {
+                    0 | 1 | 3 => {
+                        let r = a
+                            .pktchan_send_i_zero_copy(hs, SendBuffer::from_static(data))
+                            .unwrap();
+                        outstanding.push_back((r, data.len()));
+                    }
+                    2 => {
+                        let r = a.pktchan_send_i(hs, data).unwrap();
+                        outstanding.push_back((r, data.len()));
+                    }
+                    _ => a.pktchan_send(hs, data).unwrap(),
+                }
+            }
+            for (r, n) in outstanding {
+                assert_eq!(a.wait(r, None, WAIT).unwrap(), n);
+            }
+        });
+        for (i, data) in packets.iter().enumerate() {
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.len(), data.len(), "{prov}: packet {i}");
+            assert_eq!(pkt.to_vec(), *data, "{prov}: packet {i}");
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        sender.join().unwrap();
+
+        // A zero-copy packet queued (no credit) when the receiver closes fails; cancel of a
+        // queued one withdraws it.
+        let fill: Vec<RequestHandle> = packets[..16]
+            .iter()
+            .map(|data| p.a.pktchan_send_i(hs, data).unwrap())
+            .collect();
+        let held: Vec<_> = (0..16).map(|_| p.b.pktchan_recv(hr).unwrap()).collect();
+        for r in fill {
+            p.a.wait(r, None, WAIT).unwrap();
+        }
+        let cancelled =
+            p.a.pktchan_send_i_zero_copy(hs, SendBuffer::from_static(packets[0]))
+                .unwrap();
+        let queued =
+            p.a.pktchan_send_i_zero_copy(hs, SendBuffer::from_static(packets[2]))
+                .unwrap();
+        p.a.cancel(cancelled).unwrap();
+        assert_eq!(
+            p.a.wait(cancelled, None, WAIT),
+            Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+        );
+        let qr = p.b.pktchan_recv_close_i(hr).unwrap();
+        assert_eq!(
+            p.a.wait(queued, None, WAIT),
+            Err(Status::MCAPI_ERR_TRANSMISSION),
+            "{prov}"
+        );
+        let qs = p.a.pktchan_send_close_i(hs).unwrap();
+        p.a.wait(qs, None, WAIT).unwrap();
+        p.b.wait(qr, None, WAIT).unwrap();
+        for pkt in held {
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        p.finalize();
+    }
+}

@@ -227,8 +227,9 @@ pub struct Opts {
     pub window: u64,
 
     /// pkt-bw: MCAPI sends with blocking pktchan_send (zero copy where the provider allows,
-    /// each send waits for its completion) instead of pktchan_send_i (copied into the
-    /// channel's staging buffers, completes once posted)
+    /// each send waits for its completion) instead of pktchan_send_i (zero copy above the
+    /// inject size where the provider allows, completing with the send; else copied into the
+    /// channel's staging buffers, completing once posted)
     #[arg(long)]
     pub blocking_sends: bool,
 

@@ -11,7 +11,7 @@ use super::{
     mcapi_uint_t, put, request, required, StatusOut, MCA_FALSE,
 };
 use crate::semantics::{EndpointId, Status};
-use crate::{ChannelHandle, Node, RequestHandle};
+use crate::{ChannelHandle, Node, RequestHandle, SendBuffer};
 use std::ffi::c_void;
 
 /// A `Node` connect method (`pktchan_connect_i`, `sclchan_connect_i`).
@@ -201,14 +201,18 @@ unsafe fn packet_data<'a>(buffer: *const c_void, size: usize) -> Result<&'a [u8]
     }
 }
 
-/// `mcapi_pktchan_send_i` (4.4.4): the packet is copied into the channel's staging buffers
-/// at once (the buffer is free when this returns); `MCAPI_SUCCESS` if it went out already,
-/// else `MCAPI_PENDING` (the receiver's pool is full). `MCAPI_ERR_MEM_LIMIT` when every
-/// staging buffer is queued.
+/// `mcapi_pktchan_send_i` (4.4.4): packets above the inject size go out from `buffer`
+/// itself (zero copy) where the provider allows (no `FI_MR_LOCAL`), and the request completes
+/// when the provider is done with it; smaller packets, and every packet on providers that
+/// need registered memory, are copied into the channel's staging buffers at once and the
+/// request completes when the packet is handed to the fabric. `MCAPI_SUCCESS` if it
+/// completed already, else `MCAPI_PENDING`. `MCAPI_ERR_MEM_LIMIT` when every staging buffer
+/// is queued.
 ///
 /// # Safety
-/// `buffer` is NULL or readable for `size` bytes; `request` and `status` are NULL or
-/// writable.
+/// `buffer` is NULL (with `size` 0) or readable for `size` bytes and, as 4.4.4 requires,
+/// neither modified nor freed until the request completed (or was cancelled); `request` and
+/// `status` are NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcapi_pktchan_send_i(
     send_handle: mcapi_pktchan_send_hndl_t,
@@ -221,10 +225,17 @@ pub unsafe extern "C" fn mcapi_pktchan_send_i(
     let status = unsafe { StatusOut::new(status) };
     status.call_reporting((), || {
         required(request)?;
-        // SAFETY: per this function's contract; used only during this call.
-        let data = unsafe { packet_data(buffer, size)? };
+        if buffer.is_null() && size > 0 {
+            return Err(Status::MCAPI_ERR_PARAMETER);
+        }
+        // SAFETY: by this function's contract (spec 4.4.4) `buffer` is readable for `size`
+        // bytes and stays valid and unmodified until the request completes, and mcapi
+        // completes a zero-copy send's request only once the provider is done with the
+        // memory (its completion was read, or the endpoint was closed); a NULL `buffer`
+        // comes with size 0.
+        let buf = unsafe { SendBuffer::from_raw(buffer.cast::<u8>(), size) };
         let node = current_node()?;
-        let handle = node.pktchan_send_i(channel(send_handle), data)?;
+        let handle = node.pktchan_send_i_zero_copy(channel(send_handle), buf)?;
         // SAFETY: non-NULL and writable by the contract.
         unsafe { put(request, handle.as_raw()) };
         // SAFETY: a send request has no receive target.

@@ -25,7 +25,7 @@ use super::*;
 use crate::semantics::channel::{
     Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
 };
-use mcapi_ofi::SendWait;
+use mcapi_ofi::{SendBuffer, SendWait};
 use std::sync::atomic::AtomicU32;
 
 /// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
@@ -38,7 +38,12 @@ const POOL_SLACK: usize = 8 * 1024;
 const CTX_CREDIT: u64 = 1 << 40;
 const CTX_STAGING: u64 = 2 << 40;
 const CTX_ZERO_COPY: u64 = 3 << 40;
+/// A zero-copy `pktchan_send_i` packet; the low bits are its slot in `SendData::in_flight`.
+const CTX_USER: u64 = 4 << 40;
 const CTX_MASK: u64 = (1 << 40) - 1;
+/// How long zero-copy packets in flight when the receiver closed or died may still complete
+/// before the sender's endpoint is closed under them (and they fail).
+const ZERO_COPY_GRACE: Duration = Duration::from_millis(100);
 
 /// Channel control operations (`Frame::Channel { op, .. }`).
 pub(super) mod op {
@@ -261,8 +266,15 @@ struct SendData {
     credit_slots: MemoryRegion,
     staging: MemoryRegion,
     staging_free: Vec<usize>,
-    /// `pktchan_send_i` packets copied into staging, waiting for credits.
-    queued: VecDeque<(RequestHandle, usize, usize)>,
+    /// `pktchan_send_i` packets waiting for credits (copied into staging, or zero copy).
+    queued: VecDeque<(RequestHandle, Outgoing)>,
+    /// Zero-copy `pktchan_send_i` packets posted from the application's memory, until their
+    /// send completions arrive (the request completes then): one slot per credit, the slot
+    /// in the completion context (`CTX_USER`).
+    in_flight: Box<[Option<(RequestHandle, SendBuffer)>]>,
+    in_flight_free: Vec<usize>,
+    /// When the receiver was first seen gone with zero-copy packets in flight.
+    gone_since: Option<Instant>,
     inject_size: usize,
     /// Credit receives that completed during a zero-copy send, to post again after it.
     credit_reposts: Vec<usize>,
@@ -270,7 +282,96 @@ struct SendData {
     zero_copy_failed: bool,
 }
 
+/// The packet of a `pktchan_send_i`.
+enum Source<'a> {
+    /// To be copied.
+    Copy(&'a [u8]),
+    /// Zero copy where possible.
+    User(SendBuffer),
+}
+
+impl Source<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Source::Copy(d) => d.len(),
+            Source::User(b) => b.len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Source::Copy(d) => d,
+            Source::User(b) => b.as_slice(),
+        }
+    }
+}
+
+/// A queued `pktchan_send_i` packet.
+enum Outgoing {
+    /// Copied into staging slot `slot`.
+    Staged { slot: usize, len: usize },
+    /// In the application's memory (zero copy).
+    User(SendBuffer),
+}
+
 impl SendData {
+    /// Handles a sender's completion (`ok`: not an error completion) other than a credit
+    /// message; returns the credit receive slot for a credit message (to be posted again).
+    fn event(&mut self, ctx: u64, ok: bool) -> Option<usize> {
+        match ctx & !CTX_MASK {
+            CTX_CREDIT if ok => return Some(self.credit_arrived(ctx)),
+            CTX_STAGING => self.staging_free.push((ctx & CTX_MASK) as usize),
+            CTX_ZERO_COPY if ok => self.zero_copy_done = true,
+            CTX_ZERO_COPY => self.zero_copy_failed = true,
+            CTX_USER => {
+                let slot = (ctx & CTX_MASK) as usize;
+                if let Some((req, buf)) = self.in_flight.get_mut(slot).and_then(Option::take) {
+                    self.in_flight_free.push(slot);
+                    let done = if ok {
+                        (req, Status::MCAPI_SUCCESS, buf.len())
+                    } else {
+                        (req, Status::MCAPI_ERR_TRANSMISSION, 0)
+                    };
+                    COMPLETED.with(|c| c.borrow_mut().push(done));
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Whether zero-copy packets are posted and not completed yet.
+    fn has_in_flight(&self) -> bool {
+        self.in_flight_free.len() < self.in_flight.len()
+    }
+
+    /// Completes every zero-copy packet still posted with `MCAPI_ERR_TRANSMISSION`: only
+    /// once the endpoint is closed (the provider no longer reads the memory).
+    fn fail_in_flight(&mut self) {
+        COMPLETED.with(|c| {
+            let mut c = c.borrow_mut();
+            for (slot, entry) in self.in_flight.iter_mut().enumerate() {
+                if let Some((req, _)) = entry.take() {
+                    self.in_flight_free.push(slot);
+                    c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
+                }
+            }
+        });
+    }
+
+    /// Completes every queued packet with `MCAPI_ERR_TRANSMISSION` (they never go).
+    fn fail_queued(&mut self) {
+        COMPLETED.with(|c| {
+            let mut c = c.borrow_mut();
+            for (req, out) in self.queued.drain(..) {
+                if let Outgoing::Staged { slot, .. } = out {
+                    self.staging_free.push(slot);
+                }
+                c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
+            }
+        });
+    }
+
     /// Takes the credits of the credit message in receive slot `ctx`; returns the slot.
     fn credit_arrived(&mut self, ctx: u64) -> usize {
         let slot = (ctx & CTX_MASK) as usize;
@@ -334,13 +435,14 @@ impl Side {
             .map_or(0, |io| io.progress(kind, payload, gone))
     }
 
-    /// Whether requests wait on this side: queued `send_i` packets or pending `recv_i`s.
+    /// Whether requests wait on this side: queued or in-flight (zero-copy) `send_i` packets,
+    /// or pending `recv_i`s.
     fn has_waiting_requests(&self) -> bool {
         match &self.io {
             Some(SideIo {
                 data: SideData::Send(s),
                 ..
-            }) => !s.queued.is_empty(),
+            }) => !s.queued.is_empty() || s.has_in_flight(),
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
@@ -389,11 +491,7 @@ impl SideIo {
                 }
                 Err(OfiError::Completion(e)) => {
                     if let SideData::Send(s) = &mut self.data {
-                        match e.context & !CTX_MASK {
-                            CTX_STAGING => s.staging_free.push((e.context & CTX_MASK) as usize),
-                            CTX_ZERO_COPY => s.zero_copy_failed = true,
-                            _ => {}
-                        }
+                        s.event(e.context, false);
                     }
                 }
                 Err(_) => break,
@@ -409,17 +507,13 @@ impl SideIo {
         let ctx = c.context();
         match &mut self.data {
             SideData::Unconnected => {}
-            SideData::Send(s) => match ctx & !CTX_MASK {
-                CTX_CREDIT => {
-                    let slot = s.credit_arrived(ctx);
+            SideData::Send(s) => {
+                if let Some(slot) = s.event(ctx, true) {
                     if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
                         let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
                     }
                 }
-                CTX_STAGING => s.staging_free.push((ctx & CTX_MASK) as usize),
-                CTX_ZERO_COPY => s.zero_copy_done = true,
-                _ => {}
-            },
+            }
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
@@ -456,35 +550,76 @@ impl SideIo {
         let SideData::Send(s) = &mut self.data else {
             return;
         };
-        let Some(ep) = &self.ep else { return };
+        if gone && s.has_in_flight() {
+            // The receiver closed or died: zero-copy sends may never complete, and the
+            // application's memory is free only once the provider stops reading it, which
+            // closing the endpoint (our only handle) guarantees. Completions of packets the
+            // receiver did take may still be on their way: they get a short grace first.
+            let since = *s.gone_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= ZERO_COPY_GRACE {
+                self.ep = None;
+            }
+        }
+        let Some(ep) = &self.ep else {
+            // Closed (receiver gone, or a blocking send gave up): nothing goes any more.
+            s.fail_in_flight();
+            s.fail_queued();
+            return;
+        };
         if gone {
             // The receiver closed or died: what is still queued can never go.
-            COMPLETED.with(|c| {
-                let mut c = c.borrow_mut();
-                for (req, slot, _) in s.queued.drain(..) {
-                    s.staging_free.push(slot);
-                    c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
-                }
-            });
+            s.fail_queued();
             return;
         }
-        while let Some(&(req, slot, len)) = s.queued.front() {
-            if !s.credits.try_take() {
-                return;
-            }
-            let Ok(buf) = s.staging.slice(slot * payload, len) else {
-                return;
+        while let Some((req, out)) = s.queued.front() {
+            let req = *req;
+            let (posted, len, zslot) = match out {
+                Outgoing::Staged { slot, len } => {
+                    let (slot, len) = (*slot, *len);
+                    let Ok(buf) = s.staging.slice(slot * payload, len) else {
+                        return;
+                    };
+                    if !s.credits.try_take() {
+                        return;
+                    }
+                    let seq = Some(u64::from(s.next_seq));
+                    (
+                        ep.send(buf, seq, self.dest, CTX_STAGING | slot as u64),
+                        len,
+                        None,
+                    )
+                }
+                Outgoing::User(buf) => {
+                    let Some(&zslot) = s.in_flight_free.last() else {
+                        // Every slot is posted: wait for a send completion.
+                        return;
+                    };
+                    if !s.credits.try_take() {
+                        return;
+                    }
+                    let seq = u64::from(s.next_seq);
+                    (
+                        ep.send_from(buf, seq, self.dest, CTX_USER | zslot as u64),
+                        buf.len(),
+                        Some(zslot),
+                    )
+                }
             };
-            match ep.send(
-                buf,
-                Some(u64::from(s.next_seq)),
-                self.dest,
-                CTX_STAGING | slot as u64,
-            ) {
+            match posted {
                 Ok(()) => {
                     s.next_seq = s.next_seq.wrapping_add(1);
-                    s.queued.pop_front();
-                    COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, len)));
+                    let Some((req, out)) = s.queued.pop_front() else {
+                        return;
+                    };
+                    match (out, zslot) {
+                        (Outgoing::User(buf), Some(zslot)) => {
+                            // Completes when the send completion arrives.
+                            s.in_flight_free.pop();
+                            s.in_flight[zslot] = Some((req, buf));
+                        }
+                        _ => COMPLETED
+                            .with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, len))),
+                    }
                 }
                 Err(e) if e.is_again() => {
                     s.credits.untake();
@@ -492,8 +627,9 @@ impl SideIo {
                 }
                 Err(_) => {
                     s.credits.untake();
-                    s.queued.pop_front();
-                    s.staging_free.push(slot);
+                    if let Some((_, Outgoing::Staged { slot, .. })) = s.queued.pop_front() {
+                        s.staging_free.push(slot);
+                    }
                     COMPLETED.with(|c| {
                         c.borrow_mut()
                             .push((req, Status::MCAPI_ERR_TRANSMISSION, 0))
@@ -841,6 +977,9 @@ impl NodeInner {
                 staging: MemoryRegion::new(domain, (staged * payload).max(8))?,
                 staging_free: (0..staged).rev().collect(),
                 queued: VecDeque::with_capacity(staged),
+                in_flight: (0..staged).map(|_| None).collect(),
+                in_flight_free: (0..staged).rev().collect(),
+                gone_since: None,
                 inject_size: self.fab.inject_size,
                 credit_reposts: Vec::with_capacity(slots),
                 zero_copy_done: false,
@@ -1373,10 +1512,12 @@ impl Node {
             let g = lock(&self.inner.channels.sides[slot]);
             match g.as_ref().filter(|s| s.generation == generation) {
                 Some(side) => {
+                    // Zero-copy packets posted but not completed count as queued: the
+                    // endpoint must not close under them.
                     let queued = matches!(&side.io, Some(SideIo {
                         data: SideData::Send(s),
                         ..
-                    }) if !s.queued.is_empty());
+                    }) if !s.queued.is_empty() || s.has_in_flight());
                     (side.peer, side.peer_gone, queued)
                 }
                 None => (None, None, false),
@@ -1470,19 +1611,19 @@ impl NodeInner {
         let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
             return;
         };
+        // Completions already there count (zero-copy sends that did complete).
+        side.progress();
         let held = match &mut side.io {
             Some(io) => {
+                // Our only handle: the endpoint closes now, and the provider stops reading
+                // the memory of zero-copy sends still posted.
                 io.ep = None;
                 match &mut io.data {
                     SideData::Recv(r) => !r.held.is_empty(),
                     SideData::Send(s) => {
                         // Sends the departed receiver can no longer take fail, not vanish.
-                        COMPLETED.with(|c| {
-                            let mut c = c.borrow_mut();
-                            for (req, ..) in s.queued.drain(..) {
-                                c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
-                            }
-                        });
+                        s.fail_queued();
+                        s.fail_in_flight();
                         false
                     }
                     SideData::Unconnected => false,
@@ -1614,18 +1755,19 @@ impl Node {
             let mut outcome = Ok(());
             let (back, result) = ep.send_unregistered(data, seq, io.dest, CTX_ZERO_COPY, |_| {
                 let mut buf = [Completion::default(); 16];
-                if let Ok(n) = cq.read(&mut buf) {
-                    for c in &buf[..n] {
-                        if c.context() == CTX_ZERO_COPY {
-                            s.zero_copy_done = true;
-                        } else if c.context() & !CTX_MASK == CTX_CREDIT {
-                            // Re-posted after the send: the endpoint is lent out.
-                            let slot = s.credit_arrived(c.context());
-                            s.credit_reposts.push(slot);
+                match cq.read(&mut buf) {
+                    Ok(n) => {
+                        for c in &buf[..n] {
+                            if let Some(slot) = s.event(c.context(), true) {
+                                // Re-posted after the send: the endpoint is lent out.
+                                s.credit_reposts.push(slot);
+                            }
                         }
                     }
-                } else {
-                    s.zero_copy_failed = true;
+                    Err(OfiError::Completion(e)) => {
+                        s.event(e.context, false);
+                    }
+                    Err(_) => s.zero_copy_failed = true,
                 }
                 if s.zero_copy_done || s.zero_copy_failed {
                     return SendWait::Done;
@@ -1730,6 +1872,29 @@ impl Node {
     /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_PKT_SIZE`, `MCAPI_ERR_MEM_LIMIT` (all staging
     /// buffers queued), `MCAPI_ERR_REQUEST_LIMIT`, `MCAPI_ERR_TRANSMISSION`.
     pub fn pktchan_send_i(&self, handle: ChannelHandle, data: &[u8]) -> Result<RequestHandle> {
+        self.send_i(handle, Source::Copy(data))
+    }
+
+    /// `mcapi_pktchan_send_i` without a copy: the packet goes out from `buf` itself, and the
+    /// request completes only when the provider is done with it (the send's completion), so
+    /// `buf` is the application's again once the request completed (whatever its status).
+    /// Packets up to the inject size, and every packet on providers that need registered
+    /// memory (`FI_MR_LOCAL`), are copied as by [`Node::pktchan_send_i`]. FIFO order holds
+    /// with copying and blocking sends on the same channel. A cancel of a packet already
+    /// handed to the fabric waits for its completion (it is sent, not cancelled).
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_send_i`]; a send that fails after it was handed to the fabric
+    /// completes its request with `MCAPI_ERR_TRANSMISSION`.
+    pub fn pktchan_send_i_zero_copy(
+        &self,
+        handle: ChannelHandle,
+        buf: SendBuffer,
+    ) -> Result<RequestHandle> {
+        self.send_i(handle, Source::User(buf))
+    }
+
+    fn send_i(&self, handle: ChannelHandle, src: Source<'_>) -> Result<RequestHandle> {
         let req = {
             let mut st = self.inner.live_state()?;
             st.requests.alloc(Req::Chan(ChanReq::Send { handle }))?
@@ -1740,7 +1905,8 @@ impl Node {
                 .side(handle, ChannelKind::Packet, Direction::Send)?;
             let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
             side.check_usable()?;
-            if data.len() > side.max_payload {
+            let len = src.len();
+            if len > side.max_payload {
                 return Err(Status::MCAPI_ERR_PKT_SIZE);
             }
             if let Some(status) = side.peer_gone {
@@ -1748,12 +1914,20 @@ impl Node {
             }
             let payload = side.max_payload;
             let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            let unregistered = io.ep.as_ref().is_some_and(|ep| ep.sends_unregistered());
             let SideData::Send(s) = &mut io.data else {
                 return Err(Status::MCAPI_ERR_CHAN_INVALID);
             };
-            let slot = s.staging_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
-            s.staging.write(slot * payload, data);
-            s.queued.push_back((req, slot, data.len()));
+            match src {
+                Source::User(buf) if len > s.inject_size && unregistered => {
+                    s.queued.push_back((req, Outgoing::User(buf)));
+                }
+                src => {
+                    let slot = s.staging_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+                    s.staging.write(slot * payload, src.bytes());
+                    s.queued.push_back((req, Outgoing::Staged { slot, len }));
+                }
+            }
             side.progress();
             Ok(())
         })();
@@ -1765,6 +1939,31 @@ impl Node {
         }
         self.inner.flush_completed();
         Ok(req)
+    }
+
+    /// Before a cancel of send request `request`: a zero-copy packet already handed to the
+    /// fabric cannot be taken back, and its memory is the provider's until the send
+    /// completes, so this waits for that (or for the endpoint to close, when the receiver is
+    /// gone). The request is then complete and the cancel changes nothing on the wire.
+    pub(super) fn settle_send(&self, request: RequestHandle, handle: ChannelHandle) {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return;
+        };
+        let in_flight = || {
+            lock(&self.inner.channels.sides[slot])
+                .as_ref()
+                .filter(|s| s.generation == generation)
+                .and_then(|s| s.io.as_ref())
+                .is_some_and(|io| match &io.data {
+                    SideData::Send(s) => s.in_flight.iter().flatten().any(|e| e.0 == request),
+                    _ => false,
+                })
+        };
+        let mut backoff = Backoff::new();
+        while in_flight() {
+            self.progress_side(handle);
+            let _ = backoff.wait(None);
+        }
     }
 
     /// `mcapi_pktchan_recv`: the next packet, blocking until one arrives (or the endpoint
@@ -2121,7 +2320,9 @@ impl Node {
                             SideData::Recv(r) => r.pending.retain(|&h| h != request),
                             SideData::Send(s) => {
                                 if let Some(i) = s.queued.iter().position(|q| q.0 == request) {
-                                    if let Some((_, slot, _)) = s.queued.remove(i) {
+                                    if let Some((_, Outgoing::Staged { slot, .. })) =
+                                        s.queued.remove(i)
+                                    {
                                         s.staging_free.push(slot);
                                     }
                                 }

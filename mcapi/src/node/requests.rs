@@ -164,6 +164,14 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_REQUEST_INVALID`.
     pub fn cancel(&self, request: RequestHandle) -> Result<()> {
+        let send = match self.inner.live_state()?.requests.get(request) {
+            Ok(Req::Chan(ChanReq::Send { handle })) => Some(*handle),
+            _ => None,
+        };
+        if let Some(handle) = send {
+            // A zero-copy packet on the wire: its memory is the provider's until it completes.
+            self.settle_send(request, handle);
+        }
         let mut st = self.inner.live_state()?;
         let pending = matches!(st.requests.state(request)?, RequestState::Pending);
         let payload = st.requests.cancel(request)?;

@@ -1188,6 +1188,21 @@ static void channels(mcapi_endpoint_t echo_endpoint) {
     mcapi_pktchan_release(packet, &status);
     EXPECT_OK(status);
 
+    /* send_i above the inject size goes out from the buffer itself (zero copy): it stays
+       untouched until the request completed, and is free after. */
+    mcapi_pktchan_send_i(hs, big, 64 * 1024, &r1, &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    EXPECT(mcapi_wait(&r1, &size, WAIT_MS, &status) == MCAPI_TRUE);
+    EXPECT_OK(status);
+    EXPECT(size == 64 * 1024);
+    big[0] = (char)~big[0];
+    mcapi_pktchan_recv(hr, &packet, &size, &status);
+    EXPECT_OK(status);
+    big[0] = (char)~big[0];
+    EXPECT(size == 64 * 1024 && memcmp(packet, big, size) == 0);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
+
     /* Packets held at once, released out of order; available counts what is queued. */
     mcapi_pktchan_send(hs, "p0", 2, &status);
     mcapi_pktchan_send(hs, "p1", 2, &status);

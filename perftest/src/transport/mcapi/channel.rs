@@ -5,7 +5,8 @@
 //!
 //! - Packets ([`PktTransport`]): blocking `pktchan_send` (injected when small, else zero copy
 //!   from the send buffer where the provider allows) or, for the sender of pkt-bw's windows,
-//!   `pktchan_send_i` (copied into the channel's staging buffers), whose requests are tested
+//!   `pktchan_send_i` (zero copy from a send buffer that lives for the whole run, the request
+//!   completing with the send; copied into staging when small), whose requests are reaped
 //!   in order, at most a window of them outstanding; `pktchan_recv` hands out a packet in
 //!   the receive pool, given back at once with `pktchan_release`. The endpoints'
 //!   `MAX_PAYLOAD_SIZE` is set to the largest size of the run before the connect; the pool
@@ -19,7 +20,7 @@ use super::{failed, OwnedNode, CLIENT_NODE, DOMAIN};
 use crate::error::{Error, Result};
 use crate::transport::{Kind, Transport};
 use ::mcapi::attributes::EndpointAttribute;
-use ::mcapi::{ChannelHandle, EndpointId, RequestHandle, Status, MAX_PKT_SIZE};
+use ::mcapi::{ChannelHandle, EndpointId, RequestHandle, SendBuffer, Status, MAX_PKT_SIZE};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -164,11 +165,25 @@ impl ChannelPair {
     }
 }
 
+/// The payload of packets of up to `len` bytes: one buffer for the whole run (leaked once,
+/// grown, i.e. leaked again, only if a larger one is asked for), since zero-copy sends read
+/// it until their requests complete.
+fn send_pattern(len: usize) -> &'static [u8] {
+    static BUF: std::sync::Mutex<&'static [u8]> = std::sync::Mutex::new(&[]);
+    let mut b = BUF.lock().unwrap_or_else(|p| p.into_inner());
+    if b.len() < len {
+        let v: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        *b = Box::leak(v.into_boxed_slice());
+    }
+    *b
+}
+
 /// Packet channels as the benchmark's transport.
 pub struct PktTransport {
     pub(super) chan: ChannelPair,
-    /// Payload of every packet sent (read only).
-    send_buf: Vec<u8>,
+    /// Payload of every packet sent (read only, never freed: zero-copy `pktchan_send_i`
+    /// sends from it).
+    send_buf: &'static [u8],
     /// Sends with `pktchan_send_i` (else blocking `pktchan_send`).
     windowed: bool,
     /// `pktchan_send_i` requests not yet seen complete, oldest first (at most `window`).
@@ -194,7 +209,7 @@ impl PktTransport {
         let chan = ChannelPair::open(node, ChannelKind::Packet, Some((tx, rx)))?;
         Ok(PktTransport {
             chan,
-            send_buf: (0..tx).map(|i| (i % 251) as u8).collect(),
+            send_buf: send_pattern(tx),
             windowed,
             in_flight: VecDeque::with_capacity(window),
             window: window.max(1),
@@ -248,7 +263,8 @@ impl Transport for PktTransport {
                 return Ok(false);
             }
         }
-        match self.chan.node.pktchan_send_i(tx, &self.send_buf[..len]) {
+        let buf = SendBuffer::from_static(&self.send_buf[..len]);
+        match self.chan.node.pktchan_send_i_zero_copy(tx, buf) {
             Ok(req) => {
                 self.in_flight.push_back(req);
                 Ok(true)
