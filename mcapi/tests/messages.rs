@@ -392,7 +392,11 @@ fn three_senders_one_stalling_receiver() {
     for prov in providers() {
         // The stress target (scripts/stress, MCAPI_STRESS=1) runs full counts everywhere.
         let stress = std::env::var_os("MCAPI_STRESS").is_some_and(|v| v == "1");
-        let per_sender: u32 = if prov == "shm" || stress { 100_000 } else { 20_000 };
+        let per_sender: u32 = if prov == "shm" || stress {
+            100_000
+        } else {
+            20_000
+        };
         let cfg = config(prov, "three");
         let rxn = Node::initialize(0, 60, cfg.clone()).unwrap();
         let rx = rxn.endpoint_create(1).unwrap();
