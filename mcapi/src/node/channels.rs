@@ -173,6 +173,9 @@ pub(super) struct ChannelTable {
     /// Bumped by every application call on a side: the background thread leaves sides
     /// in use alone (taking their lock could stall the application's next call).
     touched: Box<[AtomicU32]>,
+    /// Slots ever reserved (one bit each): what a blocked call progresses besides its own
+    /// side. Never cleared: a stale bit costs one `try_lock` of an empty slot.
+    used: [AtomicU64; MAX_SIDES / 64],
     generation: AtomicU32,
     /// Receive pools: `(start, end, slot)`, to find the channel of a released buffer.
     pools: Mutex<Vec<(usize, usize, usize)>>,
@@ -183,6 +186,7 @@ impl ChannelTable {
         ChannelTable {
             sides: (0..MAX_SIDES).map(|_| Mutex::new(None)).collect(),
             touched: (0..MAX_SIDES).map(|_| AtomicU32::new(0)).collect(),
+            used: Default::default(),
             generation: AtomicU32::new(1),
             pools: Mutex::new(Vec::new()),
         }
@@ -195,6 +199,28 @@ impl ChannelTable {
             lock(s).take();
         }
         lock(&self.pools).clear();
+    }
+
+    /// Progresses every other side that is free right now (a blocked call between its
+    /// polls): with manual-progress providers (tcp;ofi_rxm) a side's large sends and
+    /// credit returns move only while someone reads its CQ, and the application may be
+    /// blocked on another side of the node. Completions go to `COMPLETED`.
+    fn progress_others(&self, own: usize) {
+        for (word, bits) in self.used.iter().enumerate() {
+            let mut bits = bits.load(Ordering::Relaxed);
+            while bits != 0 {
+                let slot = word * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if slot == own {
+                    continue;
+                }
+                if let Ok(mut g) = self.sides[slot].try_lock() {
+                    if let Some(side) = g.as_mut() {
+                        side.progress();
+                    }
+                }
+            }
+        }
     }
 
     /// What `progress_idle` remembers of the touch counters, initially.
@@ -879,6 +905,7 @@ impl NodeInner {
             let mut g = lock(s);
             if g.is_none() {
                 *g = Some(Side::reserved(generation, kind, port));
+                self.channels.used[slot / 64].fetch_or(1 << (slot % 64), Ordering::Relaxed);
                 return Ok(ChannelHandle::new(slot, generation, kind, dir));
             }
         }
@@ -1845,6 +1872,10 @@ impl Node {
     /// Waits between attempts of a blocking channel call; checks the timeout and, on the
     /// slow path, that the other side's node is alive.
     fn channel_backoff(&self, handle: ChannelHandle, wait: &mut ChannelWait) -> Result<()> {
+        if let Some((slot, ..)) = handle.decode() {
+            self.inner.channels.progress_others(slot);
+            self.inner.flush_completed();
+        }
         wait.backoff.wait(wait.deadline)?;
         if wait.backoff.slow() {
             if let Some((slot, generation, kind, _)) = handle.decode() {
