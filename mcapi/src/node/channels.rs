@@ -174,7 +174,8 @@ pub(super) struct ChannelTable {
     /// in use alone (taking their lock could stall the application's next call).
     touched: Box<[AtomicU32]>,
     /// Slots ever reserved (one bit each): what a blocked call progresses besides its own
-    /// side. Never cleared: a stale bit costs one `try_lock` of an empty slot.
+    /// side, and what the background thread visits. Never cleared: a stale bit costs one
+    /// `try_lock` of an empty slot.
     used: [AtomicU64; MAX_SIDES / 64],
     generation: AtomicU32,
     /// Receive pools: `(start, end, slot)`, to find the channel of a released buffer.
@@ -206,21 +207,29 @@ impl ChannelTable {
     /// credit returns move only while someone reads its CQ, and the application may be
     /// blocked on another side of the node. Completions go to `COMPLETED`.
     fn progress_others(&self, own: usize) {
+        self.progress_used(|slot| slot == own);
+    }
+
+    /// Progresses each side ever opened whose lock is free, except those `skip` names;
+    /// returns completions seen.
+    fn progress_used(&self, mut skip: impl FnMut(usize) -> bool) -> usize {
+        let mut n = 0;
         for (word, bits) in self.used.iter().enumerate() {
             let mut bits = bits.load(Ordering::Relaxed);
             while bits != 0 {
                 let slot = word * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                if slot == own {
+                if skip(slot) {
                     continue;
                 }
                 if let Ok(mut g) = self.sides[slot].try_lock() {
                     if let Some(side) = g.as_mut() {
-                        side.progress();
+                        n += side.progress();
                     }
                 }
             }
         }
+        n
     }
 
     /// What `progress_idle` remembers of the touch counters, initially.
@@ -231,19 +240,10 @@ impl ChannelTable {
     /// Progresses the sides no application call touched since the last time (background
     /// thread; `seen` is its memory of the touch counters); returns completions seen.
     pub(super) fn progress_idle(&self, seen: &mut [u32]) -> usize {
-        let mut n = 0;
-        for ((s, touched), seen) in self.sides.iter().zip(&self.touched[..]).zip(seen) {
-            let now = touched.load(Ordering::Relaxed);
-            if std::mem::replace(seen, now) != now {
-                continue;
-            }
-            if let Ok(mut g) = s.try_lock() {
-                if let Some(side) = g.as_mut() {
-                    n += side.progress();
-                }
-            }
-        }
-        n
+        self.progress_used(|slot| {
+            let now = self.touched[slot].load(Ordering::Relaxed);
+            std::mem::replace(&mut seen[slot], now) != now
+        })
     }
 }
 
@@ -1550,7 +1550,15 @@ impl Node {
                 None => (None, None, false),
             }
         };
-        let peer_dead = peer.is_some() && !self.inner.peer_alive(peer);
+        // Liveness is asked (a control-socket check) only while the peer has not closed:
+        // this runs on every poll of the close request.
+        let peer_closed = self
+            .inner
+            .live_state()?
+            .endpoints
+            .get(&port)
+            .is_some_and(|ep| ep.channel.binding.is_peer_closed());
+        let peer_dead = !peer_closed && peer.is_some() && !self.inner.peer_alive(peer);
         let finished = {
             let mut st = self.inner.live_state()?;
             let Some(ep) = st.endpoints.get_mut(&port) else {
