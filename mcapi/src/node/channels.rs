@@ -712,13 +712,7 @@ impl NodeInner {
     ) -> Result<MutexGuard<'_, Option<Side>>> {
         // Finalize dropped every side: on a finalized node any handle is refused as
         // MCAPI_ERR_NODE_NOTINIT (looked up only on this error path, never on the data path).
-        let invalid = || {
-            if lock(&self.state).finalized {
-                Status::MCAPI_ERR_NODE_NOTINIT
-            } else {
-                Status::MCAPI_ERR_CHAN_INVALID
-            }
-        };
+        let invalid = || self.unless_finalized(Status::MCAPI_ERR_CHAN_INVALID);
         let Some((slot, generation, k, d)) = handle.decode() else {
             return Err(invalid());
         };
@@ -2109,11 +2103,7 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet this node holds.
     pub fn pktchan_release(&self, addr: usize) -> Result<()> {
-        drop(self.inner.live_state()?);
-        let slot = self
-            .inner
-            .pool_slot(addr)
-            .ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
+        let slot = self.inner.pool_slot(addr)?;
         let mut g = lock(&self.inner.channels.sides[slot]);
         let side = g.as_mut().ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
         let open = !side.closed;
@@ -2149,11 +2139,7 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` for an address outside every receive pool of this node.
     pub fn pktchan_release_test(&self, addr: usize) -> Result<bool> {
-        drop(self.inner.live_state()?);
-        let slot = self
-            .inner
-            .pool_slot(addr)
-            .ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
+        let slot = self.inner.pool_slot(addr)?;
         let g = lock(&self.inner.channels.sides[slot]);
         match g.as_ref().and_then(|s| s.io.as_ref()) {
             Some(SideIo {
@@ -2334,11 +2320,25 @@ impl SideIo {
 
 impl NodeInner {
     /// The side slot whose receive pool contains `addr`.
-    fn pool_slot(&self, addr: usize) -> Option<usize> {
-        lock(&self.channels.pools)
+    /// The side whose receive pool holds `addr`: `MCAPI_ERR_BUF_INVALID` for any other
+    /// address, `MCAPI_ERR_NODE_NOTINIT` once finalized (finalize forgets every pool; looked
+    /// up only on this error path, so a release takes no node state lock).
+    fn pool_slot(&self, addr: usize) -> Result<usize> {
+        let found = lock(&self.channels.pools)
             .iter()
             .find(|p| (p.0..p.1).contains(&addr))
-            .map(|p| p.2)
+            .map(|p| p.2);
+        found.ok_or_else(|| self.unless_finalized(Status::MCAPI_ERR_BUF_INVALID))
+    }
+
+    /// `MCAPI_ERR_NODE_NOTINIT` on a finalized node, else `status`: for the error paths of
+    /// calls that do not take the node state lock when they succeed.
+    fn unless_finalized(&self, status: Status) -> Status {
+        if lock(&self.state).finalized {
+            Status::MCAPI_ERR_NODE_NOTINIT
+        } else {
+            status
+        }
     }
 }
 
