@@ -1034,13 +1034,20 @@ impl Side {
 struct ChannelWait {
     backoff: Backoff,
     deadline: Option<Instant>,
+    /// Backoffs so far: the node's other sides are progressed on every
+    /// [`OTHERS_EVERY`]th, so many open sides do not slow the poll of this one.
+    backoffs: u32,
 }
+
+/// See [`ChannelWait::backoffs`].
+const OTHERS_EVERY: u32 = 8;
 
 impl ChannelWait {
     fn new(timeout: Option<Duration>) -> ChannelWait {
         ChannelWait {
             backoff: Backoff::new(),
             deadline: timeout.map(|t| Instant::now() + t),
+            backoffs: 0,
         }
     }
 }
@@ -1874,9 +1881,12 @@ impl Node {
     /// Waits between attempts of a blocking channel call; checks the timeout and, on the
     /// slow path, that the other side's node is alive.
     fn channel_backoff(&self, handle: ChannelHandle, wait: &mut ChannelWait) -> Result<()> {
-        if let Some((slot, ..)) = handle.decode() {
-            self.inner.channels.progress_others(slot);
-            self.inner.flush_completed();
+        wait.backoffs = wait.backoffs.wrapping_add(1);
+        if wait.backoffs % OTHERS_EVERY == 1 {
+            if let Some((slot, ..)) = handle.decode() {
+                self.inner.channels.progress_others(slot);
+                self.inner.flush_completed();
+            }
         }
         wait.backoff.wait(wait.deadline)?;
         if wait.backoff.slow() {
