@@ -13,7 +13,8 @@
 //!   one buffer, so with as many buffers as credits some buffer always has room for a packet
 //!   that was sent with a credit, however the application releases (no pinning stall);
 //! - the receiver returns credits when packets are released (scalars: received), in batches
-//!   ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted;
+//!   of a quarter pool, and the rest when it is about to wait while the sender is out of
+//!   credits ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted;
 //! - every packet and scalar carries its sequence number as remote CQ data, so FIFO order
 //!   holds on providers whose completion order is not delivery order; a scalar's width is its
 //!   length.
@@ -561,6 +562,7 @@ impl SideIo {
                         for i in ready {
                             r.fifo.push_back(i);
                             r.received += 1;
+                            r.returns.arrived();
                         }
                     }
                 }
@@ -2306,7 +2308,7 @@ fn take_item(side: &mut Side) -> Result<Option<Packet>> {
             return Err(status);
         }
     }
-    // About to wait: report every free buffer, so the sender is not held back.
+    // About to wait: report the free buffers if the sender is out of credits.
     if let Some(n) = r.returns.flush() {
         io.return_credits(n);
     }

@@ -320,12 +320,18 @@ impl SendCredits {
 }
 
 /// The receiver's batching of returned credits: one small message per quarter of the pool,
-/// and everything at once when the receiver is about to wait (so a sender never waits for
-/// space that is free but unreported).
+/// and the rest only when the sender cannot send any more (every credit is back at the
+/// receiver) and the receiver is about to wait, so a sender never waits for space that is
+/// free but unreported, and a ping-pong sends no credit message per item.
 #[derive(Debug, Clone, Copy)]
 pub struct CreditReturn {
+    /// Freed and not yet returned.
     unreported: u32,
+    /// Arrived and not yet returned (held by the application, or freed and unreported):
+    /// the sender holds `capacity - owed` (available, or spent on items on their way).
+    owed: u32,
     batch: u32,
+    capacity: u32,
 }
 
 impl CreditReturn {
@@ -333,31 +339,47 @@ impl CreditReturn {
     pub fn new(capacity: u32) -> CreditReturn {
         CreditReturn {
             unreported: 0,
+            owed: 0,
             batch: capacity.div_ceil(4).max(1),
+            capacity,
         }
+    }
+
+    /// An item sent with a credit arrived.
+    pub fn arrived(&mut self) {
+        self.owed += 1;
     }
 
     /// A buffer became free; `Some(n)`: return `n` credits now.
     pub fn freed(&mut self) -> Option<u32> {
         self.unreported += 1;
-        (self.unreported >= self.batch).then(|| std::mem::take(&mut self.unreported))
+        (self.unreported >= self.batch).then(|| self.take())
     }
 
-    /// Everything not yet returned (the receiver is about to wait).
+    /// Before the receiver waits: everything not yet returned if the sender is out of
+    /// credits with nothing on its way (else what is on its way ends the wait, and the
+    /// batches keep the sender going).
     pub fn flush(&mut self) -> Option<u32> {
-        (self.unreported > 0).then(|| std::mem::take(&mut self.unreported))
+        (self.unreported > 0 && self.owed >= self.capacity).then(|| self.take())
     }
 
     /// Gives back credits whose message could not be sent now.
     pub fn unflush(&mut self, n: u32) {
         self.unreported += n;
+        self.owed += n;
+    }
+
+    fn take(&mut self) -> u32 {
+        let n = std::mem::take(&mut self.unreported);
+        self.owed -= n;
+        n
     }
 
     /// Most credit messages that can be on their way at once (how many receives the sender
-    /// must keep posted for them): the sender holds at most the pool, and each message but
-    /// the flushes returns a batch.
+    /// must keep posted for them): each returns a batch but a flush, and a flush happens only
+    /// when no credit is on its way.
     pub fn max_in_flight(capacity: u32) -> u32 {
-        capacity.div_ceil(CreditReturn::new(capacity).batch) + 2
+        capacity.div_ceil(CreditReturn::new(capacity).batch) + 1
     }
 }
 
@@ -495,13 +517,24 @@ mod tests {
     #[test]
     fn credits_return_in_batches_and_on_flush() {
         let mut r = CreditReturn::new(64);
+        for _ in 0..17 {
+            r.arrived();
+        }
         for _ in 0..15 {
             assert_eq!(r.freed(), None);
         }
         assert_eq!(r.freed(), Some(16));
         assert_eq!(r.freed(), None);
+        // One freed, one owed: the sender still holds 63 credits.
+        assert_eq!(r.flush(), None);
+        // The sender spent them all: the receiver owes every credit.
+        for _ in 0..63 {
+            r.arrived();
+        }
         assert_eq!(r.flush(), Some(1));
         assert_eq!(r.flush(), None);
+        r.unflush(1);
+        assert_eq!(r.flush(), Some(1));
         assert!(CreditReturn::max_in_flight(64) >= 4);
         let mut s = SendCredits::new(2);
         assert!(s.try_take() && s.try_take() && !s.try_take());
