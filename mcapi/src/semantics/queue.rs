@@ -357,6 +357,16 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
         }
         let w = Self::stride(self.window);
         let slots = &mut self.buf[si * w..(si + 1) * w];
+        if ahead == 0 && stream.buffered == 0 {
+            // In order with nothing waiting (the common case): straight through.
+            stream.head = (stream.head + 1) & (w as u32 - 1);
+            stream.next = stream.next.wrapping_add(1);
+            return Ok(Ready {
+                first: Some(item),
+                slots,
+                stream: Some(stream),
+            });
+        }
         let pos = (stream.head as usize + ahead as usize) & (w - 1);
         if slots[pos].is_some() {
             return Err(Rejected::Duplicate(item));
@@ -364,6 +374,7 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
         slots[pos] = Some(item);
         stream.buffered += 1;
         Ok(Ready {
+            first: None,
             slots,
             stream: Some(stream),
         })
@@ -376,11 +387,13 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
                 let w = Self::stride(self.window);
                 let s = s as usize;
                 Ready {
+                    first: None,
                     slots: &mut self.buf[s * w..(s + 1) * w],
                     stream: Some(&mut self.streams[s]),
                 }
             }
             None => Ready {
+                first: None,
                 slots: Default::default(),
                 stream: None,
             },
@@ -406,6 +419,8 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
 /// Iterator over the items of one key that are deliverable in order.
 #[derive(Debug)]
 pub struct Ready<'a, T> {
+    /// The accepted item when it was next in order (never stored in `slots`).
+    first: Option<T>,
     slots: &'a mut [Option<T>],
     stream: Option<&'a mut Stream>,
 }
@@ -414,6 +429,9 @@ impl<T> Iterator for Ready<'_, T> {
     type Item = T;
 
     fn next(&mut self) -> Option<T> {
+        if let Some(item) = self.first.take() {
+            return Some(item);
+        }
         let stream = self.stream.as_mut()?;
         let item = self.slots[stream.head as usize].take()?;
         // The slots of a key are a power of two.
@@ -421,6 +439,19 @@ impl<T> Iterator for Ready<'_, T> {
         stream.next = stream.next.wrapping_add(1);
         stream.buffered -= 1;
         Some(item)
+    }
+}
+
+impl<T> Drop for Ready<'_, T> {
+    /// An in-order item never yielded is buffered as if it had not been passed straight
+    /// through, so it comes out of the next `accept` or `ready`.
+    fn drop(&mut self) {
+        if let (Some(item), Some(stream)) = (self.first.take(), self.stream.as_mut()) {
+            stream.head = stream.head.wrapping_sub(1) & (self.slots.len() as u32 - 1);
+            stream.next = stream.next.wrapping_sub(1);
+            stream.buffered += 1;
+            self.slots[stream.head as usize] = Some(item);
+        }
     }
 }
 

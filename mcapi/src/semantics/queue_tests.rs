@@ -249,6 +249,23 @@ fn dropped_ready_iterator_keeps_items() {
 }
 
 #[test]
+fn an_in_order_item_not_taken_stays_buffered() {
+    let mut r = SeqReorder::new(1, 3);
+    // Straight through, around the slots (3 rounds up to 4) more than once.
+    for s in 0..10u32 {
+        assert_eq!(r.accept("a", s, s).unwrap().collect::<Vec<_>>(), [s]);
+    }
+    drop(r.accept("a", 10, 10).unwrap());
+    assert_eq!((r.buffered(&"a"), r.expected(&"a")), (1, Some(10)));
+    assert!(matches!(
+        r.accept("a", 10, 99),
+        Err(Rejected::Duplicate(99))
+    ));
+    assert_eq!(r.accept("a", 11, 11).unwrap().collect::<Vec<_>>(), [10, 11]);
+    assert_eq!(r.expected(&"a"), Some(12));
+}
+
+#[test]
 fn remove_resets_a_key() {
     let mut r = SeqReorder::new(1, 4);
     r.accept(7, 0, 0).unwrap().for_each(drop);
