@@ -167,13 +167,21 @@ impl ChannelPair {
 
 /// The payload of packets of up to `len` bytes: one buffer for the whole run (leaked once,
 /// grown, i.e. leaked again, only if a larger one is asked for), since zero-copy sends read
-/// it until their requests complete.
+/// it until their requests complete. Page-aligned like the raw baseline's registered send
+/// buffer: malloc puts a large block 16 bytes into a page, so a 64 KiB packet would span 17
+/// pages, and shm's copy between processes pins and copies page by page.
 fn send_pattern(len: usize) -> &'static [u8] {
+    const PAGE: usize = 4096;
     static BUF: std::sync::Mutex<&'static [u8]> = std::sync::Mutex::new(&[]);
     let mut b = BUF.lock().unwrap_or_else(|p| p.into_inner());
     if b.len() < len {
-        let v: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-        *b = Box::leak(v.into_boxed_slice());
+        let block = Box::leak(vec![0u8; len + PAGE].into_boxed_slice());
+        let start = block.as_ptr().align_offset(PAGE).min(PAGE);
+        let buf = &mut block[start..start + len];
+        for (i, x) in buf.iter_mut().enumerate() {
+            *x = (i % 251) as u8;
+        }
+        *b = buf;
     }
     *b
 }
