@@ -242,9 +242,9 @@ struct Stream {
 /// `window` ahead is refused. `window` should therefore be at least the
 /// number of messages a sender may have in flight per key (its credits).
 ///
-/// Memory: `max_keys * window` (rounded up to a power of two) item slots, preallocated, plus a key map sized
-/// for `max_keys` that never grows. The map uses Fx hashing (fast on the small
-/// integer keys it gets, once per message, and deterministic: no random seed).
+/// Memory: `max_keys * window` (rounded up to a power of two) item slots, preallocated,
+/// plus a key map sized for `max_keys` that never grows. The map uses Fx hashing (fast on
+/// the small integer keys it gets, once per message, and deterministic: no random seed).
 #[derive(Debug)]
 pub struct SeqReorder<K, T> {
     window: u32,
