@@ -1,18 +1,18 @@
 //! Packet and scalar channels between MCAPI nodes in separate processes over real providers:
 //! a third process connects two others (spec 7.1), volumes with a slow receiver, and a peer
 //! killed mid-stream on each side. Runs one test at a time and re-executes itself as the
-//! peers (`MCAPI_TEST_CHILD`).
+//! peers (`MCAPI_TEST_CHILD`, the harness in `common`).
 //!
 //! Volumes: `MCAPI_STRESS=1` runs the documented stress target (1,000,000 packets and
 //! 1,000,000 scalars of each width on every provider); by default shm runs the full counts
 //! and tcp a tenth of them.
 
-use libtest_mimic::{Arguments, Failed, Trial};
-use mcapi::config::Config;
+mod common;
+
+use common::{config, Peer};
+use libtest_mimic::{Failed, Trial};
 use mcapi::semantics::channel::status_flags as flag;
 use mcapi::{ChannelHandle, EndpointId, Node, Status, MAX_PKT_SIZE};
-use std::io::{BufRead, BufReader, Lines};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(60));
@@ -22,15 +22,7 @@ const ATTR_STATUS: u32 = 8;
 const HELD: usize = 12;
 
 fn main() {
-    if let Ok(spec) = std::env::var("MCAPI_TEST_CHILD") {
-        child(&spec);
-        return;
-    }
-    let mut args = Arguments::from_args();
-    args.test_threads = Some(1);
-    let mut trials = Vec::new();
-    for prov in ["shm", "tcp"] {
-        let absent = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(prov)).is_err();
+    common::run(child, |prov| {
         let mut t = vec![Trial::test(
             format!("{prov}::third_process_connects_two_processes"),
             move || third_party(prov),
@@ -45,14 +37,8 @@ fn main() {
                 move || sender_killed(prov, kind),
             ));
         }
-        for trial in t {
-            if absent {
-                eprintln!("skipping {}: provider {prov} not offered", trial.name());
-            }
-            trials.push(trial.with_ignored_flag(absent));
-        }
-    }
-    libtest_mimic::run(&args, trials).exit();
+        t
+    });
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -86,63 +72,12 @@ impl Kind {
     }
 }
 
-fn config(prov: &str, job: &str) -> Config {
-    let mut c = Config::defaults();
-    c.provider = Some(prov.into());
-    c.job = job.into();
-    c.recv_buffers = 16;
-    c
-}
-
 /// Items per stream: full counts on shm (and everywhere under `MCAPI_STRESS=1`).
 fn volume(prov: &str) -> u64 {
     if prov == "shm" || std::env::var_os("MCAPI_STRESS").is_some_and(|v| v == "1") {
         1_000_000
     } else {
         100_000
-    }
-}
-
-struct Peer {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl Peer {
-    fn spawn(role: &str, prov: &str, job: &str) -> Result<Peer, Failed> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .env("MCAPI_TEST_CHILD", format!("{role}:{prov}:{job}"))
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let out = child.stdout.take().ok_or("no stdout")?;
-        Ok(Peer {
-            child,
-            lines: BufReader::new(out).lines(),
-        })
-    }
-
-    /// Waits for the child to print `word` on a line of its own.
-    fn expect(&mut self, word: &str) -> Result<(), Failed> {
-        match self.lines.next() {
-            Some(Ok(line)) if line == word => Ok(()),
-            other => Err(format!("peer said {other:?}, expected {word:?}").into()),
-        }
-    }
-
-    fn finish(mut self) -> Result<(), Failed> {
-        let status = self.child.wait()?;
-        if !status.success() {
-            return Err(format!("peer process failed: {status}").into());
-        }
-        Ok(())
-    }
-
-    fn kill(mut self) -> Result<(), Failed> {
-        let pid = self.child.id();
-        self.child.kill()?;
-        self.child.wait()?;
-        mcapi_ofi::cleanup::remove_shm_regions(pid);
-        Ok(())
     }
 }
 

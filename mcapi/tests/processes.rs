@@ -1,26 +1,19 @@
 //! MCAPI nodes in separate processes over real providers: late receivers, killed peers.
-//! Runs one test at a time and re-executes itself as the peer (`MCAPI_TEST_CHILD`).
+//! Runs one test at a time and re-executes itself as the peer (`MCAPI_TEST_CHILD`, the
+//! harness in `common`).
 
-use libtest_mimic::{Arguments, Failed, Trial};
-use mcapi::config::Config;
+mod common;
+
+use common::{config, Peer};
+use libtest_mimic::{Failed, Trial};
 use mcapi::{Node, Status};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MESSAGES: u32 = 3000;
 
 fn main() {
-    if let Ok(spec) = std::env::var("MCAPI_TEST_CHILD") {
-        child(&spec);
-        return;
-    }
-    let mut args = Arguments::from_args();
-    args.test_threads = Some(1);
-    let mut trials = Vec::new();
-    for prov in ["shm", "tcp"] {
-        let absent = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(prov)).is_err();
-        let t = [
+    common::run(child, |prov| {
+        vec![
             Trial::test(
                 format!("{prov}::receiver_starts_after_endpoint_get"),
                 move || late_receiver(prov),
@@ -35,30 +28,8 @@ fn main() {
                 format!("{prov}::restarted_sender_starts_afresh"),
                 move || restarted_sender(prov),
             ),
-        ];
-        for trial in t {
-            if absent {
-                eprintln!("skipping {}: provider {prov} not offered", trial.name());
-            }
-            trials.push(trial.with_ignored_flag(absent));
-        }
-    }
-    libtest_mimic::run(&args, trials).exit();
-}
-
-fn config(prov: &str, job: &str) -> Config {
-    let mut c = Config::defaults();
-    c.provider = Some(prov.into());
-    c.job = job.into();
-    c.recv_buffers = 16;
-    c
-}
-
-fn spawn(role: &str, prov: &str, job: &str) -> Result<std::process::Child, Failed> {
-    Ok(Command::new(std::env::current_exe()?)
-        .env("MCAPI_TEST_CHILD", format!("{role}:{prov}:{job}"))
-        .stdout(Stdio::piped())
-        .spawn()?)
+        ]
+    });
 }
 
 /// The receiver process starts a second after the sender asked for its endpoint; the
@@ -67,7 +38,7 @@ fn late_receiver(prov: &str) -> Result<(), Failed> {
     let job = format!("late-{prov}-{}", std::process::id());
     let a = Node::initialize(0, 10, config(prov, &job))?;
     let tx = a.endpoint_create(1)?;
-    let mut child = spawn("receiver", prov, &job)?;
+    let child = Peer::spawn("receiver", prov, &job)?;
     let start = Instant::now();
     let to = a.endpoint_get(0, 11, 5, Some(Duration::from_secs(30)))?;
     let waited = start.elapsed();
@@ -94,18 +65,11 @@ fn killed_peer(prov: &str) -> Result<(), Failed> {
     let job = format!("kill-{prov}-{}", std::process::id());
     let a = Node::initialize(0, 20, config(prov, &job))?;
     let tx = a.endpoint_create(1)?;
-    let mut child = spawn("sink", prov, &job)?;
+    let mut child = Peer::spawn("sink", prov, &job)?;
     let to = a.endpoint_get(0, 21, 5, Some(Duration::from_secs(30)))?;
     a.msg_send(tx, to, b"first", 0)?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
-    if line.trim() != "got" {
-        return Err(format!("peer said {line:?}").into());
-    }
-    let pid = child.id();
+    child.expect("got")?;
     child.kill()?;
-    child.wait()?;
-    mcapi_ofi::cleanup::remove_shm_regions(pid);
     a.set_endpoint_timeout(tx, Some(Duration::from_secs(20)))?;
     let start = Instant::now();
     let err = loop {
@@ -150,7 +114,7 @@ fn three_senders(prov: &str) -> Result<(), Failed> {
     let rx = node.endpoint_create(1)?;
     node.set_endpoint_timeout(rx, Some(Duration::from_secs(60)))?;
     let children: Vec<_> = (0..3)
-        .map(|k| spawn(&format!("sender{k}"), prov, &job))
+        .map(|k| Peer::spawn(&format!("sender{k}"), prov, &job))
         .collect::<Result<_, _>>()?;
     let mut next = [[0u32; 3]; 3];
     let mut buf = vec![0u8; 4096];
@@ -169,7 +133,7 @@ fn three_senders(prov: &str) -> Result<(), Failed> {
         }
         next[k][prio] += 1;
     }
-    for mut c in children {
+    for c in children {
         if !c.wait()?.success() {
             return Err("a sender failed".into());
         }
@@ -187,7 +151,7 @@ fn restarted_sender(prov: &str) -> Result<(), Failed> {
     node.set_endpoint_timeout(rx, Some(Duration::from_secs(30)))?;
     let mut buf = [0u8; 8];
     for life in 0..3u32 {
-        let mut child = spawn(&format!("life{life}"), prov, &job)?;
+        let child = Peer::spawn(&format!("life{life}"), prov, &job)?;
         for i in 0..500u32 {
             let n = node.msg_recv(rx, &mut buf)?;
             let got = u32::from_le_bytes(buf[..n].try_into()?);
