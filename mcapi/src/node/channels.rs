@@ -492,6 +492,11 @@ impl Side {
         self.peer
     }
 
+    /// Whether a received item waits in the FIFO (taken without reading the CQ first).
+    fn has_queued_item(&self) -> bool {
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if !r.fifo.is_empty())
+    }
+
     fn check_usable(&self) -> Result<&SideIo> {
         match &self.io {
             Some(io) if self.ready && !self.closed => Ok(io),
@@ -1725,40 +1730,49 @@ impl Node {
     /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_PKT_SIZE`, `MCAPI_TIMEOUT` (endpoint timeout),
     /// `MCAPI_ERR_TRANSMISSION` (the receiver closed or died).
     pub fn pktchan_send(&self, handle: ChannelHandle, data: &[u8]) -> Result<()> {
-        let mut g = self
-            .inner
-            .side(handle, ChannelKind::Packet, Direction::Send)?;
-        let timeout = g.as_ref().and_then(|s| s.timeout);
-        let mut wait = ChannelWait::new(timeout);
+        let mut wait = None;
         loop {
+            let mut g = self
+                .inner
+                .side(handle, ChannelKind::Packet, Direction::Send)?;
             let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
-            side.check_usable()?;
-            if data.len() > side.max_payload {
-                return Err(Status::MCAPI_ERR_PKT_SIZE);
+            let sent = self.send_packet_now(side, data, &mut wait);
+            drop(g);
+            self.inner.flush_completed();
+            if sent? {
+                return Ok(());
             }
-            side.progress();
+            self.channel_backoff(handle, wait.as_mut().expect("set when it must wait"))?;
+        }
+    }
+
+    /// One pass of a blocking send: tries, and if the packet cannot go yet, reads the side's
+    /// CQ (credits, completions) and tries once more. `Ok(false)`: it must wait (`wait` is
+    /// set then; it is made only when needed, as it reads the clock).
+    fn send_packet_now(
+        &self,
+        side: &mut Side,
+        data: &[u8],
+        wait: &mut Option<ChannelWait>,
+    ) -> Result<bool> {
+        side.check_usable()?;
+        if data.len() > side.max_payload {
+            return Err(Status::MCAPI_ERR_PKT_SIZE);
+        }
+        for progress_first in [false, true] {
+            if progress_first {
+                side.progress();
+            }
             if let Some(status) = side.peer_gone {
                 return Err(status);
             }
-            match self.try_send_packet(side, data, &mut wait) {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => {
-                    drop(g);
-                    self.inner.flush_completed();
-                    return Err(e);
-                }
+            if self.try_send_packet(side, data, wait)? {
+                return Ok(true);
             }
-            drop(g);
-            self.inner.flush_completed();
-            self.channel_backoff(handle, &mut wait)?;
-            g = self
-                .inner
-                .side(handle, ChannelKind::Packet, Direction::Send)?;
         }
-        drop(g);
-        self.inner.flush_completed();
-        Ok(())
+        let timeout = side.timeout;
+        wait.get_or_insert_with(|| ChannelWait::new(timeout));
+        Ok(false)
     }
 
     /// One attempt to send a packet: `Ok(false)` when it must wait (no credit, provider busy).
@@ -1766,9 +1780,9 @@ impl Node {
         &self,
         side: &mut Side,
         data: &[u8],
-        wait: &mut ChannelWait,
+        wait: &mut Option<ChannelWait>,
     ) -> Result<bool> {
-        let peer = side.peer;
+        let (peer, timeout) = (side.peer, side.timeout);
         let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
         let SideData::Send(s) = &mut io.data else {
             return Err(Status::MCAPI_ERR_CHAN_INVALID);
@@ -1787,7 +1801,9 @@ impl Node {
             s.zero_copy_done = false;
             s.zero_copy_failed = false;
             let cq = io.cq.clone();
-            let deadline = wait.deadline;
+            let deadline = wait
+                .get_or_insert_with(|| ChannelWait::new(timeout))
+                .deadline;
             let mut polls = 0u32;
             let mut backoff = Backoff::new();
             let mut outcome = Ok(());
@@ -2026,6 +2042,11 @@ impl Node {
                     .side(handle, ChannelKind::Packet, Direction::Receive)?;
                 let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 side.check_usable()?;
+                if side.has_queued_item() {
+                    if let Some(p) = take_item(side)? {
+                        return Ok(p);
+                    }
+                }
                 for _ in 0..POLL_BURST {
                     side.progress();
                     if let Some(p) = take_item(side)? {
