@@ -492,6 +492,12 @@ impl Side {
         self.peer
     }
 
+    /// Whether `addr` lies in this side's receive pool.
+    fn pool_contains(&self, addr: usize) -> bool {
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. })
+            if addr.wrapping_sub(r.pool.addr()) < r.pool.len())
+    }
+
     /// Whether a received item waits in the FIFO (taken without reading the CQ first).
     fn has_queued_item(&self) -> bool {
         matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if !r.fifo.is_empty())
@@ -2136,8 +2142,7 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet this node holds.
     pub fn pktchan_release(&self, addr: usize) -> Result<()> {
-        let slot = self.inner.pool_slot(addr)?;
-        let mut g = lock(&self.inner.channels.sides[slot]);
+        let (slot, mut g) = self.inner.pool_side(addr)?;
         let side = g.as_mut().ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
         let open = !side.closed;
         let Some(io) = side.io.as_mut() else {
@@ -2172,8 +2177,7 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` for an address outside every receive pool of this node.
     pub fn pktchan_release_test(&self, addr: usize) -> Result<bool> {
-        let slot = self.inner.pool_slot(addr)?;
-        let g = lock(&self.inner.channels.sides[slot]);
+        let (_, g) = self.inner.pool_side(addr)?;
         match g.as_ref().and_then(|s| s.io.as_ref()) {
             Some(SideIo {
                 data: SideData::Recv(r),
@@ -2351,8 +2355,29 @@ impl SideIo {
     }
 }
 
+thread_local! {
+    /// The receive pool this thread released into last, `(channel table, slot)`: a hint,
+    /// checked against the side's pool under its lock, that spares the pool list's lock.
+    static LAST_POOL: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
 impl NodeInner {
-    /// The side slot whose receive pool contains `addr`.
+    /// Locks the side whose receive pool holds `addr` (see [`NodeInner::pool_slot`]); returns
+    /// its slot too.
+    fn pool_side(&self, addr: usize) -> Result<(usize, MutexGuard<'_, Option<Side>>)> {
+        let table = std::ptr::from_ref(&self.channels) as usize;
+        let (last_table, slot) = LAST_POOL.get();
+        if last_table == table {
+            let g = lock(&self.channels.sides[slot]);
+            if g.as_ref().is_some_and(|s| s.pool_contains(addr)) {
+                return Ok((slot, g));
+            }
+        }
+        let slot = self.pool_slot(addr)?;
+        LAST_POOL.set((table, slot));
+        Ok((slot, lock(&self.channels.sides[slot])))
+    }
+
     /// The side whose receive pool holds `addr`: `MCAPI_ERR_BUF_INVALID` for any other
     /// address, `MCAPI_ERR_NODE_NOTINIT` once finalized (finalize forgets every pool; looked
     /// up only on this error path, so a release takes no node state lock).
