@@ -190,6 +190,44 @@ fn held_packets_block_the_sender_until_released_out_of_order() {
     }
 }
 
+/// A receiver that waits through `pktchan_recv_i` (never a blocking `pktchan_recv`) and
+/// releases packets in bunches that leave credits below a return batch unreported: the
+/// sender must not stall while the receiver holds fewer than all buffers.
+#[test]
+fn bunched_releases_with_recv_i_never_stall_the_sender() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "bunch", 35);
+        let (hs, hr) = open(&p, false, true);
+        let a = p.a.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..100u32 {
+                a.pktchan_send(hs, &i.to_le_bytes()).unwrap();
+            }
+        });
+        // 16 buffers (batches of 4): whenever all 16 are held, release 15 of them.
+        let mut held = Vec::new();
+        for i in 0..100u32 {
+            let r = p.b.pktchan_recv_i(hr).unwrap();
+            let got = p.b.wait(r, None, Some(Duration::from_secs(10)));
+            assert_eq!(got, Ok(4), "{prov}: packet {i} holding {}", held.len());
+            let addr = p.b.received_packet(r).unwrap();
+            held.push(addr);
+            if held.len() == 16 {
+                for addr in held.drain(1..) {
+                    p.b.pktchan_release(addr).unwrap();
+                }
+            }
+        }
+        for addr in held {
+            p.b.pktchan_release(addr).unwrap();
+        }
+        sender.join().unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
 #[test]
 fn nonblocking_packets_and_many_packets_lose_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());

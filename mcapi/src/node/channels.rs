@@ -13,8 +13,8 @@
 //!   one buffer, so with as many buffers as credits some buffer always has room for a packet
 //!   that was sent with a credit, however the application releases (no pinning stall);
 //! - the receiver returns credits when packets are released (scalars: received), in batches
-//!   of a quarter pool, and the rest when it is about to wait while the sender is out of
-//!   credits ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted;
+//!   of a quarter pool, and the rest as soon as every credit is back at the receiver
+//!   ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted;
 //! - every packet and scalar carries its sequence number as remote CQ data, so FIFO order
 //!   holds on providers whose completion order is not delivery order; a scalar's width is its
 //!   length.
@@ -543,6 +543,7 @@ impl SideIo {
 
     fn dispatch(&mut self, c: &Completion, kind: ChannelKind) {
         let ctx = c.context();
+        let mut credits_due = None;
         match &mut self.data {
             SideData::Unconnected => {}
             SideData::Send(s) => {
@@ -573,7 +574,9 @@ impl SideIo {
                         for i in ready {
                             r.fifo.push_back(i);
                             r.received += 1;
-                            r.returns.arrived();
+                            if let Some(n) = r.returns.arrived() {
+                                credits_due = Some(credits_due.unwrap_or(0) + n);
+                            }
                         }
                     }
                 }
@@ -581,6 +584,9 @@ impl SideIo {
                     repost(&self.ep, r, b);
                 }
             }
+        }
+        if let Some(n) = credits_due {
+            self.return_credits(n);
         }
     }
 
@@ -2333,7 +2339,7 @@ fn take_item(side: &mut Side) -> Result<Option<Packet>> {
             return Err(status);
         }
     }
-    // About to wait: report the free buffers if the sender is out of credits.
+    // About to wait: retry a return of credits that could not be sent.
     if let Some(n) = r.returns.flush() {
         io.return_credits(n);
     }

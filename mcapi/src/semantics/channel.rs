@@ -320,9 +320,9 @@ impl SendCredits {
 }
 
 /// The receiver's batching of returned credits: one small message per quarter of the pool,
-/// and the rest only when the sender cannot send any more (every credit is back at the
-/// receiver) and the receiver is about to wait, so a sender never waits for space that is
-/// free but unreported, and a ping-pong sends no credit message per item.
+/// and whatever is unreported as soon as every credit is back at the receiver (the sender
+/// can send nothing more), so a sender never waits for space that is free but unreported,
+/// and a ping-pong sends no credit message per item.
 #[derive(Debug, Clone, Copy)]
 pub struct CreditReturn {
     /// Freed and not yet returned.
@@ -345,20 +345,21 @@ impl CreditReturn {
         }
     }
 
-    /// An item sent with a credit arrived.
-    pub fn arrived(&mut self) {
+    /// An item sent with a credit arrived; `Some(n)`: return `n` credits now.
+    pub fn arrived(&mut self) -> Option<u32> {
         self.owed += 1;
+        self.flush()
     }
 
     /// A buffer became free; `Some(n)`: return `n` credits now.
     pub fn freed(&mut self) -> Option<u32> {
         self.unreported += 1;
-        (self.unreported >= self.batch).then(|| self.take())
+        (self.unreported >= self.batch || self.owed >= self.capacity).then(|| self.take())
     }
 
-    /// Before the receiver waits: everything not yet returned if the sender is out of
-    /// credits with nothing on its way (else what is on its way ends the wait, and the
-    /// batches keep the sender going).
+    /// What is unreported if the sender is out of credits with nothing on its way; else
+    /// what is on its way comes, and the batches keep the sender going. `arrived` and
+    /// `freed` check this themselves: call it to retry after a return could not be sent.
     pub fn flush(&mut self) -> Option<u32> {
         (self.unreported > 0 && self.owed >= self.capacity).then(|| self.take())
     }
@@ -518,7 +519,7 @@ mod tests {
     fn credits_return_in_batches_and_on_flush() {
         let mut r = CreditReturn::new(64);
         for _ in 0..17 {
-            r.arrived();
+            assert_eq!(r.arrived(), None);
         }
         for _ in 0..15 {
             assert_eq!(r.freed(), None);
@@ -527,12 +528,16 @@ mod tests {
         assert_eq!(r.freed(), None);
         // One freed, one owed: the sender still holds 63 credits.
         assert_eq!(r.flush(), None);
-        // The sender spent them all: the receiver owes every credit.
-        for _ in 0..63 {
-            r.arrived();
+        // The sender spends them all: the last arrival brings the unreported one back.
+        for _ in 0..62 {
+            assert_eq!(r.arrived(), None);
         }
-        assert_eq!(r.flush(), Some(1));
+        assert_eq!(r.arrived(), Some(1));
         assert_eq!(r.flush(), None);
+        // That credit comes back as an item: the application holds all 64, and a release
+        // returns its credit at once.
+        assert_eq!(r.arrived(), None);
+        assert_eq!(r.freed(), Some(1));
         r.unflush(1);
         assert_eq!(r.flush(), Some(1));
         assert!(CreditReturn::max_in_flight(64) >= 4);
