@@ -228,6 +228,44 @@ fn bunched_releases_with_recv_i_never_stall_the_sender() {
     }
 }
 
+/// A cancel withdraws a receive that has not happened; one already served a packet (here by
+/// another request's wait) cannot be taken back: the cancel says so, and the packet stays
+/// with the request.
+#[test]
+fn cancel_of_a_served_receive_loses_no_packet() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "cancel", 100);
+        let (hs, hr) = open(&p, false, true);
+        let r = p.b.pktchan_recv_i(hr).unwrap();
+        p.b.cancel(r).unwrap();
+        assert_eq!(
+            p.b.wait(r, None, WAIT),
+            Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+        );
+        // Two receives; waiting on the second serves the first (requests are served in
+        // order), which is then no longer cancellable.
+        let r = p.b.pktchan_recv_i(hr).unwrap();
+        let r2 = p.b.pktchan_recv_i(hr).unwrap();
+        p.a.pktchan_send(hs, b"kept").unwrap();
+        assert_eq!(
+            p.b.wait(r2, None, Some(Duration::from_millis(200))),
+            Err(Status::MCAPI_TIMEOUT)
+        );
+        assert_eq!(
+            p.b.cancel(r),
+            Err(Status::MCAPI_ERR_REQUEST_INVALID),
+            "{prov}"
+        );
+        p.b.cancel(r2).unwrap();
+        assert_eq!(p.b.wait(r, None, WAIT), Ok(4), "{prov}");
+        let addr = p.b.received_packet(r).unwrap();
+        p.b.pktchan_release(addr).unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
 #[test]
 fn nonblocking_packets_and_many_packets_lose_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());

@@ -356,10 +356,6 @@ pub unsafe extern "C" fn mcapi_cancel(request: *mut mcapi_request_t, status: *mu
             table.remove(&key);
         }
         drop(table);
-        if let Some(address) = node.received_packet(handle) {
-            // Not a packet the application holds: it is the node's to release.
-            node.pktchan_release(address)?;
-        }
         Ok(())
     })
 }

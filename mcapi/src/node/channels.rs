@@ -2014,6 +2014,48 @@ impl Node {
         Ok(req)
     }
 
+    /// Takes a pending `pktchan_send_i` (not yet posted) or `pktchan_recv_i` (not yet
+    /// served) off its side for a cancel; `false` if it can no longer be withdrawn. A
+    /// zero-copy packet already posted is waited for first (the provider reads its memory
+    /// until then), so the caller may reuse the buffer once the cancel returns.
+    pub(super) fn withdraw_channel_request(&self, request: RequestHandle, c: ChanReq) -> bool {
+        let (ChanReq::Recv { handle } | ChanReq::Send { handle }) = c else {
+            return false;
+        };
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return false;
+        };
+        let withdrawn = {
+            let mut g = lock(&self.inner.channels.sides[slot]);
+            match g
+                .as_mut()
+                .filter(|s| s.generation == generation)
+                .and_then(|s| s.io.as_mut())
+                .map(|io| &mut io.data)
+            {
+                Some(SideData::Recv(r)) => {
+                    let before = r.pending.len();
+                    r.pending.retain(|&h| h != request);
+                    r.pending.len() < before
+                }
+                Some(SideData::Send(s)) => match s.queued.iter().position(|q| q.0 == request) {
+                    Some(i) => {
+                        if let Some((_, Outgoing::Staged { slot, .. })) = s.queued.remove(i) {
+                            s.staging_free.push(slot);
+                        }
+                        true
+                    }
+                    None => false,
+                },
+                _ => false,
+            }
+        };
+        if !withdrawn && matches!(c, ChanReq::Send { .. }) {
+            self.settle_send(request, handle);
+        }
+        withdrawn
+    }
+
     /// Before a cancel of send request `request`: a zero-copy packet already handed to the
     /// fabric cannot be taken back, and its memory is the provider's until the send
     /// completes, so this waits for that (or for the endpoint to close, when the receiver is
@@ -2407,44 +2449,14 @@ impl NodeInner {
 }
 
 impl Node {
-    /// `mcapi_cancel` of a channel request: a receive leaves the queue, a queued send is not
-    /// sent, an open is withdrawn.
-    pub(super) fn cancel_channel_request(&self, request: RequestHandle, c: ChanReq) {
-        match c {
-            ChanReq::Recv { handle } | ChanReq::Send { handle } => {
-                if let Some((slot, generation, ..)) = handle.decode() {
-                    let mut g = lock(&self.inner.channels.sides[slot]);
-                    if let Some(io) = g
-                        .as_mut()
-                        .filter(|s| s.generation == generation)
-                        .and_then(|s| s.io.as_mut())
-                    {
-                        match &mut io.data {
-                            SideData::Recv(r) => r.pending.retain(|&h| h != request),
-                            SideData::Send(s) => {
-                                if let Some(i) = s.queued.iter().position(|q| q.0 == request) {
-                                    if let Some((_, Outgoing::Staged { slot, .. })) =
-                                        s.queued.remove(i)
-                                    {
-                                        s.staging_free.push(slot);
-                                    }
-                                }
-                            }
-                            SideData::Unconnected => {}
-                        }
-                    }
-                }
+    /// `mcapi_cancel` of an open: withdrawn, its side freed.
+    pub(super) fn cancel_channel_open(&self, port: u32, handle: ChannelHandle) {
+        if let Ok(mut st) = self.inner.live_state() {
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.channel.binding.abandon_open();
+                ep.channel.side = None;
             }
-            ChanReq::Open { port, handle } => {
-                if let Ok(mut st) = self.inner.live_state() {
-                    if let Some(ep) = st.endpoints.get_mut(&port) {
-                        ep.channel.binding.abandon_open();
-                        ep.channel.side = None;
-                    }
-                }
-                self.inner.free_side(handle);
-            }
-            ChanReq::Close { .. } | ChanReq::Connect => {}
         }
+        self.inner.free_side(handle);
     }
 }

@@ -492,11 +492,22 @@ impl NodeInner {
         let LocalEndpoint { reorder, queue, .. } = ep;
         // Completion order is not delivery order on most providers: release in sequence.
         let wire = tag.seq;
-        if let Ok(ready) = reorder.accept_relative(tag.peer, |next| widen(next, wire), arrived) {
-            for a in ready {
-                // Credits bound the queue to its slots, so it has room.
-                let _ = queue.push(a.priority as usize, a);
+        let accepted = match reorder.accept_relative(tag.peer, |next| widen(next, wire), arrived) {
+            Ok(ready) => {
+                for a in ready {
+                    // Credits bound the queue to its slots, so it has room.
+                    let _ = queue.push(a.priority as usize, a);
+                }
+                true
             }
+            Err(_) => false,
+        };
+        if !accepted {
+            // A duplicate or a number far ahead: a protocol violation (credits bound what a
+            // sender has in flight, and so the window and the keys). Drop it, keep the slot
+            // and the credit.
+            let _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
+            let _ = self.post_recv_slot(ep, port, slot);
         }
     }
 
@@ -753,11 +764,11 @@ impl NodeInner {
         }
         st.peers[index as usize].stream = None;
         st.departed.retain(|&(p, _)| p != index);
+        forget_sequence(st, index);
         let ports: Vec<u32> = st.endpoints.keys().copied().collect();
         for port in ports {
             if let Some(ep) = st.endpoints.get_mut(&port) {
                 ep.credits.sender_gone(SenderId(u32::from(index)));
-                ep.reorder.remove(&index);
             }
             self.collect_credit_controls(st, port);
         }
@@ -780,6 +791,7 @@ impl NodeInner {
                 continue;
             }
             st.departed.swap_remove(i);
+            forget_sequence(st, peer);
             let ports: Vec<u32> = st.endpoints.keys().copied().collect();
             for port in ports {
                 if let Some(ep) = st.endpoints.get_mut(&port) {
@@ -788,6 +800,20 @@ impl NodeInner {
                 self.collect_credit_controls(st, port);
             }
         }
+    }
+}
+
+/// Forgets the sequence numbers of `peer`'s messages to every endpoint (it departed, or
+/// restarted and numbers from 0 again). Messages of its still waiting for an earlier one,
+/// which can no longer come, are queued for the application rather than dropped (they hold
+/// a receive slot and a credit until received).
+fn forget_sequence(st: &mut State, peer: u16) {
+    for ep in st.endpoints.values_mut() {
+        let LocalEndpoint { reorder, queue, .. } = ep;
+        reorder.remove(&peer, |a| {
+            // Credits bound the queue to its slots, so it has room.
+            let _ = queue.push(a.priority as usize, a);
+        });
     }
 }
 

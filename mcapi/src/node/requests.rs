@@ -162,15 +162,17 @@ impl Node {
     /// send that has not left is not sent.
     ///
     /// # Errors
-    /// `MCAPI_ERR_REQUEST_INVALID`.
+    /// `MCAPI_ERR_REQUEST_INVALID`, also for a channel send or receive that can no longer be
+    /// withdrawn (posted to the fabric, or served a packet): it completes as usual.
     pub fn cancel(&self, request: RequestHandle) -> Result<()> {
-        let send = match self.inner.live_state()?.requests.get(request) {
-            Ok(Req::Chan(ChanReq::Send { handle })) => Some(*handle),
+        let data = match self.inner.live_state()?.requests.get(request) {
+            Ok(Req::Chan(c @ (ChanReq::Send { .. } | ChanReq::Recv { .. }))) => Some(*c),
             _ => None,
         };
-        if let Some(handle) = send {
-            // A zero-copy packet on the wire: its memory is the provider's until it completes.
-            self.settle_send(request, handle);
+        // Taken off its side first, under the side lock, so that no other thread posts or
+        // serves it meanwhile.
+        if data.is_some_and(|c| !self.withdraw_channel_request(request, c)) {
+            return Err(Status::MCAPI_ERR_REQUEST_INVALID);
         }
         let mut st = self.inner.live_state()?;
         let pending = matches!(st.requests.state(request)?, RequestState::Pending);
@@ -189,10 +191,13 @@ impl Node {
                 st.send_free.push(slot);
             }
             Req::Get { .. } => {}
-            Req::Chan(c) => {
+            Req::Chan(ChanReq::Open { port, handle }) => {
                 drop(st);
-                self.cancel_channel_request(request, c);
+                self.cancel_channel_open(port, handle);
             }
+            // Sends and receives were withdrawn above; connects and closes complete at once
+            // or go on regardless.
+            Req::Chan(_) => {}
         }
         Ok(())
     }

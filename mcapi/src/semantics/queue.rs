@@ -400,17 +400,22 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
         }
     }
 
-    /// Forgets `key` (its sender went away or restarts numbering at 0),
-    /// dropping its buffered items; returns how many were dropped.
-    pub fn remove(&mut self, key: &K) -> usize {
+    /// Forgets `key` (its sender went away or restarts numbering at 0) and hands its
+    /// buffered items, which wait for an earlier one that can no longer come, to
+    /// `leftover` in sequence order; returns how many there were.
+    pub fn remove(&mut self, key: &K, mut leftover: impl FnMut(T)) -> usize {
         let Some(s) = self.index.remove(key) else {
             return 0;
         };
         let w = Self::stride(self.window);
         let s = s as usize;
-        self.buf[s * w..(s + 1) * w]
-            .iter_mut()
-            .for_each(|slot| *slot = None);
+        let head = self.streams[s].head as usize;
+        let slots = &mut self.buf[s * w..(s + 1) * w];
+        for i in 0..w {
+            if let Some(item) = slots[(head + i) & (w - 1)].take() {
+                leftover(item);
+            }
+        }
         self.free_streams.push(s as u32);
         self.streams[s].buffered as usize
     }

@@ -269,9 +269,12 @@ fn an_in_order_item_not_taken_stays_buffered() {
 fn remove_resets_a_key() {
     let mut r = SeqReorder::new(1, 4);
     r.accept(7, 0, 0).unwrap().for_each(drop);
+    r.accept(7, 3, 3).unwrap().for_each(drop);
     r.accept(7, 2, 2).unwrap().for_each(drop);
-    assert_eq!(r.remove(&7), 1);
-    assert_eq!(r.remove(&7), 0);
+    let mut left = Vec::new();
+    assert_eq!(r.remove(&7, |x| left.push(x)), 2);
+    assert_eq!(left, [2, 3]);
+    assert_eq!(r.remove(&7, |_| panic!("nothing left")), 0);
     assert_eq!(r.expected(&7), None);
     // The slot is reused by a new key, starting again at 0 with no leftovers.
     r.accept(8, 1, 1).unwrap().for_each(drop);
@@ -290,7 +293,7 @@ fn reorder_key_churn_does_not_grow() {
     for k in 0..10_000u32 {
         r.accept(k, 0, k).unwrap().for_each(drop);
         if k >= 3 {
-            assert_eq!(r.remove(&(k - 3)), 0);
+            assert_eq!(r.remove(&(k - 3), drop), 0);
         }
     }
     assert_eq!(
