@@ -266,6 +266,72 @@ fn cancel_of_a_served_receive_loses_no_packet() {
     }
 }
 
+/// A connect the receiver refuses leaves a sender that had already opened unbound, with its
+/// open waiting for the next connect; the refusing receiver, connected to another sender
+/// afterwards, gets that sender's open and credits, not the first one's.
+#[test]
+fn a_refused_connect_leaves_an_early_open_waiting() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "refused", 110);
+        let tx2 = p.a.endpoint_create(11).unwrap();
+        let (h_early, q_early) = p.a.pktchan_send_open_i(p.tx).unwrap();
+        let early_status = p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap();
+        p.b.endpoint_set_attribute(p.rx, ATTR_MAX_PAYLOAD, 1024)
+            .unwrap();
+        let s = p.third.endpoint_get(0, p.tx.node(), 10, WAIT).unwrap();
+        let r = p.third.endpoint_get(0, p.rx.node(), 20, WAIT).unwrap();
+        assert_eq!(
+            p.third.pktchan_connect_i(s, r),
+            Err(Status::MCAPI_ERR_ATTR_INCOMPATIBLE)
+        );
+        // Give the early open time to announce itself, were it still connected.
+        assert_eq!(
+            p.a.wait(q_early, None, Some(Duration::from_millis(300))),
+            Err(Status::MCAPI_TIMEOUT)
+        );
+        assert_eq!(
+            p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(),
+            early_status
+        );
+        // rx with tx2: a working channel, well past the 16 credits of its pool.
+        p.a.endpoint_set_attribute(tx2, ATTR_MAX_PAYLOAD, 1024)
+            .unwrap();
+        let c = p.a.pktchan_connect_i(tx2, p.rx).unwrap();
+        p.a.wait(c, None, WAIT).unwrap();
+        let (hs, qs) = p.a.pktchan_send_open_i(tx2).unwrap();
+        let (hr, qr) = p.b.pktchan_recv_open_i(p.rx).unwrap();
+        let b = p.b.clone();
+        let receiver = std::thread::spawn(move || {
+            b.wait(qr, None, WAIT).unwrap();
+            for i in 0..100u32 {
+                let pkt = b.pktchan_recv(hr).unwrap();
+                assert_eq!(pkt.to_vec(), i.to_le_bytes());
+                b.pktchan_release(pkt.addr()).unwrap();
+            }
+        });
+        p.a.wait(qs, None, WAIT).unwrap();
+        for i in 0..100u32 {
+            p.a.pktchan_send(hs, &i.to_le_bytes()).unwrap();
+        }
+        receiver.join().unwrap();
+        close(&p, hs, hr, false);
+        // The first sender's open completes with its next connect.
+        let other = p.b.endpoint_create(22).unwrap();
+        let c = p.a.pktchan_connect_i(p.tx, other).unwrap();
+        p.a.wait(c, None, WAIT).unwrap();
+        let (h_other, q_other) = p.b.pktchan_recv_open_i(other).unwrap();
+        let a = p.a.clone();
+        let early = std::thread::spawn(move || a.wait(q_early, None, WAIT));
+        p.b.wait(q_other, None, WAIT).unwrap();
+        early.join().unwrap().unwrap();
+        p.a.pktchan_send(h_early, b"late").unwrap();
+        assert_eq!(p.b.pktchan_recv(h_other).unwrap().to_vec(), b"late");
+        close(&p, h_early, h_other, false);
+        p.finalize();
+    }
+}
+
 #[test]
 fn nonblocking_packets_and_many_packets_lose_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());

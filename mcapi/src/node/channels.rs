@@ -142,6 +142,8 @@ impl Packet {
 /// What the other side told us when it opened.
 #[derive(Clone, Debug)]
 pub(super) struct PeerOpen {
+    /// The endpoint that opened (raw id): only the one connected to counts.
+    from: u64,
     fabric_addr: Vec<u8>,
     credits: u32,
     max_payload: usize,
@@ -266,6 +268,8 @@ pub(super) struct Side {
     timeout: Option<Duration>,
     max_payload: usize,
     io: Option<SideIo>,
+    /// The endpoint this side's open was announced to.
+    announced_to: Option<EndpointId>,
 }
 
 /// The fabric part of an open side.
@@ -774,6 +778,11 @@ impl NodeInner {
         });
     }
 
+    /// The raw id of local endpoint `port` (what channel frames name their sender by).
+    fn endpoint_raw(&self, port: u32) -> u64 {
+        EndpointId::encode(self.domain_id, self.node_id, port).map_or(0, |e| e.as_raw())
+    }
+
     /// Whether the node owning the other side is still there (slow path).
     fn peer_alive(&self, peer: Option<u16>) -> bool {
         let Some(p) = peer else { return true };
@@ -822,6 +831,15 @@ impl NodeInner {
                 }
                 ep.channel.binding.connect(kind, dir);
                 ep.channel.peer = Some(peer);
+                // An open announced by an endpoint of a connect that failed half-way.
+                if ep
+                    .channel
+                    .binding
+                    .peer_info()
+                    .is_some_and(|p| p.from != peer.as_raw())
+                {
+                    ep.channel.binding.forget_peer_open();
+                }
                 let answer = (ep.max_payload as u64) << 8 | u64::from(ep.priority);
                 // Senders that sent messages here earlier sit on credits: take them back
                 // (their next message is refused, spec 3.6).
@@ -846,7 +864,13 @@ impl NodeInner {
                     .endpoints
                     .get_mut(&port)
                     .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+                // From an endpoint we are not connected to (a connect that failed half-way):
+                // ignored. Before our connect arrives it is kept, and checked then.
+                if ep.channel.peer.is_some_and(|p| p.as_raw() != args[2]) {
+                    return Ok(0);
+                }
                 ep.channel.binding.peer_opened(PeerOpen {
+                    from: args[2],
                     fabric_addr: bytes.to_vec(),
                     credits: args[0] as u32,
                     max_payload: args[1] as usize,
@@ -860,6 +884,9 @@ impl NodeInner {
                         .endpoints
                         .get_mut(&port)
                         .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+                    if ep.channel.peer.is_none_or(|p| p.as_raw() != args[1]) {
+                        return Ok(0);
+                    }
                     ep.channel.binding.peer_closed();
                     ep.channel.side
                 };
@@ -1044,6 +1071,7 @@ impl Side {
             timeout: None,
             max_payload: 0,
             io: None,
+            announced_to: None,
         }
     }
 }
@@ -1332,7 +1360,8 @@ impl Node {
                 st.peer_of.get(&(peer_id.domain(), peer_id.node())).copied()
             }
         };
-        // First time: open our fabric part and tell the other side.
+        // First time: open our fabric part; then tell the other side (again if a connect
+        // that failed half-way had us announce to another endpoint).
         let announce = {
             let mut g = lock(&self.inner.channels.sides[slot]);
             let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
@@ -1346,11 +1375,6 @@ impl Node {
                         return fail(Status::MCAPI_ERR_GENERAL);
                     }
                 };
-                let addr = io
-                    .ep
-                    .as_ref()
-                    .map(|e| e.address().to_vec())
-                    .unwrap_or_default();
                 if let SideData::Recv(r) = &io.data {
                     let start = r.pool.addr();
                     lock(&self.inner.channels.pools).push((start, start + r.pool.len(), slot));
@@ -1361,20 +1385,33 @@ impl Node {
                     ChannelKind::Packet => max_payload,
                     ChannelKind::Scalar => 8,
                 };
-                Some(addr)
-            } else {
+            }
+            if side.announced_to == Some(peer_id) {
                 None
+            } else {
+                side.announced_to = Some(peer_id);
+                if kind == ChannelKind::Packet && dir == Direction::Send {
+                    // The endpoint's attribute may have changed since a first announce.
+                    side.max_payload = max_payload;
+                }
+                side.io
+                    .as_ref()
+                    .and_then(|io| io.ep.as_ref())
+                    .map(|e| e.address().to_vec())
             }
         };
         if let Some(addr) = announce {
+            let me = self.inner.endpoint_raw(port);
             let credits = match dir {
                 Direction::Receive => self.inner.config.recv_buffers as u64,
                 Direction::Send => 0,
             };
-            if let Err(e) =
-                self.inner
-                    .channel_call(peer_id, op::OPENED, [credits, max_payload as u64, 0], addr)
-            {
+            if let Err(e) = self.inner.channel_call(
+                peer_id,
+                op::OPENED,
+                [credits, max_payload as u64, me],
+                addr,
+            ) {
                 return fail(match e {
                     Status::MCAPI_ERR_TRANSMISSION | Status::MCAPI_TIMEOUT => {
                         Status::MCAPI_ERR_GENERAL
@@ -1539,10 +1576,11 @@ impl Node {
             }
         }
         if let Some(peer_id) = peer_id {
+            let me = self.inner.endpoint_raw(port);
             // A dead peer cannot answer: the close then completes with an error below.
             let _ =
                 self.inner
-                    .channel_call(peer_id, op::CLOSED, [u64::from(sent), 0, 0], Vec::new());
+                    .channel_call(peer_id, op::CLOSED, [u64::from(sent), me, 0], Vec::new());
         }
         self.advance_close(req, port, handle)?;
         Ok(req)
@@ -1617,16 +1655,18 @@ impl NodeInner {
     /// close does, so that its calls fail at once instead of reaching an endpoint that is
     /// about to close (on shm within one process that memory is unmapped).
     pub(super) fn notify_channel_peers(&self) {
-        let open: Vec<(EndpointId, ChannelHandle)> = match self.live_state() {
+        let open: Vec<(u32, EndpointId, ChannelHandle)> = match self.live_state() {
             Ok(st) => st
                 .endpoints
-                .values()
-                .filter_map(|ep| Some((ep.channel.peer?, ep.channel.side?)))
-                .filter(|(peer, _)| (peer.domain(), peer.node()) != (self.domain_id, self.node_id))
+                .iter()
+                .filter_map(|(&port, ep)| Some((port, ep.channel.peer?, ep.channel.side?)))
+                .filter(|(_, peer, _)| {
+                    (peer.domain(), peer.node()) != (self.domain_id, self.node_id)
+                })
                 .collect(),
             Err(_) => return,
         };
-        for (peer, handle) in open {
+        for (port, peer, handle) in open {
             let Some((slot, generation, ..)) = handle.decode() else {
                 continue;
             };
@@ -1642,7 +1682,8 @@ impl NodeInner {
                 Some(_) => 0,
                 None => continue,
             };
-            let _ = self.channel_call(peer, op::CLOSED, [u64::from(sent), 0, 0], Vec::new());
+            let me = self.endpoint_raw(port);
+            let _ = self.channel_call(peer, op::CLOSED, [u64::from(sent), me, 0], Vec::new());
         }
     }
 

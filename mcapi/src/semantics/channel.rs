@@ -132,11 +132,23 @@ impl<T> Binding<T> {
         }
     }
 
-    /// Undoes a connect that the other endpoint refused.
+    /// Undoes a connect that the other endpoint refused: unbound again, and an open made
+    /// meanwhile (or before) waits for the next connect.
     pub fn undo_connect(&mut self) {
-        if self.phase == Phase::Connected {
-            self.connection = None;
+        match self.phase {
+            Phase::Connected => self.connection = None,
+            Phase::OpenPending => {
+                self.early_open = self.connection.take();
+                self.phase = Phase::Connected;
+            }
+            Phase::Open | Phase::ClosePending => return,
         }
+        self.peer_open = None;
+    }
+
+    /// Forgets what another endpoint's open told us (it is not the one we are connected to).
+    pub fn forget_peer_open(&mut self) {
+        self.peer_open = None;
     }
 
     /// An open of the given type and direction made here.
@@ -507,6 +519,32 @@ mod tests {
         );
         b.abandon_open();
         assert_eq!(b.phase(), Some(Phase::Connected));
+    }
+
+    #[test]
+    fn an_undone_connect_keeps_an_open_made_before_it() {
+        let mut b: Binding<u8> = Binding::default();
+        b.open(ChannelKind::Packet, Direction::Send).unwrap();
+        b.connect(ChannelKind::Packet, Direction::Send);
+        b.peer_opened(7);
+        assert_eq!(b.phase(), Some(Phase::OpenPending));
+        b.undo_connect();
+        assert!(!b.is_connected() && b.peer_info().is_none());
+        assert_eq!(
+            b.open(ChannelKind::Packet, Direction::Send),
+            Err(Status::MCAPI_ERR_CHAN_OPENPENDING)
+        );
+        b.connect(ChannelKind::Packet, Direction::Send);
+        assert_eq!(b.phase(), Some(Phase::OpenPending));
+        // A connect refused after an open made once connected leaves that open waiting too.
+        let mut c: Binding<u8> = Binding::default();
+        c.connect(ChannelKind::Scalar, Direction::Receive);
+        c.open(ChannelKind::Scalar, Direction::Receive).unwrap();
+        c.undo_connect();
+        assert_eq!(
+            c.early_open_status(ChannelKind::Scalar, Direction::Receive),
+            Ok(false)
+        );
     }
 
     #[test]
