@@ -332,6 +332,43 @@ fn a_refused_connect_leaves_an_early_open_waiting() {
     }
 }
 
+/// A sender closes with packets still queued, then cancels one of them: the receiver gets
+/// the others and then the end of the channel, instead of waiting for the cancelled one.
+#[test]
+fn cancel_after_send_close_ends_the_receivers_wait() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "closecancel", 120);
+        p.b.set_endpoint_timeout(p.rx, Some(Duration::from_secs(5)))
+            .unwrap();
+        let (hs, hr) = open(&p, false, true);
+        for i in 0..16u8 {
+            p.a.pktchan_send(hs, &[i]).unwrap();
+        }
+        let held: Vec<_> = (0..16).map(|_| p.b.pktchan_recv(hr).unwrap()).collect();
+        let dropped = p.a.pktchan_send_i(hs, b"cancelled").unwrap();
+        let kept = p.a.pktchan_send_i(hs, b"kept").unwrap();
+        let closing = p.a.pktchan_send_close_i(hs).unwrap();
+        p.a.cancel(dropped).unwrap();
+        for pkt in held {
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        p.a.wait(kept, None, WAIT).unwrap();
+        let pkt = p.b.pktchan_recv(hr).unwrap();
+        assert_eq!(pkt.to_vec(), b"kept", "{prov}");
+        p.b.pktchan_release(pkt.addr()).unwrap();
+        assert_eq!(
+            p.b.pktchan_recv(hr).map(|p| p.to_vec()),
+            Err(Status::MCAPI_ERR_TRANSMISSION),
+            "{prov}"
+        );
+        let q = p.b.pktchan_recv_close_i(hr).unwrap();
+        p.b.wait(q, None, WAIT).unwrap();
+        p.a.wait(closing, None, WAIT).unwrap();
+        p.finalize();
+    }
+}
+
 #[test]
 fn nonblocking_packets_and_many_packets_lose_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());

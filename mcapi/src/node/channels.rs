@@ -403,6 +403,11 @@ impl SendData {
         });
     }
 
+    /// What a close announces: the packets posted and those still queued to go.
+    fn announced_count(&self) -> u32 {
+        self.next_seq.wrapping_add(self.queued.len() as u32)
+    }
+
     /// Takes the credits of the credit message in receive slot `ctx`; returns the slot.
     fn credit_arrived(&mut self, ctx: u64) -> usize {
         let slot = (ctx & CTX_MASK) as usize;
@@ -434,6 +439,21 @@ struct RecvData {
     peer_sent: Option<u32>,
     /// `pktchan_recv_i` requests in the order they were made.
     pending: VecDeque<RequestHandle>,
+}
+
+impl RecvData {
+    /// Whether nothing more will come from a sender that closed or died: all it announced
+    /// arrived (or more: a zero-copy packet it gave up on may have got through); `true`
+    /// while it is open.
+    fn sender_done(&self) -> bool {
+        self.peer_sent
+            .is_none_or(|sent| self.received.wrapping_sub(sent) < 1 << 31)
+    }
+
+    /// Whether a closed sender announced items that have not arrived.
+    fn awaits_announced(&self) -> bool {
+        self.peer_sent.is_some() && !self.sender_done()
+    }
 }
 
 /// What a channel request waits for.
@@ -485,7 +505,10 @@ impl Side {
     /// The other node to check for liveness, at most every 20 ms while requests wait here
     /// and nothing moves (the slow path of waiting on a request).
     fn liveness_check_due(&mut self, progressed: bool) -> Option<u16> {
-        if progressed || self.peer_gone.is_some() || !self.has_waiting_requests() {
+        if progressed || !self.has_waiting_requests() {
+            return None;
+        }
+        if self.peer_gone.is_some() && !self.awaits_announced() {
             return None;
         }
         let now = Instant::now();
@@ -505,6 +528,25 @@ impl Side {
     /// Whether a received item waits in the FIFO (taken without reading the CQ first).
     fn has_queued_item(&self) -> bool {
         matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if !r.fifo.is_empty())
+    }
+
+    /// Whether the sender closed announcing items that have not all arrived.
+    fn awaits_announced(&self) -> bool {
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.awaits_announced())
+    }
+
+    /// The other side's node is gone: data calls fail from now on (once what arrived is
+    /// received), whatever a close announced.
+    fn peer_died(&mut self) {
+        self.peer_gone.get_or_insert(side_status(self.kind));
+        if let Some(SideIo {
+            data: SideData::Recv(r),
+            ..
+        }) = &mut self.io
+        {
+            // Nothing more is to come than what arrived.
+            r.peer_sent = Some(r.received);
+        }
     }
 
     fn check_usable(&self) -> Result<&SideIo> {
@@ -693,9 +735,9 @@ impl SideIo {
         let SideData::Recv(r) = &mut self.data else {
             return;
         };
-        if r.peer_sent.is_some() {
-            // The sender closed (or finalized): nobody to return them to, and its
-            // endpoint may be gone.
+        if r.peer_sent.is_some() && r.sender_done() {
+            // The sender closed (or died) and needs no more: its endpoint may be gone. While
+            // packets it queued before closing are still to come, it needs the credits.
             return;
         }
         let sent = self
@@ -776,6 +818,23 @@ impl NodeInner {
                 v.clear();
             }
         });
+    }
+
+    /// Tells `peer` that the side on local endpoint `port` closed after sending `sent` items.
+    fn send_closed(&self, peer: EndpointId, port: u32, sent: u32) {
+        let me = self.endpoint_raw(port);
+        let _ = self.channel_call(peer, op::CLOSED, [u64::from(sent), me, 0], Vec::new());
+    }
+
+    /// A closed send side withdrew a queued packet: the receiver must not wait for it.
+    fn announce_close(&self, port: u32, sent: u32) {
+        let peer = self
+            .live_state()
+            .ok()
+            .and_then(|st| st.endpoints.get(&port).and_then(|ep| ep.channel.peer));
+        if let Some(peer) = peer {
+            self.send_closed(peer, port, sent);
+        }
     }
 
     /// The raw id of local endpoint `port` (what channel frames name their sender by).
@@ -1289,14 +1348,14 @@ impl Node {
     /// Progresses a side requests wait on; on the slow path, finds out whether the other
     /// side's node died, so that those requests fail instead of waiting forever.
     fn progress_side(&self, handle: ChannelHandle) {
-        let Some((slot, generation, kind, _)) = handle.decode() else {
+        let Some((slot, generation, ..)) = handle.decode() else {
             return;
         };
         let progress = |peer_died: bool| {
             let mut g = lock(&self.inner.channels.sides[slot]);
             let side = g.as_mut().filter(|s| s.generation == generation)?;
             if peer_died {
-                side.peer_gone.get_or_insert(side_status(kind));
+                side.peer_died();
             }
             let progressed = side.progress() > 0;
             self.inner.serve_pending_recvs(side);
@@ -1520,7 +1579,7 @@ impl Node {
                 Some(SideIo {
                     data: SideData::Send(s),
                     ..
-                }) => s.next_seq.wrapping_add(s.queued.len() as u32),
+                }) => s.announced_count(),
                 _ => 0,
             };
             (side.port, sent)
@@ -1575,12 +1634,9 @@ impl Node {
                     .complete(h, Status::MCAPI_ERR_REQUEST_CANCELLED, 0);
             }
         }
+        // A dead peer cannot answer: the close then completes with an error below.
         if let Some(peer_id) = peer_id {
-            let me = self.inner.endpoint_raw(port);
-            // A dead peer cannot answer: the close then completes with an error below.
-            let _ =
-                self.inner
-                    .channel_call(peer_id, op::CLOSED, [u64::from(sent), me, 0], Vec::new());
+            self.inner.send_closed(peer_id, port, sent);
         }
         self.advance_close(req, port, handle)?;
         Ok(req)
@@ -1682,8 +1738,7 @@ impl NodeInner {
                 Some(_) => 0,
                 None => continue,
             };
-            let me = self.endpoint_raw(port);
-            let _ = self.channel_call(peer, op::CLOSED, [u64::from(sent), me, 0], Vec::new());
+            self.send_closed(peer, port, sent);
         }
     }
 
@@ -1756,7 +1811,7 @@ impl NodeInner {
         }
         // The sender closed or died and everything it sent was received: nothing more comes.
         if let Some(status) = side.peer_gone {
-            if r.fifo.is_empty() && r.peer_sent.is_none_or(|sent| r.received == sent) {
+            if r.fifo.is_empty() && r.sender_done() {
                 COMPLETED.with(|c| {
                     let mut c = c.borrow_mut();
                     c.extend(r.pending.drain(..).map(|req| (req, status, 0)));
@@ -1961,7 +2016,7 @@ impl Node {
         }
         wait.backoff.wait(wait.deadline)?;
         if wait.backoff.slow() {
-            if let Some((slot, generation, kind, _)) = handle.decode() {
+            if let Some((slot, generation, ..)) = handle.decode() {
                 let peer = lock(&self.inner.channels.sides[slot])
                     .as_ref()
                     .filter(|s| s.generation == generation)
@@ -1969,7 +2024,7 @@ impl Node {
                 if peer.is_some() && !self.inner.peer_alive(peer) {
                     let mut g = lock(&self.inner.channels.sides[slot]);
                     if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
-                        side.peer_gone.get_or_insert(side_status(kind));
+                        side.peer_died();
                     }
                 }
             }
@@ -2066,14 +2121,14 @@ impl Node {
         let Some((slot, generation, ..)) = handle.decode() else {
             return false;
         };
+        // A send side that closed announced its queued packets: `Some((port, count))` to
+        // announce again without the withdrawn one.
+        let mut recount = None;
         let withdrawn = {
             let mut g = lock(&self.inner.channels.sides[slot]);
-            match g
-                .as_mut()
-                .filter(|s| s.generation == generation)
-                .and_then(|s| s.io.as_mut())
-                .map(|io| &mut io.data)
-            {
+            let side = g.as_mut().filter(|s| s.generation == generation);
+            let (closed, port) = side.as_ref().map_or((false, 0), |s| (s.closed, s.port));
+            match side.and_then(|s| s.io.as_mut()).map(|io| &mut io.data) {
                 Some(SideData::Recv(r)) => {
                     let before = r.pending.len();
                     r.pending.retain(|&h| h != request);
@@ -2084,6 +2139,9 @@ impl Node {
                         if let Some((_, Outgoing::Staged { slot, .. })) = s.queued.remove(i) {
                             s.staging_free.push(slot);
                         }
+                        if closed {
+                            recount = Some((port, s.announced_count()));
+                        }
                         true
                     }
                     None => false,
@@ -2091,6 +2149,9 @@ impl Node {
                 _ => false,
             }
         };
+        if let Some((port, count)) = recount {
+            self.inner.announce_close(port, count);
+        }
         if !withdrawn && matches!(c, ChanReq::Send { .. }) {
             self.settle_send(request, handle);
         }
@@ -2374,7 +2435,7 @@ impl Node {
                         return Ok(Some(v));
                     }
                     if let Some(status) = gone {
-                        if r.peer_sent.is_none_or(|sent| r.received == sent) {
+                        if r.sender_done() {
                             return Err(status);
                         }
                     }
@@ -2418,7 +2479,7 @@ fn take_item(side: &mut Side) -> Result<Option<Packet>> {
         }));
     }
     if let Some(status) = gone {
-        if r.peer_sent.is_none_or(|sent| r.received == sent) {
+        if r.sender_done() {
             return Err(status);
         }
     }
