@@ -1934,18 +1934,16 @@ impl Node {
                 if s.zero_copy_done || s.zero_copy_failed {
                     return SendWait::Done;
                 }
+                // Liveness (a control-socket check) on the slow path, every 16th look.
                 polls += 1;
-                if polls.is_multiple_of(1024) {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        outcome = Err(Status::MCAPI_TIMEOUT);
-                        return SendWait::Abandon;
-                    }
-                    if backoff.slow() && !self.inner.peer_alive(peer) {
-                        outcome = Err(Status::MCAPI_ERR_TRANSMISSION);
-                        return SendWait::Abandon;
-                    }
+                if backoff.slow() && polls.is_multiple_of(16) && !self.inner.peer_alive(peer) {
+                    outcome = Err(Status::MCAPI_ERR_TRANSMISSION);
+                    return SendWait::Abandon;
                 }
-                let _ = backoff.wait(None);
+                if let Err(e) = backoff.wait(deadline) {
+                    outcome = Err(e);
+                    return SendWait::Abandon;
+                }
                 SendWait::Pending
             });
             io.ep = back;
