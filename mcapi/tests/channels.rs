@@ -369,6 +369,45 @@ fn cancel_after_send_close_ends_the_receivers_wait() {
     }
 }
 
+/// With a timeout shorter than the transfer, a blocking send of a large packet is copied
+/// (not left with the provider when the timeout passes): it succeeds, and so do the next.
+#[test]
+fn a_short_timeout_never_breaks_a_large_blocking_send() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "short", 130);
+        for (n, ep) in [(&p.a, p.tx), (&p.b, p.rx)] {
+            n.endpoint_set_attribute(ep, ATTR_MAX_PAYLOAD, 1 << 20)
+                .unwrap();
+        }
+        p.a.set_endpoint_timeout(p.tx, Some(Duration::from_millis(1)))
+            .unwrap();
+        let (hs, hr) = open(&p, false, true);
+        let b = p.b.clone();
+        let receiver = std::thread::spawn(move || {
+            for i in 0..8u8 {
+                let pkt = b.pktchan_recv(hr).unwrap();
+                assert!(pkt.len() == 1 << 20 && pkt.to_vec().iter().all(|&x| x == i));
+                b.pktchan_release(pkt.addr()).unwrap();
+            }
+        });
+        for i in 0..8u8 {
+            let data = vec![i; 1 << 20];
+            loop {
+                match p.a.pktchan_send(hs, &data) {
+                    Ok(()) => break,
+                    // No credit within 1 ms: nothing was sent, try again.
+                    Err(Status::MCAPI_TIMEOUT) => continue,
+                    Err(e) => panic!("{prov}: send {i}: {e}"),
+                }
+            }
+        }
+        receiver.join().unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
 #[test]
 fn nonblocking_packets_and_many_packets_lose_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());

@@ -758,6 +758,36 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Copies `data` into a free staging buffer of a send side and posts it with sequence
+/// number `seq` (a credit is taken); `None` when every staging buffer is in use (the credit
+/// is given back: try again after a send completion).
+fn post_staged(
+    s: &mut SendData,
+    ep: Option<&Endpoint>,
+    dest: FiAddr,
+    data: &[u8],
+    seq: u64,
+    payload: usize,
+) -> Option<std::result::Result<(), OfiError>> {
+    let Some(slot) = s.staging_free.pop() else {
+        s.credits.untake();
+        return None;
+    };
+    let Some(ep) = ep else {
+        s.staging_free.push(slot);
+        return Some(Err(OfiError::InvalidArgument("endpoint closed")));
+    };
+    s.staging.write(slot * payload, data);
+    let r = s
+        .staging
+        .slice(slot * payload, data.len())
+        .and_then(|buf| ep.send(buf, Some(seq), dest, CTX_STAGING | slot as u64));
+    if r.is_err() {
+        s.staging_free.push(slot);
+    }
+    Some(r)
+}
+
 fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
     if let (Some(ep), Ok(buf)) = (ep, r.pool.slice(b * r.buffer_size, r.buffer_size)) {
         if ep.recv_multi(buf, b as u64).is_ok() {
@@ -1902,6 +1932,13 @@ impl Node {
         let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
         let posted = if data.len() <= s.inject_size {
             ep.inject_data(data, seq, io.dest)
+        } else if timeout.is_some() {
+            // A finite timeout must never leave the provider reading the caller's buffer
+            // (only closing the endpoint would take it back): copy.
+            match post_staged(s, Some(ep), io.dest, data, seq, side.max_payload) {
+                Some(r) => r,
+                None => return Ok(false),
+            }
         } else {
             // Zero copy: the endpoint is lent to the send, which returns once the provider
             // is done with `data` (or has closed the endpoint, if we must give up).
@@ -1964,24 +2001,10 @@ impl Node {
                 }
                 Err(OfiError::InvalidArgument(_)) => {
                     // No zero copy here: copy into staging and send from there.
-                    let slot = match s.staging_free.pop() {
-                        Some(slot) => slot,
-                        None => {
-                            s.credits.untake();
-                            return Ok(false);
-                        }
-                    };
-                    let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
-                    s.staging.write(slot * side.max_payload, data);
-                    let buf = s
-                        .staging
-                        .slice(slot * side.max_payload, data.len())
-                        .map_err(ofi_status)?;
-                    let r = ep.send(buf, Some(seq), io.dest, CTX_STAGING | slot as u64);
-                    if r.is_err() {
-                        s.staging_free.push(slot);
+                    match post_staged(s, io.ep.as_ref(), io.dest, data, seq, side.max_payload) {
+                        Some(r) => r,
+                        None => return Ok(false),
                     }
-                    r
                 }
                 Err(e) => Err(e),
             }

@@ -57,6 +57,13 @@ impl ChannelPair {
     fn open(node: OwnedNode, kind: ChannelKind, payload: Option<(usize, usize)>) -> Result<Self> {
         let tx_ep = create_endpoint(&node, TX_PORT)?;
         let rx_ep = create_endpoint(&node, RX_PORT)?;
+        if kind == ChannelKind::Packet {
+            // A blocking pktchan_send is zero copy only without a timeout (a timeout must not
+            // leave the provider reading the buffer); the receiver's timeout is enough for
+            // the pattern to look at the bootstrap channel now and then.
+            node.set_endpoint_timeout(tx_ep, None)
+                .map_err(|s| failed("set_endpoint_timeout", s))?;
+        }
         if let Some((tx, rx)) = payload {
             for (ep, bytes) in [(tx_ep, tx), (rx_ep, rx)] {
                 let bytes = bytes.clamp(1, MAX_PKT_SIZE);
