@@ -333,8 +333,8 @@ pub unsafe extern "C" fn mcapi_wait_any(
 }
 
 /// `mcapi_cancel` (4.6.4): a cancelled receive takes no message and forgets its buffer. A
-/// packet receive that had completed but was never reported gives its packet back
-/// (`mcapi_pktchan_release`), since the application never learns its address.
+/// packet receive already served a packet, or a packet send already handed to the fabric,
+/// cannot be cancelled (`MCAPI_ERR_REQUEST_INVALID`): it completes as usual.
 ///
 /// # Safety
 /// `request` is NULL or readable; `status` is NULL or writable.

@@ -938,11 +938,23 @@ impl NodeInner {
                 Ok(answer)
             }
             op::UNDO_CONNECT => {
-                let mut st = self.live_state()?;
-                if let Some(ep) = st.endpoints.get_mut(&port) {
+                let side = {
+                    let mut st = self.live_state()?;
+                    let Some(ep) = st.endpoints.get_mut(&port) else {
+                        return Ok(0);
+                    };
                     ep.channel.binding.undo_connect();
-                    if !ep.channel.binding.is_connected() {
-                        ep.channel.peer = None;
+                    if ep.channel.binding.is_connected() {
+                        return Ok(0);
+                    }
+                    ep.channel.peer = None;
+                    ep.channel.side
+                };
+                // A retry of the same connect must announce the open again.
+                if let Some((slot, generation, ..)) = side.and_then(|h| h.decode()) {
+                    let mut g = lock(&self.channels.sides[slot]);
+                    if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
+                        side.announced_to = None;
                     }
                 }
                 Ok(0)
@@ -990,7 +1002,14 @@ impl NodeInner {
                             ..
                         }) = &mut side.io
                         {
-                            r.peer_sent = Some(args[0] as u32);
+                            // A cancel after the close announces a smaller count, and the
+                            // two may arrive in either order: keep the smaller.
+                            let new = args[0] as u32;
+                            let ahead = |n: u32| n.wrapping_sub(r.received);
+                            r.peer_sent = Some(match r.peer_sent {
+                                Some(old) if ahead(old) <= ahead(new) => old,
+                                _ => new,
+                            });
                         }
                     }
                 }
@@ -1596,7 +1615,7 @@ impl Node {
         if d != dir {
             return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
         }
-        let (port, sent) = {
+        let port = {
             let g = lock(&self.inner.channels.sides[slot]);
             let side = g
                 .as_ref()
@@ -1605,14 +1624,7 @@ impl Node {
             if side.io.is_none() || side.closed {
                 return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
             }
-            let sent = match &side.io {
-                Some(SideIo {
-                    data: SideData::Send(s),
-                    ..
-                }) => s.announced_count(),
-                _ => 0,
-            };
-            (side.port, sent)
+            side.port
         };
         let (req, peer_id) = {
             let mut st = self.inner.live_state()?;
@@ -1631,11 +1643,21 @@ impl Node {
                 peer_id,
             )
         };
-        let cancelled = {
+        // Closed, and what was sent counted, at one moment: no send slips in after the
+        // count, and a cancel of a queued packet from now on announces its own count.
+        let (cancelled, sent) = {
             let mut g = lock(&self.inner.channels.sides[slot]);
             let mut cancelled = Vec::new();
+            let mut sent = 0;
             if let Some(side) = g.as_mut() {
                 side.closed = true;
+                if let Some(SideIo {
+                    data: SideData::Send(s),
+                    ..
+                }) = &side.io
+                {
+                    sent = s.announced_count();
+                }
                 if let Some(SideIo {
                     ep,
                     data: SideData::Recv(r),
@@ -1654,7 +1676,7 @@ impl Node {
                     cancelled.extend(r.pending.drain(..));
                 }
             }
-            cancelled
+            (cancelled, sent)
         };
         {
             let mut st = lock(&self.inner.state);
