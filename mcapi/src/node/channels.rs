@@ -2477,14 +2477,7 @@ impl Node {
                         }
                         return Ok(Some(v));
                     }
-                    if let Some(status) = gone {
-                        if r.sender_done() {
-                            return Err(status);
-                        }
-                    }
-                    if let Some(n) = r.returns.flush() {
-                        io.return_credits(n);
-                    }
+                    io.nothing_received(gone)?;
                     Ok(None)
                 };
                 if let Some(v) = attempt(side)? {
@@ -2521,19 +2514,27 @@ fn take_item(side: &mut Side) -> Result<Option<Packet>> {
             len: item.len,
         }));
     }
-    if let Some(status) = gone {
-        if r.sender_done() {
-            return Err(status);
-        }
-    }
-    // About to wait: retry a return of credits that could not be sent.
-    if let Some(n) = r.returns.flush() {
-        io.return_credits(n);
-    }
+    io.nothing_received(gone)?;
     Ok(None)
 }
 
 impl SideIo {
+    /// A receive found the FIFO empty: the end of the stream (`gone`'s status) once the
+    /// sender closed or died and everything it sent arrived; else, about to wait, it
+    /// retries a return of credits that could not be sent.
+    fn nothing_received(&mut self, gone: Option<Status>) -> Result<()> {
+        let SideData::Recv(r) = &mut self.data else {
+            return Err(Status::MCAPI_ERR_CHAN_INVALID);
+        };
+        if let Some(status) = gone.filter(|_| r.sender_done()) {
+            return Err(status);
+        }
+        if let Some(n) = r.returns.flush() {
+            self.return_credits(n);
+        }
+        Ok(())
+    }
+
     /// Re-posts credit receives consumed while the endpoint was lent to a zero-copy send.
     fn repost_credit_slots(&mut self) {
         let SideData::Send(s) = &mut self.data else {
