@@ -591,27 +591,17 @@ pub(crate) fn send_unregistered(
             Err(Error::InvalidArgument("endpoint handle is shared")),
         );
     }
-    if ep.attributes().mr_mode & crate::flags::MR_LOCAL != 0 {
+    if !ep.sends_unregistered() {
         return (
             Some(ep),
             Err(Error::InvalidArgument("provider needs FI_MR_LOCAL")),
         );
     }
-    // SAFETY: the endpoint is open; `data` stays borrowed until this function returns, which
-    // is after the send's completion was seen or after the endpoint (whose only handle we
-    // own) was closed, so the provider never reads it later.
-    let ret = unsafe {
-        sys::fi_senddata(
-            ep.fid().as_ptr(),
-            data.as_ptr().cast(),
-            data.len(),
-            ptr::null_mut(),
-            cq_data,
-            dest.0,
-            ctx(context),
-        )
-    };
-    if let Err(e) = check("fi_senddata", ret) {
+    // SAFETY: `data` stays borrowed until this function returns, which is after the send's
+    // completion was seen or after the endpoint (whose only handle we own) was closed, so
+    // the provider never reads it later.
+    let posted = unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest.0, context) };
+    if let Err(e) = posted {
         return (Some(ep), Err(e));
     }
     loop {
@@ -707,14 +697,32 @@ pub(crate) fn send_from(
     dest: u64,
     context: u64,
 ) -> Result<()> {
-    // SAFETY: the endpoint is open. By SendBuffer's contract the memory stays valid and
-    // unmodified until the send's completion was read or the endpoint closed, which is as
-    // long as the provider may read it.
+    // SAFETY: by SendBuffer's contract the memory stays valid and unmodified until the
+    // send's completion was read or the endpoint closed, which is as long as the provider
+    // may read it.
+    unsafe { senddata_unregistered(ep, buf.as_slice(), cq_data, dest, context) }
+}
+
+/// Posts `fi_senddata` of `data` with no memory descriptor (allowed without `FI_MR_LOCAL`,
+/// which the callers check).
+///
+/// # Safety
+/// `data` must stay valid and unmodified until the send's completion was read from the CQ
+/// or the endpoint was closed.
+unsafe fn senddata_unregistered(
+    ep: &EpFid,
+    data: &[u8],
+    cq_data: u64,
+    dest: u64,
+    context: u64,
+) -> Result<()> {
+    // SAFETY: the endpoint is open (`ep` is borrowed from its owner); `data` outlives the
+    // provider's reads by this function's contract.
     let ret = unsafe {
         sys::fi_senddata(
             ep.as_ptr(),
-            buf.ptr.as_ptr().cast(),
-            buf.len,
+            data.as_ptr().cast(),
+            data.len(),
             ptr::null_mut(),
             cq_data,
             dest,

@@ -232,9 +232,9 @@ impl PktTransport {
     }
 
     /// Completes the oldest outstanding `pktchan_send_i` requests that are done (in order:
-    /// stops at the first still pending). `wait` with a zero timeout, not `test`: a request
-    /// that `test` saw complete stays in mcapi's request table until it is reclaimed, and
-    /// once the table's free list is empty every allocation searches the whole table.
+    /// stops at the first still pending). `wait` with a zero timeout, not `test`: `wait`
+    /// frees the request's slot at once, while one that `test` saw complete stays in
+    /// mcapi's request table until an allocation reclaims it.
     fn reap(&mut self) -> Result<()> {
         while let Some(&req) = self.in_flight.front() {
             match self.chan.node.wait(req, None, Some(Duration::ZERO)) {
