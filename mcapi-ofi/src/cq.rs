@@ -6,6 +6,7 @@ use crate::raw::{self, CqFid};
 pub use crate::raw::{Completion, CompletionError};
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How a thread may sleep until completions arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +29,20 @@ pub(crate) struct CqInner {
     pub(crate) fid: CqFid,
     domain: Domain,
     wait: WaitObject,
+    /// The fd of an fd wait object, looked up once at open.
+    wait_fd: Option<RawFd>,
+}
+
+/// What [`CompletionQueue::sleep`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sleep {
+    /// Slept until a wait object fired or the timeout passed.
+    Slept,
+    /// Did not sleep: completions, or provider work that only a CQ read does, are pending.
+    Pending,
+    /// Did not sleep: no CQs, a CQ without an fd wait object, or more CQs than
+    /// [`CompletionQueue::MAX_SLEEP_CQS`].
+    Unsupported,
 }
 
 impl CompletionQueue {
@@ -42,11 +57,16 @@ impl CompletionQueue {
             WaitObject::Fd => ofi_sys::FI_WAIT_FD,
         };
         let fid = raw::open_cq(&domain.inner.fid, size, obj)?;
+        let wait_fd = match wait {
+            WaitObject::None => None,
+            _ => fid.wait_fd(),
+        };
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 fid,
                 domain: domain.clone(),
                 wait,
+                wait_fd,
             }),
         })
     }
@@ -81,10 +101,37 @@ impl CompletionQueue {
     /// The wait object's file descriptor, when the CQ was opened with [`WaitObject::Fd`].
     /// Before sleeping on it, call [`CompletionQueue::trywait`].
     pub fn wait_fd(&self) -> Option<RawFd> {
-        if self.inner.wait == WaitObject::None {
-            return None;
+        self.inner.wait_fd
+    }
+
+    /// How many CQs [`CompletionQueue::sleep`] can sleep on at once.
+    pub const MAX_SLEEP_CQS: usize = raw::MAX_POLL_FDS;
+
+    /// Sleeps on the fd wait objects of `cqs` (one `poll`) until one of them may hold a
+    /// completion or `timeout` passes. `fi_trywait` comes first: it refuses while
+    /// completions, or provider work that only a CQ read does, are pending
+    /// ([`Sleep::Pending`]: read the CQs, then try again).
+    ///
+    /// # Errors
+    /// `fi_trywait` and `ppoll` failures.
+    pub fn sleep(cqs: &[CompletionQueue], timeout: Duration) -> Result<Sleep> {
+        let mut fds = [0; raw::MAX_POLL_FDS];
+        if cqs.is_empty() || cqs.len() > fds.len() {
+            return Ok(Sleep::Unsupported);
         }
-        self.inner.fid.wait_fd()
+        for (fd, cq) in fds.iter_mut().zip(cqs) {
+            match cq.wait_fd() {
+                Some(f) => *fd = f,
+                None => return Ok(Sleep::Unsupported),
+            }
+        }
+        for cq in cqs {
+            if !cq.trywait()? {
+                return Ok(Sleep::Pending);
+            }
+        }
+        raw::poll_readable(&fds[..cqs.len()], timeout)?;
+        Ok(Sleep::Slept)
     }
 
     /// `fi_trywait`: `Ok(true)` when it is safe to sleep on [`CompletionQueue::wait_fd`]

@@ -48,7 +48,7 @@ mod mr;
 mod raw;
 
 pub use av::{AddressVector, FiAddr};
-pub use cq::{Completion, CompletionError, CompletionQueue, WaitObject};
+pub use cq::{Completion, CompletionError, CompletionQueue, Sleep, WaitObject};
 pub use ep::{Endpoint, EndpointOptions, SendWait};
 pub use error::{Error, Result};
 pub use fabric::{Domain, Fabric};

@@ -1095,6 +1095,38 @@ impl CqFid {
     }
 }
 
+/// How many fds [`poll_readable`] watches at most.
+pub(crate) const MAX_POLL_FDS: usize = 8;
+
+/// Sleeps in `ppoll` until one of `fds` (at most [`MAX_POLL_FDS`]) is readable or `timeout`
+/// passes; `Ok(true)` if one is. An interrupted sleep counts as a timeout.
+pub(crate) fn poll_readable(fds: &[c_int], timeout: std::time::Duration) -> Result<bool> {
+    let mut set = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; MAX_POLL_FDS];
+    let n = fds.len().min(MAX_POLL_FDS);
+    for (p, &fd) in set.iter_mut().zip(&fds[..n]) {
+        p.fd = fd;
+        p.events = libc::POLLIN;
+    }
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `set` holds `n` initialised pollfds and outlives the call; `ts` is a valid
+    // timespec; a null signal mask keeps the thread's mask.
+    let ret = unsafe { libc::ppoll(set.as_mut_ptr(), n as libc::nfds_t, &ts, ptr::null()) };
+    if ret >= 0 {
+        return Ok(ret > 0);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EINTR) => Ok(false),
+        e => Err(Error::call("ppoll", e.unwrap_or(libc::EINVAL))),
+    }
+}
+
 impl FabricFid {
     /// `fi_trywait` on one CQ: `Ok(true)` when it is safe to block on the CQ's wait object.
     pub(crate) fn trywait(&self, cq: &CqFid) -> Result<bool> {

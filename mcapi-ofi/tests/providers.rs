@@ -8,7 +8,7 @@
 use libtest_mimic::{Arguments, Failed, Trial};
 use mcapi_ofi::{
     available_providers, flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint,
-    EndpointOptions, Error, FiAddr, Hints, Info, MemoryRegion, WaitObject,
+    EndpointOptions, Error, FiAddr, Hints, Info, MemoryRegion, Sleep, WaitObject,
 };
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -55,6 +55,7 @@ fn main() {
         ("killed_peer_does_not_hang", killed_peer),
         ("endpoint_and_cq_limits", limits),
         ("cq_wait_object_sleeps_and_wakes", cq_wait),
+        ("cq_sleep_on_fd_wakes_on_arrival", cq_sleep),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -756,6 +757,98 @@ fn cq_wait(prov: &str) -> TestResult {
     eprintln!(
         "  {prov}: wait fd {fd:?}, idle sread {idle:?}, woke {:?} after start",
         t1.elapsed()
+    );
+    Ok(())
+}
+
+/// `CompletionQueue::sleep` (trywait, then poll on the CQs' fds): refuses CQs without an fd,
+/// sleeps its timeout on an idle CQ, says `Pending` while a completion waits, and a thread
+/// sleeping in it wakes when a message arrives (well before the 10 s timeout).
+fn cq_sleep(prov: &str) -> TestResult {
+    let h = hints(prov);
+    let domain = Domain::open_info(&Info::first(&h)?)?;
+    let plain = CompletionQueue::open(&domain, 0, WaitObject::None)?;
+    let nap = Duration::from_millis(30);
+    check(
+        CompletionQueue::sleep(&[plain], nap)? == Sleep::Unsupported,
+        || "slept on a CQ without a wait object".into(),
+    )?;
+    let cq = match CompletionQueue::open(&domain, 0, WaitObject::Fd) {
+        Ok(cq) if cq.wait_fd().is_some() => cq,
+        Ok(_) => {
+            eprintln!("  {prov}: no fd exposed: sleep not used");
+            return Ok(());
+        }
+        Err(e) if prov == "shm" && e.is_unsupported() => {
+            eprintln!("  {prov}: no fd wait object ({e})");
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string().into()),
+    };
+    let av = AddressVector::open(&domain, 8)?;
+    let rx = Side {
+        ep: Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?,
+        cq,
+        av,
+        domain,
+    };
+    let t0 = Instant::now();
+    check(
+        CompletionQueue::sleep(std::slice::from_ref(&rx.cq), nap)? == Sleep::Slept,
+        || "an idle CQ did not sleep".into(),
+    )?;
+    let idle = t0.elapsed();
+    check(idle >= nap - Duration::from_millis(5), || {
+        format!("idle sleep returned after {idle:?}")
+    })?;
+
+    let landing = MemoryRegion::new(&rx.domain, 64)?;
+    rx.ep
+        .recv_tagged(landing.slice(0, 64)?, FiAddr::UNSPEC, 5, 0, 5)?;
+    let rx_addr = rx.ep.address().to_vec();
+    let tx_hints = hints(prov);
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = done.clone();
+    let sender = std::thread::spawn(move || -> Result<(), String> {
+        let tx = Side::open(&tx_hints, EndpointOptions::default()).map_err(|e| e.to_string())?;
+        let dest = tx.av.insert(&rx_addr).map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(50));
+        tx.cq
+            .retry_on_again(|| tx.ep.inject_tagged(b"wake", dest, 5), |_| {})
+            .map_err(|e| e.to_string())?;
+        while !stop.load(Ordering::Acquire) {
+            let mut b = [Completion::default(); 4];
+            tx.cq.read(&mut b).map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    });
+    // Sleep between reads, as a blocked MCAPI call does once its spin is over.
+    let t1 = Instant::now();
+    let mut buf = [Completion::default(); 4];
+    let (mut got, mut sleeps, mut pending) = (0, 0, 0);
+    let timeout = Duration::from_secs(10);
+    while got == 0 && t1.elapsed() < DEADLINE {
+        got = rx.cq.read(&mut buf)?;
+        if got == 0 {
+            match CompletionQueue::sleep(std::slice::from_ref(&rx.cq), timeout)? {
+                Sleep::Slept => sleeps += 1,
+                Sleep::Pending => pending += 1,
+                Sleep::Unsupported => return Err("fd CQ unsupported".into()),
+            }
+        }
+    }
+    let woke = t1.elapsed();
+    done.store(true, Ordering::Release);
+    sender.join().map_err(|_| "sender panicked")??;
+    check(got == 1 && buf[0].context() == 5, || {
+        format!("read {got} completions after sleeping")
+    })?;
+    check(woke < timeout, || {
+        format!("the arrival did not end the sleep: {woke:?}")
+    })?;
+    eprintln!(
+        "  {prov}: got the message {woke:?} after start ({sleeps} sleeps, {pending} pending)"
     );
     Ok(())
 }

@@ -1070,7 +1070,7 @@ impl NodeInner {
         max_payload: usize,
     ) -> std::result::Result<SideIo, OfiError> {
         let domain = &self.fab.domain;
-        let cq = CompletionQueue::open(domain, 0, WaitObject::None)?;
+        let cq = CompletionQueue::open(domain, 0, self.fab.cq_wait)?;
         let av = AddressVector::open(domain, 4)?;
         let payload = match kind {
             ChannelKind::Packet => max_payload,
@@ -1392,6 +1392,39 @@ impl Node {
             }
             Some(ChanReq::Connect) | None => Ok(()),
         }
+    }
+
+    /// The CQ of channel side `handle`, to sleep on while waiting for it.
+    fn side_cq(&self, handle: ChannelHandle) -> Option<CompletionQueue> {
+        let (slot, generation, ..) = handle.decode()?;
+        lock(&self.inner.channels.sides[slot])
+            .as_ref()
+            .filter(|s| s.generation == generation)
+            .and_then(|s| s.io.as_ref())
+            .map(|io| io.cq.clone())
+    }
+
+    /// The CQs whose completions may finish `requests`: the node's, and those of the
+    /// channel sides that channel sends and receives among them wait on.
+    pub(super) fn request_cqs(&self, requests: &[RequestHandle]) -> Vec<CompletionQueue> {
+        let mut cqs = vec![self.inner.fab.cq.clone()];
+        for &r in requests {
+            let chan = match self.inner.live_state() {
+                Ok(st) => match st.requests.get(r) {
+                    Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) => {
+                        Some(*handle)
+                    }
+                    _ => None,
+                },
+                Err(_) => None,
+            };
+            if let Some(cq) = chan.and_then(|h| self.side_cq(h)) {
+                if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
+                    cqs.push(cq);
+                }
+            }
+        }
+        cqs
     }
 
     /// Progresses a side requests wait on; on the slow path, finds out whether the other
@@ -1999,7 +2032,7 @@ impl Node {
                     outcome = Err(Status::MCAPI_ERR_TRANSMISSION);
                     return SendWait::Abandon;
                 }
-                if let Err(e) = backoff.wait(deadline) {
+                if let Err(e) = backoff.wait_on(deadline, || vec![cq.clone()]) {
                     outcome = Err(e);
                     return SendWait::Abandon;
                 }
@@ -2057,7 +2090,8 @@ impl Node {
                 self.inner.flush_completed();
             }
         }
-        wait.backoff.wait(wait.deadline)?;
+        wait.backoff
+            .wait_on(wait.deadline, || self.side_cq(handle).into_iter().collect())?;
         if wait.backoff.slow() {
             if let Some((slot, generation, ..)) = handle.decode() {
                 let peer = lock(&self.inner.channels.sides[slot])

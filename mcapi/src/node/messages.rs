@@ -182,7 +182,7 @@ impl Node {
             if backoff.slow() {
                 self.inner.check_peer(peer);
             }
-            backoff.wait(deadline.get())?;
+            backoff.wait_on(deadline.get(), || vec![self.inner.fab.cq.clone()])?;
             st = self.inner.live_state()?;
             self.inner.progress(&mut st);
         }
@@ -212,7 +212,7 @@ impl Node {
                 return Ok(n);
             }
             drop(st);
-            backoff.wait(deadline.get())?;
+            backoff.wait_on(deadline.get(), || vec![self.inner.fab.cq.clone()])?;
             st = self.inner.live_state()?;
         }
     }

@@ -22,7 +22,7 @@ use crate::semantics::wire::{Context, Kind, Tag, MAX_PEERS, MAX_WIRE_PORT};
 use crate::semantics::Status;
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
-    Error as OfiError, FiAddr, Hints, Info, MemoryRegion, WaitObject,
+    Error as OfiError, FiAddr, Hints, Info, MemoryRegion, Sleep, WaitObject,
 };
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{HashSet, VecDeque};
@@ -88,6 +88,8 @@ struct Fab {
     av: AddressVector,
     domain: Domain,
     provider: String,
+    /// The wait object of the node's CQs (an fd where the provider has one).
+    cq_wait: WaitObject,
     inject_size: usize,
     send_pool: MemoryRegion,
     control_pool: MemoryRegion,

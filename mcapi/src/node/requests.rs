@@ -88,7 +88,7 @@ impl Node {
                 };
             }
             drop(st);
-            if let Err(e) = backoff.wait(deadline) {
+            if let Err(e) = backoff.wait_on(deadline, || self.request_cqs(&[request])) {
                 let _ = self.inner.live_state()?.requests.end_wait(request);
                 return Err(e);
             }
@@ -153,7 +153,7 @@ impl Node {
                 return Ok((i, outcome));
             }
             drop(st);
-            backoff.wait(deadline)?;
+            backoff.wait_on(deadline, || self.request_cqs(requests))?;
         }
     }
 

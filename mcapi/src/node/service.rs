@@ -158,12 +158,13 @@ pub(super) fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Opti
         };
         let open = || -> std::result::Result<Fab, OfiError> {
             let domain = Domain::open_info(&info)?;
-            let cq = CompletionQueue::open(&domain, 0, WaitObject::None)?;
+            let (cq, cq_wait) = open_node_cq(&domain)?;
             let av = AddressVector::open(&domain, 64)?;
             let ep = Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?;
             Ok(Fab {
                 inject_size: info.attributes().inject_size,
                 provider: info.provider().to_owned(),
+                cq_wait,
                 send_pool: MemoryRegion::new(&domain, SEND_SLOTS as usize * MAX_MSG_SIZE)?,
                 control_pool: MemoryRegion::new(&domain, 8 * 4096)?,
                 ep,
@@ -190,12 +191,16 @@ pub(super) fn interface_address(name: &str) -> Option<String> {
 /// Spin briefly, then sleep in growing steps: two processes blocked on 2 cores must not
 /// starve each other. While spinning it reads the clock only every [`CLOCK_EVERY`] calls
 /// (a clock read costs as much as an empty CQ poll), so deadlines are checked that often.
+/// The sleeps are on the CQs' fd wait objects where the provider has them (a completion
+/// ends the sleep at once), else timed.
 pub(super) struct Backoff {
     /// When the first wait happened (set then, so a call that never waits reads no clock).
     start: Option<Instant>,
     spins: u32,
     spinning: bool,
     sleep: Duration,
+    /// The CQs to sleep on, asked for once when the first sleep comes.
+    sleep_on: Option<Vec<CompletionQueue>>,
 }
 
 /// How long a blocked call polls the CQ back to back: long enough to catch a reply over
@@ -205,6 +210,25 @@ const SPIN: Duration = Duration::from_micros(50);
 const YIELD: Duration = Duration::from_micros(500);
 /// Spinning, the clock is read on the first call and every this many calls.
 const CLOCK_EVERY: u32 = 16;
+/// The longest sleep: what is not a completion (a control-plane answer, another thread's
+/// progress, a peer's death) is noticed at least this often.
+const MAX_SLEEP: Duration = Duration::from_millis(2);
+
+/// Opens a CQ of the node: with an fd wait object where the provider has one to hand out
+/// (tcp;ofi_rxm, sockets, net), else without (shm: -FI_ENOSYS; udp;ofi_rxd: no fd exposed),
+/// so blocked calls sleep until a completion where they can. Returns the wait object used,
+/// for the node's later CQs.
+pub(super) fn open_node_cq(
+    domain: &Domain,
+) -> std::result::Result<(CompletionQueue, WaitObject), OfiError> {
+    match CompletionQueue::open(domain, 0, WaitObject::Fd) {
+        Ok(cq) if cq.wait_fd().is_some() => Ok((cq, WaitObject::Fd)),
+        _ => Ok((
+            CompletionQueue::open(domain, 0, WaitObject::None)?,
+            WaitObject::None,
+        )),
+    }
+}
 
 impl Backoff {
     pub(super) fn new() -> Backoff {
@@ -213,6 +237,7 @@ impl Backoff {
             spins: 0,
             spinning: true,
             sleep: Duration::from_micros(20),
+            sleep_on: None,
         }
     }
 
@@ -226,7 +251,18 @@ impl Backoff {
         !self.spinning
     }
 
+    /// One wait between two looks at whatever the caller waits for; sleeps timed.
     pub(super) fn wait(&mut self, deadline: Option<Instant>) -> Result<()> {
+        self.wait_on(deadline, Vec::new)
+    }
+
+    /// One wait; once it sleeps, it sleeps on the CQs `cqs` names (called once) until one
+    /// of them may hold a completion.
+    pub(super) fn wait_on(
+        &mut self,
+        deadline: Option<Instant>,
+        cqs: impl FnOnce() -> Vec<CompletionQueue>,
+    ) -> Result<()> {
         let first = self.spins == 0;
         self.spins = self.spins.wrapping_add(1);
         if self.spinning && !first && !self.spins.is_multiple_of(CLOCK_EVERY) {
@@ -245,8 +281,15 @@ impl Backoff {
             std::thread::yield_now();
         } else {
             self.spinning = false;
-            std::thread::sleep(self.sleep);
-            self.sleep = (self.sleep * 2).min(Duration::from_millis(2));
+            let nap = deadline.map_or(self.sleep, |d| self.sleep.min(d - now));
+            let cqs = self.sleep_on.get_or_insert_with(cqs);
+            match CompletionQueue::sleep(cqs, nap) {
+                Ok(Sleep::Slept) => {}
+                // The CQ holds something: the caller reads it next.
+                Ok(Sleep::Pending) => std::thread::yield_now(),
+                Ok(Sleep::Unsupported) | Err(_) => std::thread::sleep(nap),
+            }
+            self.sleep = (self.sleep * 2).min(MAX_SLEEP);
         }
         Ok(())
     }
