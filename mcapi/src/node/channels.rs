@@ -311,6 +311,8 @@ struct SendData {
     credit_reposts: Vec<usize>,
     zero_copy_done: bool,
     zero_copy_failed: bool,
+    /// A packet failed after it was posted: the channel is broken.
+    broken: bool,
 }
 
 /// The packet of a `pktchan_send_i`.
@@ -349,6 +351,10 @@ impl SendData {
     /// Handles a sender's completion (`ok`: not an error completion) other than a credit
     /// message; returns the credit receive slot for a credit message (to be posted again).
     fn event(&mut self, ctx: u64, ok: bool) -> Option<usize> {
+        if !ok && matches!(ctx & !CTX_MASK, CTX_STAGING | CTX_USER) {
+            // The packet's sequence number is spent: the receiver would wait for it forever.
+            self.broken = true;
+        }
         match ctx & !CTX_MASK {
             CTX_CREDIT if ok => return Some(self.credit_arrived(ctx)),
             CTX_STAGING => self.staging_free.push((ctx & CTX_MASK) as usize),
@@ -432,13 +438,47 @@ struct RecvData {
     reorder: SeqReorder<u8, Item>,
     fifo: VecDeque<Item>,
     returns: CreditReturn,
-    /// Offsets of packets the application holds.
-    held: rustc_hash::FxHashSet<usize>,
+    /// Packets the application holds.
+    held: HeldPackets,
     received: u32,
     /// How many the sender sent in all, once it closed.
     peer_sent: Option<u32>,
     /// `pktchan_recv_i` requests in the order they were made.
     pending: VecDeque<RequestHandle>,
+}
+
+/// The packets the application holds, by pool offset. Counted: an empty packet takes no
+/// room in the pool, so the next packet starts at the same offset.
+#[derive(Default)]
+struct HeldPackets(rustc_hash::FxHashMap<usize, u32>);
+
+impl HeldPackets {
+    fn hold(&mut self, offset: usize) {
+        *self.0.entry(offset).or_insert(0) += 1;
+    }
+
+    /// Gives back one packet held at `offset`; false if none is.
+    fn release(&mut self, offset: usize) -> bool {
+        match self.0.get_mut(&offset) {
+            Some(1) => {
+                self.0.remove(&offset);
+                true
+            }
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn contains(&self, offset: usize) -> bool {
+        self.0.contains_key(&offset)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl RecvData {
@@ -481,9 +521,19 @@ impl Side {
     /// Reads the side's CQ and dispatches; returns completions seen.
     fn progress(&mut self) -> usize {
         let (kind, payload, gone) = (self.kind, self.max_payload, self.peer_gone.is_some());
-        self.io
+        let seen = self
+            .io
             .as_mut()
-            .map_or(0, |io| io.progress(kind, payload, gone))
+            .map_or(0, |io| io.progress(kind, payload, gone));
+        if let Some(SideIo {
+            data: SideData::Send(SendData { broken: true, .. }),
+            ..
+        }) = &self.io
+        {
+            // Later sends fail instead of stalling behind the lost packet.
+            self.peer_gone.get_or_insert(side_status(kind));
+        }
+        seen
     }
 
     /// Whether requests wait on this side: queued or in-flight (zero-copy) `send_i` packets,
@@ -581,8 +631,17 @@ impl SideIo {
                 Err(_) => break,
             }
         }
-        if let SideData::Send(_) = self.data {
-            self.advance_queued(payload, gone);
+        match &mut self.data {
+            SideData::Send(_) => self.advance_queued(payload, gone),
+            // A credit return that could not be sent goes now, whoever progresses the side
+            // (a blocking receive, a wait on a `pktchan_recv_i`, `pktchan_available`, the
+            // background thread).
+            SideData::Recv(r) => {
+                if let Some(n) = r.returns.flush() {
+                    self.return_credits(n);
+                }
+            }
+            SideData::Unconnected => {}
         }
         seen
     }
@@ -1098,7 +1157,7 @@ impl NodeInner {
                     reorder: SeqReorder::new(1, capacity.max(1) * 2),
                     fifo: VecDeque::with_capacity(capacity as usize),
                     returns: CreditReturn::new(capacity),
-                    held: HashSet::default(),
+                    held: HeldPackets::default(),
                     received: 0,
                     peer_sent: None,
                     pending: VecDeque::with_capacity(16),
@@ -1159,6 +1218,7 @@ impl NodeInner {
                 credit_reposts: Vec::with_capacity(slots),
                 zero_copy_done: false,
                 zero_copy_failed: false,
+                broken: false,
             });
         }
         Ok(())
@@ -1243,15 +1303,15 @@ impl Node {
         send: EndpointId,
         receive: EndpointId,
     ) -> Result<RequestHandle> {
-        {
-            let st = self.inner.live_state()?;
+        // The request is taken first, so that no failure after both endpoints are bound
+        // can leave them connected.
+        let h = {
+            let mut st = self.inner.live_state()?;
             if send == receive {
                 return Err(Status::MCAPI_ERR_ENDP_INVALID);
             }
-            if st.requests.len() >= st.requests.capacity() {
-                return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
-            }
-        }
+            st.requests.alloc(Req::Chan(ChanReq::Connect))?
+        };
         // An endpoint whose node cannot be reached (not running, finalized or dead) is no
         // valid endpoint: the connect's ERRORS table has no MCAPI_ERR_TRANSMISSION.
         let unreachable = |e: Status| match e {
@@ -1261,7 +1321,7 @@ impl Node {
             e => e,
         };
         let kind_bits = u64::from(kind == ChannelKind::Scalar) << 8;
-        let attrs = self
+        let connected = self
             .inner
             .channel_call(
                 send,
@@ -1269,28 +1329,31 @@ impl Node {
                 [receive.as_raw(), kind_bits, 0],
                 Vec::new(),
             )
-            .map_err(unreachable)?;
-        let undo = || {
-            let _ = self
-                .inner
-                .channel_call(send, op::UNDO_CONNECT, [0; 3], Vec::new());
-        };
-        if let Err(e) = self.inner.channel_call(
-            receive,
-            op::CONNECT,
-            [send.as_raw(), kind_bits | 1, attrs],
-            Vec::new(),
-        ) {
-            undo();
-            return Err(unreachable(e));
+            .and_then(|attrs| {
+                self.inner
+                    .channel_call(
+                        receive,
+                        op::CONNECT,
+                        [send.as_raw(), kind_bits | 1, attrs],
+                        Vec::new(),
+                    )
+                    .inspect_err(|_| {
+                        let _ = self
+                            .inner
+                            .channel_call(send, op::UNDO_CONNECT, [0; 3], Vec::new());
+                    })
+            });
+        let mut st = lock(&self.inner.state);
+        match connected {
+            Ok(_) => {
+                let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, 0);
+                Ok(h)
+            }
+            Err(e) => {
+                let _ = st.requests.release(h);
+                Err(unreachable(e))
+            }
         }
-        let mut st = self.inner.live_state()?;
-        let h = st
-            .requests
-            .alloc(Req::Chan(ChanReq::Connect))
-            .inspect_err(|_| undo())?;
-        let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, 0);
-        Ok(h)
     }
 
     /// `mcapi_pktchan_recv_open_i`: opens the receive side on local endpoint `endpoint`.
@@ -1833,6 +1896,7 @@ impl NodeInner {
             let mut g = lock(&self.channels.sides[slot]);
             if g.as_ref().is_some_and(|s| s.generation == generation) {
                 *g = None;
+                lock(&self.channels.pools).retain(|p| p.2 != slot);
             }
         }
     }
@@ -1889,7 +1953,7 @@ impl NodeInner {
             let (Some(req), Some(item)) = (r.pending.pop_front(), r.fifo.pop_front()) else {
                 break;
             };
-            r.held.insert(item.offset);
+            r.held.hold(item.offset);
             let addr = r.pool.addr() + item.offset;
             DELIVERED.with(|d| d.borrow_mut().push((req, addr)));
             COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, item.len)));
@@ -2178,9 +2242,8 @@ impl Node {
             Ok(())
         })();
         if let Err(e) = queued {
-            let mut st = lock(&self.inner.state);
-            let _ = st.requests.complete(req, e, 0);
-            let _ = st.requests.take_completed(req);
+            // The call fails: the request never reaches the application.
+            let _ = lock(&self.inner.state).requests.release(req);
             return Err(e);
         }
         self.inner.flush_completed();
@@ -2192,6 +2255,9 @@ impl Node {
     /// zero-copy packet already posted is waited for first (the provider reads its memory
     /// until then), so the caller may reuse the buffer once the cancel returns.
     pub(super) fn withdraw_channel_request(&self, request: RequestHandle, c: ChanReq) -> bool {
+        if let ChanReq::Open { handle, .. } = c {
+            return self.withdraw_open(handle);
+        }
         let (ChanReq::Recv { handle } | ChanReq::Send { handle }) = c else {
             return false;
         };
@@ -2233,6 +2299,24 @@ impl Node {
             self.settle_send(request, handle);
         }
         withdrawn
+    }
+
+    /// Frees the side of a pending open unless the open was announced to the other side:
+    /// that side may have completed its own open against this one's endpoint already.
+    fn withdraw_open(&self, handle: ChannelHandle) -> bool {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return true;
+        };
+        let mut g = lock(&self.inner.channels.sides[slot]);
+        match g.as_ref().filter(|s| s.generation == generation) {
+            Some(side) if side.announced_to.is_some() => false,
+            Some(_) => {
+                *g = None;
+                lock(&self.inner.channels.pools).retain(|p| p.2 != slot);
+                true
+            }
+            None => true,
+        }
     }
 
     /// Before a cancel of send request `request`: a zero-copy packet already handed to the
@@ -2312,17 +2396,26 @@ impl Node {
             .live_state()?
             .requests
             .alloc(Req::Chan(ChanReq::Recv { handle }))?;
-        {
+        // Checked again under the lock it is queued under: a close in between drained the
+        // pending receives already, and one queued after it would wait forever.
+        let queued = (|| {
             let mut g = self
                 .inner
                 .side(handle, ChannelKind::Packet, Direction::Receive)?;
-            if let Some(SideIo {
-                data: SideData::Recv(r),
-                ..
-            }) = g.as_mut().and_then(|s| s.io.as_mut())
-            {
-                r.pending.push_back(req);
+            let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            side.check_usable()?;
+            match side.io.as_mut().map(|io| &mut io.data) {
+                Some(SideData::Recv(r)) => {
+                    r.pending.push_back(req);
+                    Ok(())
+                }
+                _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
             }
+        })();
+        if let Err(e) = queued {
+            // The call fails: the request never reaches the application.
+            let _ = lock(&self.inner.state).requests.release(req);
+            return Err(e);
         }
         self.progress_side(handle);
         Ok(req)
@@ -2379,7 +2472,7 @@ impl Node {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
         };
         let offset = addr.wrapping_sub(r.pool.addr());
-        if !r.held.remove(&offset) {
+        if !r.held.release(offset) {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
         }
         let b = offset / r.buffer_size;
@@ -2409,7 +2502,7 @@ impl Node {
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
-            }) => Ok(!r.held.contains(&addr.wrapping_sub(r.pool.addr()))),
+            }) => Ok(!r.held.contains(addr.wrapping_sub(r.pool.addr()))),
             _ => Ok(true),
         }
     }
@@ -2541,7 +2634,7 @@ fn take_item(side: &mut Side) -> Result<Option<Packet>> {
         return Err(Status::MCAPI_ERR_CHAN_INVALID);
     };
     if let Some(item) = r.fifo.pop_front() {
-        r.held.insert(item.offset);
+        r.held.hold(item.offset);
         return Ok(Some(Packet {
             pool: r.pool.clone(),
             offset: item.offset,
@@ -2554,19 +2647,15 @@ fn take_item(side: &mut Side) -> Result<Option<Packet>> {
 
 impl SideIo {
     /// A receive found the FIFO empty: the end of the stream (`gone`'s status) once the
-    /// sender closed or died and everything it sent arrived; else, about to wait, it
-    /// retries a return of credits that could not be sent.
-    fn nothing_received(&mut self, gone: Option<Status>) -> Result<()> {
-        let SideData::Recv(r) = &mut self.data else {
+    /// sender closed or died and everything it sent arrived.
+    fn nothing_received(&self, gone: Option<Status>) -> Result<()> {
+        let SideData::Recv(r) = &self.data else {
             return Err(Status::MCAPI_ERR_CHAN_INVALID);
         };
-        if let Some(status) = gone.filter(|_| r.sender_done()) {
-            return Err(status);
+        match gone.filter(|_| r.sender_done()) {
+            Some(status) => Err(status),
+            None => Ok(()),
         }
-        if let Some(n) = r.returns.flush() {
-            self.return_credits(n);
-        }
-        Ok(())
     }
 
     /// Re-posts credit receives consumed while the endpoint was lent to a zero-copy send.
@@ -2629,14 +2718,14 @@ impl NodeInner {
 }
 
 impl Node {
-    /// `mcapi_cancel` of an open: withdrawn, its side freed.
-    pub(super) fn cancel_channel_open(&self, port: u32, handle: ChannelHandle) {
+    /// `mcapi_cancel` of an open, once its side is withdrawn: the endpoint is no longer
+    /// opening.
+    pub(super) fn cancel_channel_open(&self, port: u32) {
         if let Ok(mut st) = self.inner.live_state() {
             if let Some(ep) = st.endpoints.get_mut(&port) {
                 ep.channel.binding.abandon_open();
                 ep.channel.side = None;
             }
         }
-        self.inner.free_side(handle);
     }
 }

@@ -163,11 +163,18 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_REQUEST_INVALID`, also for a channel send or receive that can no longer be
-    /// withdrawn (posted to the fabric, or served a packet): it completes as usual.
+    /// withdrawn (posted to the fabric, or served a packet) and for a channel open already
+    /// announced to the other side (which may have completed its own open against it): it
+    /// completes as usual.
     pub fn cancel(&self, request: RequestHandle) -> Result<()> {
-        let data = match self.inner.live_state()?.requests.get(request) {
-            Ok(Req::Chan(c @ (ChanReq::Send { .. } | ChanReq::Recv { .. }))) => Some(*c),
-            _ => None,
+        let data = {
+            let st = self.inner.live_state()?;
+            let pending = matches!(st.requests.state(request), Ok(RequestState::Pending));
+            match st.requests.get(request) {
+                Ok(Req::Chan(c @ (ChanReq::Send { .. } | ChanReq::Recv { .. }))) => Some(*c),
+                Ok(Req::Chan(c @ ChanReq::Open { .. })) if pending => Some(*c),
+                _ => None,
+            }
         };
         // Taken off its side first, under the side lock, so that no other thread posts or
         // serves it meanwhile.
@@ -191,9 +198,9 @@ impl Node {
                 st.send_free.push(slot);
             }
             Req::Get { .. } => {}
-            Req::Chan(ChanReq::Open { port, handle }) => {
+            Req::Chan(ChanReq::Open { port, .. }) => {
                 drop(st);
-                self.cancel_channel_open(port, handle);
+                self.cancel_channel_open(port);
             }
             // Sends and receives were withdrawn above; connects and closes complete at once
             // or go on regardless.
