@@ -37,7 +37,10 @@ struct Pair {
 
 impl Pair {
     fn new(prov: &str, job: &str, base: u32) -> Pair {
-        let cfg = config(prov, job);
+        Pair::with_config(config(prov, job), base)
+    }
+
+    fn with_config(cfg: Config, base: u32) -> Pair {
         let a = Node::initialize(0, base, cfg.clone()).unwrap();
         let b = Node::initialize(0, base + 1, cfg.clone()).unwrap();
         let third = Node::initialize(0, base + 2, cfg).unwrap();
@@ -62,15 +65,7 @@ impl Pair {
 /// A third node gets both endpoints and connects them (spec 7.1), then both sides open
 /// (receiver first or sender first) and wait.
 fn open(p: &Pair, scalar: bool, receiver_first: bool) -> (ChannelHandle, ChannelHandle) {
-    let s = p.third.endpoint_get(0, p.tx.node(), 10, WAIT).unwrap();
-    let r = p.third.endpoint_get(0, p.rx.node(), 20, WAIT).unwrap();
-    let c = if scalar {
-        p.third.sclchan_connect_i(s, r)
-    } else {
-        p.third.pktchan_connect_i(s, r)
-    }
-    .unwrap();
-    p.third.wait(c, None, WAIT).unwrap();
+    connect(p, scalar);
     let open_rx = |n: &Node| {
         if scalar {
             n.sclchan_recv_open_i(p.rx)
@@ -99,6 +94,19 @@ fn open(p: &Pair, scalar: bool, receiver_first: bool) -> (ChannelHandle, Channel
     p.b.wait(qr, None, WAIT).unwrap();
     waiter.join().unwrap().unwrap();
     (hs, hr)
+}
+
+/// The third node connects `tx` to `rx` (spec 7.1) and waits for the connect.
+fn connect(p: &Pair, scalar: bool) {
+    let s = p.third.endpoint_get(0, p.tx.node(), 10, WAIT).unwrap();
+    let r = p.third.endpoint_get(0, p.rx.node(), 20, WAIT).unwrap();
+    let c = if scalar {
+        p.third.sclchan_connect_i(s, r)
+    } else {
+        p.third.pktchan_connect_i(s, r)
+    }
+    .unwrap();
+    p.third.wait(c, None, WAIT).unwrap();
 }
 
 fn close(p: &Pair, hs: ChannelHandle, hr: ChannelHandle, scalar: bool) {
@@ -861,6 +869,232 @@ fn zero_copy_send_i_in_order_with_copying_and_blocking_sends() {
         for pkt in held {
             p.b.pktchan_release(pkt.addr()).unwrap();
         }
+        p.finalize();
+    }
+}
+
+/// A timeout for blocking channel calls where a stall is the failure: the call returns
+/// `MCAPI_TIMEOUT` (and the test fails) instead of hanging.
+const STALL: Option<Duration> = Some(Duration::from_secs(5));
+
+/// The 100 bytes of packet `i`.
+fn hundred_bytes(i: usize) -> Vec<u8> {
+    (0..100).map(|k| (k * 3 + i * 11 + 1) as u8).collect()
+}
+
+/// A 0-byte packet takes no room in its pool buffer, so the packet after it is received at
+/// the same address: each release of that address gives back one of the packets held there
+/// (`MCAPI_SUCCESS` as many times as packets are held, then `MCAPI_ERR_BUF_INVALID`), and
+/// every release returns its credit. Before the fix the receiver kept held packets in a set
+/// by address: the second release was `MCAPI_ERR_BUF_INVALID` and its credit leaked, so with
+/// 4 receive buffers the sender stalled after a few pairs. Packets held when the channel
+/// closes stay valid until released.
+#[test]
+fn zero_length_packets_share_an_address_and_each_release_returns_a_credit() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    const PAIRS: usize = 200;
+    for prov in providers() {
+        let mut cfg = config(prov, "zerolen");
+        cfg.recv_buffers = 4;
+        let p = Pair::with_config(cfg, 140);
+        p.a.set_endpoint_timeout(p.tx, STALL).unwrap();
+        p.b.set_endpoint_timeout(p.rx, STALL).unwrap();
+        let (hs, hr) = open(&p, false, true);
+
+        // Held together, then released in order: 0 and 100 bytes, then three empty packets
+        // and 100 bytes (all 4 credits), each time all at one address.
+        for (round, sizes) in [&[0usize, 100][..], &[0, 0, 0, 100]].iter().enumerate() {
+            let mut held = Vec::new();
+            for (i, &n) in sizes.iter().enumerate() {
+                let data = if n == 0 {
+                    Vec::new()
+                } else {
+                    hundred_bytes(round)
+                };
+                assert_eq!(p.a.pktchan_send(hs, &data), Ok(()), "{prov}: send {i}");
+                let pkt =
+                    p.b.pktchan_recv(hr)
+                        .unwrap_or_else(|e| panic!("{prov}: round {round} recv {i}: {e}"));
+                assert_eq!(pkt.len(), n, "{prov}: round {round} packet {i}");
+                assert_eq!(pkt.to_vec(), data, "{prov}: round {round} packet {i}");
+                held.push(pkt);
+            }
+            for (i, pkt) in held.iter().enumerate() {
+                assert_eq!(
+                    p.b.pktchan_release(pkt.addr()),
+                    Ok(()),
+                    "{prov}: round {round}: release of packet {i} of {sizes:?}"
+                );
+                let still_held = held[i + 1..].iter().any(|q| q.addr() == pkt.addr());
+                assert_eq!(
+                    p.b.pktchan_release_test(pkt.addr()),
+                    Ok(!still_held),
+                    "{prov}: round {round}: release_test after packet {i}"
+                );
+            }
+            for pkt in &held {
+                assert_eq!(
+                    p.b.pktchan_release(pkt.addr()),
+                    Err(Status::MCAPI_ERR_BUF_INVALID),
+                    "{prov}: round {round}: released twice"
+                );
+            }
+        }
+
+        // Many pairs through 4 buffers: no credit may leak (released in either order).
+        let a = p.a.clone();
+        let sender = std::thread::spawn(move || -> Result<(), (usize, Status)> {
+            for i in 0..PAIRS {
+                a.pktchan_send(hs, &[]).map_err(|e| (i, e))?;
+                a.pktchan_send(hs, &hundred_bytes(i)).map_err(|e| (i, e))?;
+            }
+            Ok(())
+        });
+        for i in 0..PAIRS {
+            let mut pair = Vec::new();
+            for _ in 0..2 {
+                let pkt =
+                    p.b.pktchan_recv(hr)
+                        .unwrap_or_else(|e| panic!("{prov}: pair {i}: recv: {e}"));
+                pair.push(pkt);
+            }
+            assert_eq!(pair[0].len(), 0, "{prov}: pair {i}");
+            assert_eq!(pair[1].to_vec(), hundred_bytes(i), "{prov}: pair {i}");
+            if i % 2 == 1 {
+                pair.reverse();
+            }
+            for pkt in &pair {
+                assert_eq!(
+                    p.b.pktchan_release(pkt.addr()),
+                    Ok(()),
+                    "{prov}: pair {i}: release of {} bytes",
+                    pkt.len()
+                );
+            }
+        }
+        assert_eq!(sender.join().unwrap(), Ok(()), "{prov}: sender");
+
+        // Both held across the close, released after it.
+        p.a.pktchan_send(hs, &[]).unwrap();
+        p.a.pktchan_send(hs, &hundred_bytes(7)).unwrap();
+        let empty = p.b.pktchan_recv(hr).unwrap();
+        let full = p.b.pktchan_recv(hr).unwrap();
+        assert_eq!((empty.len(), full.len()), (0, 100), "{prov}");
+        close(&p, hs, hr, false);
+        assert_eq!(full.to_vec(), hundred_bytes(7), "{prov}: after the close");
+        assert_eq!(
+            p.b.pktchan_release(empty.addr()),
+            Ok(()),
+            "{prov}: empty packet after the close"
+        );
+        assert_eq!(
+            p.b.pktchan_release(full.addr()),
+            Ok(()),
+            "{prov}: 100-byte packet after the close"
+        );
+        assert_eq!(
+            p.b.pktchan_release(full.addr()),
+            Err(Status::MCAPI_ERR_BUF_INVALID),
+            "{prov}: released twice after the close"
+        );
+        p.finalize();
+    }
+}
+
+/// Aborts the test binary unless dropped within `limit`: for a hang no MCAPI timeout can
+/// bound (a thread spinning inside libfabric on a freed endpoint).
+struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    fn new(what: String, limit: Duration) -> Watchdog {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = done.clone();
+        std::thread::spawn(move || {
+            let until = Instant::now() + limit;
+            while Instant::now() < until {
+                if seen.load(std::sync::atomic::Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("{what}: still running after {limit:?}, aborting");
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// The receiver's open has announced itself to the sender's node (a `test` advanced it)
+/// when the receiver cancels it. Either the cancel is refused (`MCAPI_ERR_REQUEST_INVALID`)
+/// and that open goes on and completes, or it is withdrawn and a second open takes its
+/// place; either way the sender's open completes with the live side, packets flow (past the
+/// 16 credits of the pool) and the channel closes. Before the fix the sender's open
+/// completed against the cancelled side's closed endpoint: on tcp every send and receive
+/// then timed out; on shm the first send used the freed endpoint inside libfabric and
+/// crashed the test binary (SIGSEGV), spun there forever (hence the watchdog) or timed out,
+/// so tcp runs first.
+#[test]
+fn cancel_of_an_announced_open_leaves_a_working_channel() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let mut provs = providers();
+    provs.sort_by_key(|&prov| prov != "tcp");
+    for prov in provs {
+        let _watchdog = Watchdog::new(format!("cancelopen on {prov}"), Duration::from_secs(90));
+        let p = Pair::new(prov, "cancelopen", 150);
+        p.a.set_endpoint_timeout(p.tx, STALL).unwrap();
+        p.b.set_endpoint_timeout(p.rx, STALL).unwrap();
+        connect(&p, false);
+        let (h_first, q_first) = p.b.pktchan_recv_open_i(p.rx).unwrap();
+        assert_eq!(p.b.test(q_first, None), Ok(None), "{prov}: open alone");
+        // Time for the announce to reach the sender's node.
+        std::thread::sleep(Duration::from_millis(200));
+        let cancelled = match p.b.cancel(q_first) {
+            Ok(()) => true,
+            Err(Status::MCAPI_ERR_REQUEST_INVALID) => false,
+            Err(e) => panic!("{prov}: cancel of the open: {e}"),
+        };
+        eprintln!("{prov}: cancel of the announced open withdrew it: {cancelled}");
+        let (hs, qs) = p.a.pktchan_send_open_i(p.tx).unwrap();
+        let a = p.a.clone();
+        let sender_open = std::thread::spawn(move || a.wait(qs, None, WAIT));
+        let hr = if cancelled {
+            assert_eq!(
+                p.b.wait(q_first, None, WAIT),
+                Err(Status::MCAPI_ERR_REQUEST_CANCELLED),
+                "{prov}"
+            );
+            let (hr, qr) = p.b.pktchan_recv_open_i(p.rx).unwrap();
+            p.b.wait(qr, None, WAIT)
+                .unwrap_or_else(|e| panic!("{prov}: second open: {e}"));
+            hr
+        } else {
+            p.b.wait(q_first, None, WAIT)
+                .unwrap_or_else(|e| panic!("{prov}: open after a refused cancel: {e}"));
+            h_first
+        };
+        sender_open
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{prov}: sender's open: {e}"));
+        for i in 0..40u32 {
+            assert_eq!(
+                p.a.pktchan_send(hs, &i.to_le_bytes()),
+                Ok(()),
+                "{prov} (cancelled: {cancelled}): send {i}"
+            );
+            let pkt =
+                p.b.pktchan_recv(hr)
+                    .unwrap_or_else(|e| panic!("{prov} (cancelled: {cancelled}): recv {i}: {e}"));
+            assert_eq!(pkt.to_vec(), i.to_le_bytes(), "{prov}");
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        close(&p, hs, hr, false);
         p.finalize();
     }
 }
