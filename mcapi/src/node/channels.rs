@@ -183,7 +183,16 @@ pub(super) struct ChannelTable {
     generation: AtomicU32,
     /// Receive pools: `(start, end, slot)`, to find the channel of a released buffer.
     pools: Mutex<Vec<(usize, usize, usize)>>,
+    /// Endpoints of retired sides, with when they retired: closed [`RETIRED_GRACE`] later
+    /// (or at finalize). shm hands an endpoint of the same process its peer's own mapping,
+    /// which closing the peer unmaps: the other side, still open, would crash in its next
+    /// CQ read if a message of ours (the last credit return, the connect handshake of a
+    /// first one) was still in its queue.
+    retired: Mutex<VecDeque<(Instant, Endpoint)>>,
 }
+
+/// How long a retired side's endpoint stays open, unused, before it is closed.
+const RETIRED_GRACE: Duration = Duration::from_secs(1);
 
 impl ChannelTable {
     pub(super) fn new() -> ChannelTable {
@@ -193,6 +202,7 @@ impl ChannelTable {
             used: Default::default(),
             generation: AtomicU32::new(1),
             pools: Mutex::new(Vec::new()),
+            retired: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -203,6 +213,27 @@ impl ChannelTable {
             lock(s).take();
         }
         lock(&self.pools).clear();
+        lock(&self.retired).clear();
+    }
+
+    /// Keeps the endpoint of a retired side open, unused, for [`RETIRED_GRACE`].
+    fn park(&self, ep: Option<Endpoint>) {
+        if let Some(ep) = ep {
+            lock(&self.retired).push_back((Instant::now(), ep));
+        }
+    }
+
+    /// Closes the parked endpoints whose grace is over (background thread).
+    pub(super) fn close_retired(&self) {
+        let Ok(mut retired) = self.retired.try_lock() else {
+            return;
+        };
+        while retired
+            .front()
+            .is_some_and(|(at, _)| at.elapsed() >= RETIRED_GRACE)
+        {
+            retired.pop_front();
+        }
     }
 
     /// Progresses every other side that is free right now (a blocked call between its
@@ -610,7 +641,9 @@ impl Side {
 impl SideIo {
     fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
         let mut seen = 0;
-        loop {
+        // Without its endpoint (closed, or parked after retirement) the CQ has nothing to
+        // report, and reading it would progress a parked endpoint.
+        while self.ep.is_some() {
             match self.cq.read(&mut self.cq_buf) {
                 Ok(0) => break,
                 Ok(n) => {
@@ -1895,7 +1928,9 @@ impl NodeInner {
         if let Some((slot, generation, ..)) = handle.decode() {
             let mut g = lock(&self.channels.sides[slot]);
             if g.as_ref().is_some_and(|s| s.generation == generation) {
-                *g = None;
+                if let Some(io) = g.take().and_then(|s| s.io) {
+                    self.channels.park(io.ep);
+                }
                 lock(&self.channels.pools).retain(|p| p.2 != slot);
             }
         }
@@ -1914,21 +1949,29 @@ impl NodeInner {
         // Completions already there count (zero-copy sends that did complete).
         side.progress();
         let held = match &mut side.io {
-            Some(io) => {
-                // Our only handle: the endpoint closes now, and the provider stops reading
-                // the memory of zero-copy sends still posted.
-                io.ep = None;
-                match &mut io.data {
-                    SideData::Recv(r) => !r.held.is_empty(),
-                    SideData::Send(s) => {
-                        // Sends the departed receiver can no longer take fail, not vanish.
-                        s.fail_queued();
-                        s.fail_in_flight();
-                        false
-                    }
-                    SideData::Unconnected => false,
+            Some(io) => match &mut io.data {
+                SideData::Recv(r) => {
+                    self.channels.park(io.ep.take());
+                    !r.held.is_empty()
                 }
-            }
+                SideData::Send(s) => {
+                    if s.has_in_flight() {
+                        // Our only handle on zero-copy sends still posted: closing the
+                        // endpoint now stops the provider reading their memory.
+                        io.ep = None;
+                    } else {
+                        self.channels.park(io.ep.take());
+                    }
+                    // Sends the departed receiver can no longer take fail, not vanish.
+                    s.fail_queued();
+                    s.fail_in_flight();
+                    false
+                }
+                SideData::Unconnected => {
+                    self.channels.park(io.ep.take());
+                    false
+                }
+            },
             None => false,
         };
         side.closed = true;

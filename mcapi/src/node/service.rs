@@ -105,6 +105,7 @@ pub(super) fn background_progress(node: Weak<NodeInner>) {
     loop {
         std::thread::sleep(pause);
         let Some(node) = node.upgrade() else { return };
+        node.channels.close_retired();
         // While application threads progress the node themselves, stay out of their way
         // (no lock traffic, no preemption of a busy core).
         let app = node.app_progress.load(Ordering::Relaxed);
