@@ -686,6 +686,45 @@ fn killed_peer(prov: &str) -> TestResult {
     Ok(())
 }
 
+/// Posts a 64-byte tagged receive for tag `tag` (context `tag`) on `rx`; the memory must
+/// live until it completes.
+fn post_landing(rx: &Side, tag: u64) -> Result<MemoryRegion, Error> {
+    let landing = MemoryRegion::new(&rx.domain, 64)?;
+    rx.ep
+        .recv_tagged(landing.slice(0, 64)?, FiAddr::UNSPEC, tag, 0, tag)?;
+    Ok(landing)
+}
+
+/// A thread with its own endpoint that injects "wake" with tag `tag` to `rx` after `delay`,
+/// then keeps reading its CQ (manual-progress providers send only while the sender does)
+/// until the returned flag is set.
+fn wake_later(
+    prov: &str,
+    rx: &Side,
+    tag: u64,
+    delay: Duration,
+) -> (std::thread::JoinHandle<Result<(), String>>, Arc<AtomicBool>) {
+    let rx_addr = rx.ep.address().to_vec();
+    let tx_hints = hints(prov);
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = done.clone();
+    let sender = std::thread::spawn(move || -> Result<(), String> {
+        let tx = Side::open(&tx_hints, EndpointOptions::default()).map_err(|e| e.to_string())?;
+        let dest = tx.av.insert(&rx_addr).map_err(|e| e.to_string())?;
+        std::thread::sleep(delay);
+        tx.cq
+            .retry_on_again(|| tx.ep.inject_tagged(b"wake", dest, tag), |_| {})
+            .map_err(|e| e.to_string())?;
+        while !stop.load(Ordering::Acquire) {
+            let mut b = [Completion::default(); 4];
+            tx.cq.read(&mut b).map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    });
+    (sender, done)
+}
+
 /// A receiver sleeps in `fi_cq_sread` on an fd wait object (no spinning) and wakes when a
 /// message arrives from another thread; an idle `sread` returns after its timeout.
 ///
@@ -721,28 +760,8 @@ fn cq_wait(prov: &str) -> TestResult {
         format!("idle sread returned after {idle:?}")
     })?;
 
-    let landing = MemoryRegion::new(&rx.domain, 64)?;
-    rx.ep
-        .recv_tagged(landing.slice(0, 64)?, FiAddr::UNSPEC, 3, 0, 3)?;
-    let rx_addr = rx.ep.address().to_vec();
-    let tx_hints = hints(prov);
-    let done = Arc::new(AtomicBool::new(false));
-    let stop = done.clone();
-    let sender = std::thread::spawn(move || -> Result<(), String> {
-        let tx = Side::open(&tx_hints, EndpointOptions::default()).map_err(|e| e.to_string())?;
-        let dest = tx.av.insert(&rx_addr).map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_millis(100));
-        tx.cq
-            .retry_on_again(|| tx.ep.inject_tagged(b"wake", dest, 3), |_| {})
-            .map_err(|e| e.to_string())?;
-        // Manual-progress providers send only while the sender reads its CQ.
-        while !stop.load(Ordering::Acquire) {
-            let mut b = [Completion::default(); 4];
-            tx.cq.read(&mut b).map_err(|e| e.to_string())?;
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        Ok(())
-    });
+    let _landing = post_landing(&rx, 3)?;
+    let (sender, done) = wake_later(prov, &rx, 3, Duration::from_millis(100));
     // Sleep on the wait object between reads.
     let t1 = Instant::now();
     let mut got = 0;
@@ -802,27 +821,8 @@ fn cq_sleep(prov: &str) -> TestResult {
         format!("idle sleep returned after {idle:?}")
     })?;
 
-    let landing = MemoryRegion::new(&rx.domain, 64)?;
-    rx.ep
-        .recv_tagged(landing.slice(0, 64)?, FiAddr::UNSPEC, 5, 0, 5)?;
-    let rx_addr = rx.ep.address().to_vec();
-    let tx_hints = hints(prov);
-    let done = Arc::new(AtomicBool::new(false));
-    let stop = done.clone();
-    let sender = std::thread::spawn(move || -> Result<(), String> {
-        let tx = Side::open(&tx_hints, EndpointOptions::default()).map_err(|e| e.to_string())?;
-        let dest = tx.av.insert(&rx_addr).map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_millis(50));
-        tx.cq
-            .retry_on_again(|| tx.ep.inject_tagged(b"wake", dest, 5), |_| {})
-            .map_err(|e| e.to_string())?;
-        while !stop.load(Ordering::Acquire) {
-            let mut b = [Completion::default(); 4];
-            tx.cq.read(&mut b).map_err(|e| e.to_string())?;
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        Ok(())
-    });
+    let _landing = post_landing(&rx, 5)?;
+    let (sender, done) = wake_later(prov, &rx, 5, Duration::from_millis(50));
     // Sleep between reads, as a blocked MCAPI call does once its spin is over.
     let t1 = Instant::now();
     let mut buf = [Completion::default(); 4];
