@@ -321,8 +321,11 @@ impl NodeInner {
         ep.queue.pop();
         ep.pool
             .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len]);
-        self.post_recv_slot(ep, port, head.slot)?;
-        let _ = ep.credits.consumed(SenderId(u32::from(head.peer)));
+        // The message is the caller's now. A slot the provider refused to take back costs
+        // its credit (never returned: the sender must not count on a receive not posted).
+        if self.post_recv_slot(ep, port, head.slot).is_ok() {
+            let _ = ep.credits.consumed(SenderId(u32::from(head.peer)));
+        }
         while let Some(ctl) = ep.credits.poll() {
             queue_control(peers, outbox, port, ctl);
         }
@@ -351,10 +354,12 @@ impl NodeInner {
                 if deadline.get().is_some_and(|d| Instant::now() >= d) {
                     return Err(Status::MCAPI_TIMEOUT);
                 }
+                // try_lock: the stream's owner may be in a call to that peer, whose answer
+                // can need this node's state lock, which we hold.
                 let closed = st.peers[peer as usize]
                     .stream
                     .as_ref()
-                    .is_some_and(|s| lock(s).is_closed());
+                    .is_some_and(|s| s.try_lock().is_ok_and(|s| s.is_closed()));
                 if closed || !st.peers[peer as usize].alive {
                     if st.peers[peer as usize].alive {
                         st.peers[peer as usize].alive = false;
@@ -641,13 +646,25 @@ impl NodeInner {
         node: u32,
         deadline: Option<Instant>,
     ) -> Result<u16> {
-        {
+        let connected = || -> Result<Option<u16>> {
             let st = self.live_state()?;
-            if let Some(&p) = st.peer_of.get(&(domain, node)) {
-                if st.peers[p as usize].stream.is_some() {
-                    return Ok(p);
-                }
-            }
+            Ok(st
+                .peer_of
+                .get(&(domain, node))
+                .copied()
+                .filter(|&p| st.peers[p as usize].stream.is_some()))
+        };
+        if let Some(p) = connected()? {
+            return Ok(p);
+        }
+        let contact = lock(&self.contacting)
+            .entry((domain, node))
+            .or_default()
+            .clone();
+        let _contact = lock(&contact);
+        // Another thread may have made the contact meanwhile.
+        if let Some(p) = connected()? {
+            return Ok(p);
         }
         let to =
             Rendezvous::of(&self.config, domain, node).ok_or(Status::MCAPI_ERR_NODE_INVALID)?;

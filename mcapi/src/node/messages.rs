@@ -97,18 +97,17 @@ impl Node {
             }
         };
         let key = (peer, to.port());
-        if !st.pending_sends.is_empty() {
-            // Behind non-blocking sends still waiting for credits: queue after them.
-            let h = self.inner.queue_send(&mut st, key, priority as u8, data)?;
-            self.inner.advance_sends(&mut st);
-            drop(st);
-            return self.wait(h, None, timeout).map(|_| ());
-        }
         let mut backoff = Backoff::new();
         let mut progressed = false;
         loop {
             if !st.peers[peer as usize].alive {
                 return Err(Status::MCAPI_ERR_TRANSMISSION);
+            }
+            if !st.pending_sends.is_empty() {
+                // Non-blocking sends were queued while we waited unlocked: after them (the
+                // sequence number taken below is then never taken by one of them meanwhile).
+                drop(st);
+                return self.send_behind_queued(key, priority as u8, data, &mut deadline);
             }
             let remote = st
                 .remotes
@@ -188,6 +187,57 @@ impl Node {
         }
     }
 
+    /// A blocking `msg_send` while non-blocking sends wait for credits: queued behind them
+    /// (order), waiting for a send slot or request while all are taken (the call blocks,
+    /// its ERRORS table has no limit codes), withdrawn if the timeout passes first.
+    fn send_behind_queued(
+        &self,
+        key: (u16, u32),
+        priority: u8,
+        data: &[u8],
+        deadline: &mut Deadline,
+    ) -> Result<()> {
+        let mut backoff = Backoff::new();
+        let h = loop {
+            let mut st = self.inner.live_state()?;
+            match self.inner.queue_send(&mut st, key, priority, data) {
+                Ok(h) => {
+                    self.inner.advance_sends(&mut st);
+                    break h;
+                }
+                Err(Status::MCAPI_ERR_MEM_LIMIT | Status::MCAPI_ERR_REQUEST_LIMIT) => {
+                    self.inner.progress(&mut st);
+                    self.inner.advance_sends(&mut st);
+                }
+                Err(e) => return Err(e),
+            }
+            drop(st);
+            backoff.wait_on(deadline.get(), || vec![self.inner.fab.cq.clone()])?;
+        };
+        let timeout = deadline
+            .get()
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        match self.wait(h, None, timeout) {
+            Err(Status::MCAPI_TIMEOUT) => {
+                // Withdrawn under the lock that sends it, unless it went meanwhile.
+                let mut st = self.inner.live_state()?;
+                if let Ok(RequestState::Pending) = st.requests.state(h) {
+                    if let Ok(Some(Req::Send { slot, .. })) = st.requests.release(h) {
+                        st.pending_sends.retain(|&q| q != h);
+                        st.send_free.push(slot);
+                    }
+                    return Err(Status::MCAPI_TIMEOUT);
+                }
+                match st.requests.take_completed(h) {
+                    Ok(Some(done)) if done.status == Status::MCAPI_SUCCESS => Ok(()),
+                    Ok(Some(done)) => Err(done.status),
+                    _ => Err(Status::MCAPI_TIMEOUT),
+                }
+            }
+            r => r.map(|_| ()),
+        }
+    }
+
     /// `mcapi_msg_recv`: the next message of local endpoint `endpoint` (highest priority
     /// first, FIFO within a priority) into `buf`; returns its length. Blocks up to the
     /// endpoint's timeout.
@@ -255,10 +305,12 @@ impl Node {
     pub fn msg_recv_i(&self, endpoint: EndpointId) -> Result<RequestHandle> {
         let port = self.local_port(endpoint)?;
         let mut st = self.inner.live_state()?;
+        if !st.endpoints.contains_key(&port) {
+            return Err(Status::MCAPI_ERR_ENDP_INVALID);
+        }
         let h = st.requests.alloc(Req::Recv { port })?;
-        match st.endpoints.get_mut(&port) {
-            Some(ep) => ep.pending_recvs.push_back(h),
-            None => return Err(Status::MCAPI_ERR_ENDP_INVALID),
+        if let Some(ep) = st.endpoints.get_mut(&port) {
+            ep.pending_recvs.push_back(h);
         }
         Ok(h)
     }

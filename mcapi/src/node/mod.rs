@@ -79,7 +79,14 @@ struct NodeInner {
     channels: ChannelTable,
     /// Tells this run of the node from earlier ones with the same id (peers' view).
     incarnation: u64,
+    /// One lock per node we make first contact with: two threads contacting it at once
+    /// must share one control connection (a second one replacing the first would close
+    /// it, and the peer would take us for dead).
+    contacting: Mutex<HashMap<(u32, u32), ContactLock>>,
 }
+
+/// Held while first contact with one node is made.
+type ContactLock = Arc<Mutex<()>>;
 
 /// The node's libfabric objects.
 struct Fab {
@@ -335,6 +342,7 @@ impl Node {
             app_progress: AtomicU64::new(0),
             channels: ChannelTable::new(),
             incarnation: new_incarnation(),
+            contacting: Mutex::new(HashMap::default()),
         });
         inner.post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));

@@ -74,7 +74,7 @@ impl Node {
         self.inner.live_state()?.requests.begin_wait(request)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
-        loop {
+        let mut wait = || -> Result<Option<usize>> {
             self.poll_get(request)?;
             self.poll_channel(request)?;
             let mut st = self.inner.live_state()?;
@@ -83,14 +83,26 @@ impl Node {
                 .try_complete(&mut st, request, buf.as_deref_mut())?;
             if let Some(done) = st.requests.take_completed(request)? {
                 return match done.status {
-                    Status::MCAPI_SUCCESS => Ok(done.size),
+                    Status::MCAPI_SUCCESS => Ok(Some(done.size)),
                     status => Err(status),
                 };
             }
             drop(st);
-            if let Err(e) = backoff.wait_on(deadline, || self.request_cqs(&[request])) {
-                let _ = self.inner.live_state()?.requests.end_wait(request);
-                return Err(e);
+            backoff.wait_on(deadline, || self.request_cqs(&[request]))?;
+            Ok(None)
+        };
+        loop {
+            match wait() {
+                Ok(None) => {}
+                Ok(Some(size)) => return Ok(size),
+                Err(e) => {
+                    // Whatever ended the wait, the request may be waited on again (a
+                    // completed one is released already).
+                    if let Ok(mut st) = self.inner.live_state() {
+                        let _ = st.requests.end_wait(request);
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -136,13 +148,21 @@ impl Node {
             }
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
-            st.requests.find_ready(requests)?;
-            for (&r, buf) in requests.iter().zip(buffers.iter_mut()) {
+            let mut ready = st.requests.find_ready(requests)?;
+            // Receives take their message only until one request is done: a receive that
+            // is not reported must not have consumed one.
+            for (i, (&r, buf)) in requests.iter().zip(buffers.iter_mut()).enumerate() {
+                if ready.is_some() {
+                    break;
+                }
                 if let Some(buf) = buf.as_deref_mut() {
                     self.inner.try_complete(&mut st, r, Some(buf))?;
+                    if st.requests.find_ready(&requests[i..=i])?.is_some() {
+                        ready = Some(i);
+                    }
                 }
             }
-            if let Some(i) = st.requests.find_ready(requests)? {
+            if let Some(i) = ready {
                 let outcome = match st.requests.take_completed(requests[i]) {
                     Ok(Some(done)) if done.status == Status::MCAPI_SUCCESS => Ok(done.size),
                     Ok(Some(done)) => Err(done.status),
