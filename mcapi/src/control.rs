@@ -271,6 +271,12 @@ pub enum Frame {
         /// Operation bytes (a fabric address).
         bytes: Vec<u8>,
     },
+    /// Endpoint `port` of the sending node was deleted: forget the credits and sequence
+    /// numbers kept for sending to it.
+    EndpointDeleted {
+        /// Endpoint port.
+        port: u32,
+    },
     /// A positive answer carrying a value (attribute value, 1 for "exists").
     Value(u64),
     /// A negative answer carrying an MCAPI status code.
@@ -333,6 +339,10 @@ impl Frame {
                 put(5);
                 put(u64::from(*code));
             }
+            Frame::EndpointDeleted { port } => {
+                put(10);
+                put(u64::from(*port));
+            }
             Frame::Channel {
                 op,
                 port,
@@ -387,6 +397,7 @@ impl Frame {
                 seen: small(3)?,
             }))?,
             5 => exact(2).and(Some(Frame::Refused(small(1)?)))?,
+            10 => exact(2).and(Some(Frame::EndpointDeleted { port: small(1)? }))?,
             9 => Frame::Channel {
                 op: small(1)?,
                 port: small(2)?,

@@ -53,7 +53,12 @@ impl NodeInner {
             .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
             .map_err(ofi_status)?;
         let (tag, ignore) = Tag::match_port(Kind::Message, port);
-        self.post_receive(buf, tag, ignore, Context::RecvSlot { port, slot })
+        let context = Context::RecvSlot {
+            port,
+            generation: ep.generation,
+            slot,
+        };
+        self.post_receive(buf, tag, ignore, context)
     }
 
     /// Posts control receive slot `slot`. Control messages travel untagged (their tag as
@@ -463,7 +468,11 @@ impl NodeInner {
     pub(super) fn dispatch(&self, st: &mut State, c: &Completion) {
         match Context::decode(c.context()) {
             Some(Context::SendSlot(s)) => st.send_free.push(s),
-            Some(Context::RecvSlot { port, slot }) => self.message_arrived(st, port, slot, c),
+            Some(Context::RecvSlot {
+                port,
+                generation,
+                slot,
+            }) => self.message_arrived(st, port, generation, slot, c),
             Some(Context::ControlSlot(slot)) => {
                 let mut tag = [0u8; 8];
                 self.fab.control_pool.read(slot as usize * 8, &mut tag);
@@ -476,8 +485,21 @@ impl NodeInner {
         }
     }
 
-    pub(super) fn message_arrived(&self, st: &mut State, port: u32, slot: u32, c: &Completion) {
-        let Some(ep) = st.endpoints.get_mut(&port) else {
+    pub(super) fn message_arrived(
+        &self,
+        st: &mut State,
+        port: u32,
+        generation: u8,
+        slot: u32,
+        c: &Completion,
+    ) {
+        // A slot of a deleted endpoint (its messages are discarded, spec 4.2.2), also when
+        // another endpoint was created at the port since: that one's slots are its own.
+        let Some(ep) = st
+            .endpoints
+            .get_mut(&port)
+            .filter(|ep| ep.generation == generation)
+        else {
             return;
         };
         let Some(tag) = Tag::decode(c.tag()) else {
@@ -634,6 +656,39 @@ impl NodeInner {
                 Err(_) => {
                     st.outbox.pop_front();
                 }
+            }
+        }
+    }
+
+    /// Endpoint `port` of node `from` was deleted: what we kept for sending to it goes (a
+    /// new endpoint at that port starts afresh), and sends queued for it fail.
+    pub(super) fn forget_remote(&self, from: (u32, u32), port: u32) {
+        let Ok(mut st) = self.live_state() else {
+            return;
+        };
+        if let Some(&peer) = st.peer_of.get(&from) {
+            st.remotes.remove(&(peer, port));
+            self.advance_sends(&mut st);
+        }
+    }
+
+    /// Tells the nodes that sent to local endpoint `port` that it was deleted.
+    pub(super) fn announce_deleted(&self, port: u32, senders: &[u16]) {
+        for &peer in senders {
+            let node = {
+                let Ok(st) = self.live_state() else { return };
+                st.peer_of
+                    .iter()
+                    .find(|(_, &p)| p == peer)
+                    .map(|(&node, _)| node)
+            };
+            let Some((domain, node)) = node else { continue };
+            // A node that cannot be reached has no credits to forget.
+            if self
+                .connect_peer(domain, node, Some(Instant::now() + PEER_NOTICE))
+                .is_ok()
+            {
+                let _ = self.control_call(peer, &Frame::EndpointDeleted { port });
             }
         }
     }

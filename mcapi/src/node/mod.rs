@@ -43,6 +43,8 @@ const CONTROL_SLOTS_MIN: u32 = 64;
 const CQ_BATCH: usize = 16;
 /// How long messages of a peer that closed its control connection are still accepted.
 const DEPARTURE_GRACE: Duration = Duration::from_secs(2);
+/// How long a deleted endpoint's node tries to reach a sender to tell it.
+const PEER_NOTICE: Duration = Duration::from_secs(1);
 /// Sender nodes one endpoint serves at once (its credit pool and reorder state are
 /// preallocated for them).
 const MAX_SENDERS: usize = 256;
@@ -107,6 +109,8 @@ struct State {
     // only this process chooses, so SipHash's flooding resistance buys nothing here.
     endpoints: HashMap<u32, LocalEndpoint>,
     next_any_port: u32,
+    /// The generation the next endpoint created gets (see [`LocalEndpoint::generation`]).
+    next_endpoint_generation: u8,
     peers: Vec<Peer>,
     peer_of: HashMap<(u32, u32), u16>,
     remotes: HashMap<(u16, u32), Remote>,
@@ -187,6 +191,8 @@ struct LocalEndpoint {
     /// Largest packet (`MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE`, settable for channels).
     max_payload: usize,
     channel: EndpointChannel,
+    /// Tells this endpoint's receive slots from those of an earlier one at the same port.
+    generation: u8,
 }
 
 /// A message in its receive slot (12 bytes: cheap to move through the queues).
@@ -317,6 +323,7 @@ impl Node {
         let state = State {
             endpoints: HashMap::default(),
             next_any_port: 1 << 20,
+            next_endpoint_generation: 0,
             peers: Vec::new(),
             peer_of: HashMap::default(),
             remotes: HashMap::default(),
@@ -488,7 +495,9 @@ impl Node {
             pending_recvs: VecDeque::with_capacity(16),
             max_payload: MAX_MSG_SIZE,
             channel: EndpointChannel::default(),
+            generation: st.next_endpoint_generation,
         };
+        st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         for slot in 0..n {
             self.inner.post_recv_slot(&ep, port, slot)?;
         }
@@ -519,13 +528,19 @@ impl Node {
             .remove(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
         for slot in 0..ep.slots {
-            let _ = self
-                .inner
-                .fab
-                .ep
-                .cancel(Context::RecvSlot { port, slot }.encode());
+            let _ = self.inner.fab.ep.cancel(
+                Context::RecvSlot {
+                    port,
+                    generation: ep.generation,
+                    slot,
+                }
+                .encode(),
+            );
         }
         // The slots' memory stays registered with the fabric endpoint until the node ends.
+        drop(st);
+        let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
+        self.inner.announce_deleted(port, &senders);
         Ok(())
     }
 

@@ -49,6 +49,12 @@ impl Handler for ControlHandler {
                 };
                 node.answer_credit_request(from, *port, *want, *seen)
             }
+            Frame::EndpointDeleted { port } => {
+                if let Some(from) = peer {
+                    node.forget_remote(from, *port);
+                }
+                Frame::Value(0)
+            }
             Frame::NodeAttribute { attribute } => match node.attributes.get(*attribute) {
                 Ok(v) => Frame::Value(v),
                 Err(s) => Frame::Refused(s.code()),

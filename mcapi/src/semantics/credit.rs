@@ -332,6 +332,11 @@ impl CreditPool {
         }
     }
 
+    /// Every sender the pool has dealt with.
+    pub fn senders(&self) -> impl Iterator<Item = SenderId> + '_ {
+        self.index.keys().copied()
+    }
+
     /// The next control message to send, if any.
     pub fn poll(&mut self) -> Option<Control> {
         while let Some(&i) = self.outbox.front() {

@@ -114,6 +114,9 @@ pub enum Context {
     RecvSlot {
         /// The endpoint's port.
         port: u32,
+        /// Which endpoint created at that port (6 bits): the completions of a deleted
+        /// endpoint's slots are told from the slots of one created after it.
+        generation: u8,
         /// Slot index in the endpoint's pool.
         slot: u32,
     },
@@ -127,7 +130,16 @@ impl Context {
     /// Packs into a non-zero `u64`.
     pub const fn encode(self) -> u64 {
         match self {
-            Context::RecvSlot { port, slot } => 1 << 62 | (port as u64) << 32 | slot as u64,
+            Context::RecvSlot {
+                port,
+                generation,
+                slot,
+            } => {
+                1 << 62
+                    | ((generation & 0x3F) as u64) << 56
+                    | ((port & 0xFF_FFFF) as u64) << 32
+                    | slot as u64
+            }
             Context::ControlSlot(i) => 2 << 62 | i as u64,
             Context::SendSlot(i) => 3 << 62 | i as u64,
         }
@@ -137,7 +149,8 @@ impl Context {
     pub fn decode(v: u64) -> Option<Context> {
         Some(match v >> 62 {
             1 => Context::RecvSlot {
-                port: ((v >> 32) & 0x3FFF_FFFF) as u32,
+                port: ((v >> 32) & 0xFF_FFFF) as u32,
+                generation: ((v >> 56) & 0x3F) as u8,
                 slot: v as u32,
             },
             2 => Context::ControlSlot(v as u32),
@@ -181,9 +194,14 @@ mod tests {
     #[test]
     fn contexts_round_trip() {
         for c in [
-            Context::RecvSlot { port: 0, slot: 0 },
+            Context::RecvSlot {
+                port: 0,
+                generation: 0,
+                slot: 0,
+            },
             Context::RecvSlot {
                 port: MAX_WIRE_PORT,
+                generation: 0x3F,
                 slot: u32::MAX,
             },
             Context::ControlSlot(9),
