@@ -862,3 +862,280 @@ fn tcp_interface_is_chosen_by_name() {
         Some(Status::MCAPI_ERR_NODE_INITFAILED)
     );
 }
+
+/// Blocks until `node` has `count` messages queued at `ep` (10 s at most).
+fn await_available(node: &Node, ep: EndpointId, count: usize, what: &str) {
+    let start = std::time::Instant::now();
+    while node.msg_available(ep).unwrap() < count {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what}: {count} messages never queued"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Receives at `ep` until `count` messages came or a receive times out (after the
+/// endpoint's timeout).
+fn recv_up_to(node: &Node, ep: EndpointId, count: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while got.len() < count {
+        match node.msg_recv(ep, &mut buf) {
+            Ok(n) => got.push(buf[..n].to_vec()),
+            Err(Status::MCAPI_TIMEOUT) => break,
+            Err(e) => panic!("msg_recv: {e:?}"),
+        }
+    }
+    got
+}
+
+/// Receives at `ep` until a receive times out (after the endpoint's timeout).
+fn drain(node: &Node, ep: EndpointId) -> Vec<Vec<u8>> {
+    recv_up_to(node, ep, 1000)
+}
+
+/// How many requests `node` can still allocate (receives at `ep`, cancelled again).
+fn free_requests(node: &Node, ep: EndpointId) -> usize {
+    let mut held = Vec::new();
+    loop {
+        match node.msg_recv_i(ep) {
+            Ok(r) => held.push(r),
+            Err(Status::MCAPI_ERR_REQUEST_LIMIT) => break,
+            Err(e) => panic!("msg_recv_i: {e:?}"),
+        }
+        assert!(held.len() < 10_000, "the request table has no limit");
+    }
+    for &r in &held {
+        node.cancel(r).unwrap();
+    }
+    held.len()
+}
+
+/// Several threads of node A make first contact with node B at once (a barrier, then
+/// endpoint_get), each for its own endpoint of B, and send, again after a pause: B gets
+/// every message (review: a second control connection replaced the first, B took A for
+/// dead once the first closed and dropped its messages after the 2 s grace; 3 of 3 lost
+/// on tcp). Three fresh pairs of nodes per provider, paused together.
+#[test]
+fn threads_contacting_a_node_at_once_lose_no_message() {
+    use std::sync::{Arc, Barrier};
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    const THREADS: u32 = 3;
+    const PAIRS: u32 = 3;
+    const PER_ROUND: u8 = 4;
+    let msg = |port: u32, round: u8, i: u8| vec![port as u8, round, i];
+    for prov in providers() {
+        let cfg = config(prov, "contact");
+        let pairs: Vec<_> = (0..PAIRS)
+            .map(|k| {
+                let (a_id, b_id) = (130 + 2 * k, 131 + 2 * k);
+                let a = Node::initialize(0, a_id, cfg.clone()).unwrap();
+                let b = Node::initialize(0, b_id, cfg.clone()).unwrap();
+                let rxs: Vec<_> = (1..=THREADS)
+                    .map(|p| {
+                        let rx = b.endpoint_create(p).unwrap();
+                        b.set_endpoint_timeout(rx, Some(Duration::from_millis(1500)))
+                            .unwrap();
+                        rx
+                    })
+                    .collect();
+                let barrier = Arc::new(Barrier::new(THREADS as usize));
+                let threads: Vec<_> = (1..=THREADS)
+                    .map(|p| {
+                        let (a, barrier) = (a.clone(), barrier.clone());
+                        std::thread::spawn(move || {
+                            let tx = a.endpoint_create(p).unwrap();
+                            a.set_endpoint_timeout(tx, Some(Duration::from_secs(5)))
+                                .unwrap();
+                            barrier.wait();
+                            let to = a.endpoint_get(0, b_id, p, Some(Duration::from_secs(10)))?;
+                            for i in 0..PER_ROUND {
+                                a.msg_send(tx, to, &msg(p, 0, i), 0)?;
+                            }
+                            Ok::<_, Status>((tx, to))
+                        })
+                    })
+                    .collect();
+                let routes: Vec<_> = threads
+                    .into_iter()
+                    .map(|t| {
+                        t.join()
+                            .unwrap()
+                            .unwrap_or_else(|e| panic!("{prov} pair {k}: first round: {e:?}"))
+                    })
+                    .collect();
+                (a, b, rxs, routes)
+            })
+            .collect();
+        // Past the grace in which a node still takes messages of a peer whose control
+        // connection closed.
+        std::thread::sleep(Duration::from_millis(2500));
+        for (k, (a, b, rxs, routes)) in pairs.iter().enumerate() {
+            for (p, &(tx, to)) in (1..=THREADS).zip(routes) {
+                for i in 0..PER_ROUND {
+                    a.msg_send(tx, to, &msg(p, 1, i), 0)
+                        .unwrap_or_else(|e| panic!("{prov} pair {k}: second round: {e:?}"));
+                }
+            }
+            for (p, &rx) in (1..=THREADS).zip(rxs) {
+                let want: Vec<_> = (0..2)
+                    .flat_map(|round| (0..PER_ROUND).map(move |i| msg(p, round, i)))
+                    .collect();
+                assert_eq!(
+                    recv_up_to(b, rx, want.len()),
+                    want,
+                    "{prov} pair {k}: endpoint {p}"
+                );
+                assert_eq!(b.msg_available(rx), Ok(0), "{prov} pair {k}: endpoint {p}");
+            }
+        }
+        for (a, b, _, _) in pairs {
+            a.finalize().unwrap();
+            b.finalize().unwrap();
+        }
+    }
+}
+
+/// wait_any over two receives whose endpoints both hold a message takes only the message
+/// of the request it reports; the other, cancelled, leaves its message queued (review:
+/// both were taken, and the cancel lost one).
+#[test]
+fn wait_any_takes_a_message_only_for_the_request_it_returns() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "waitany");
+        let a = Node::initialize(0, 122, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 123, cfg).unwrap();
+        let rxs = [b.endpoint_create(1).unwrap(), b.endpoint_create(2).unwrap()];
+        let tx = a.endpoint_create(1).unwrap();
+        for (k, rx) in rxs.iter().enumerate() {
+            let to = a
+                .endpoint_get(0, 123, rx.port(), Some(Duration::from_secs(10)))
+                .unwrap();
+            a.msg_send(tx, to, format!("for-{k}").as_bytes(), 0)
+                .unwrap();
+        }
+        for &rx in &rxs {
+            await_available(&b, rx, 1, prov);
+        }
+        let reqs = [b.msg_recv_i(rxs[0]).unwrap(), b.msg_recv_i(rxs[1]).unwrap()];
+        let (mut b0, mut b1) = ([0u8; 16], [0u8; 16]);
+        let (i, got) = {
+            let mut bufs = [Some(&mut b0[..]), Some(&mut b1[..])];
+            b.wait_any_into(&reqs, &mut bufs, Some(Duration::from_secs(10)))
+                .unwrap()
+        };
+        assert!(i < 2);
+        let n = got.unwrap();
+        let data = if i == 0 { &b0[..n] } else { &b1[..n] };
+        assert_eq!(data, format!("for-{i}").as_bytes(), "{prov}");
+        let other = 1 - i;
+        assert_eq!(b.msg_available(rxs[i]), Ok(0), "{prov}");
+        b.cancel(reqs[other]).unwrap();
+        assert_eq!(
+            b.msg_available(rxs[other]),
+            Ok(1),
+            "{prov}: the cancelled receive took its message"
+        );
+        b.set_endpoint_timeout(rxs[other], Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let n = b.msg_recv(rxs[other], &mut buf).unwrap();
+        assert_eq!(&buf[..n], format!("for-{other}").as_bytes(), "{prov}");
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+/// A blocking msg_send queued behind msg_send_i's waiting for credits times out with
+/// MCAPI_TIMEOUT and is not sent later; the msg_send_i messages arrive in order, and the
+/// request table has as many free slots as before (review: the timed-out message arrived
+/// later and its request slot leaked).
+#[test]
+fn blocking_send_behind_queued_sends_times_out_cleanly() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let mut cfg = config(prov, "queuedto");
+        cfg.recv_buffers = 4;
+        cfg.request_table_size = 12;
+        let a = Node::initialize(0, 124, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 125, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a
+            .endpoint_get(0, 125, 1, Some(Duration::from_secs(10)))
+            .unwrap();
+        let free_before = free_requests(&a, tx);
+        assert_eq!(free_before, 12, "{prov}");
+        // Twice the receiver's buffers, B not reading: the last ones wait for credits.
+        let sends: Vec<_> = (0..8u8)
+            .map(|i| a.msg_send_i(tx, to, &[i], 0).unwrap())
+            .collect();
+        await_available(&b, rx, 4, prov);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            a.test(sends[7], None),
+            Ok(None),
+            "{prov}: a send went without a credit"
+        );
+        a.set_endpoint_timeout(tx, Some(Duration::from_millis(100)))
+            .unwrap();
+        assert_eq!(
+            a.msg_send(tx, to, b"late", 0),
+            Err(Status::MCAPI_TIMEOUT),
+            "{prov}"
+        );
+        // B drains everything: only the msg_send_i messages, in order.
+        b.set_endpoint_timeout(rx, Some(Duration::from_secs(1)))
+            .unwrap();
+        let want: Vec<_> = (0..8u8).map(|i| vec![i]).collect();
+        assert_eq!(
+            drain(&b, rx),
+            want,
+            "{prov}: the timed-out message went out"
+        );
+        for (i, &r) in sends.iter().enumerate() {
+            assert_eq!(
+                a.wait(r, None, Some(Duration::from_secs(5))),
+                Ok(1),
+                "{prov}: send {i}"
+            );
+        }
+        assert_eq!(
+            free_requests(&a, tx),
+            free_before,
+            "{prov}: a request slot leaked"
+        );
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+/// A wait that ends in an error (a receive waited on without a buffer) leaves the request
+/// waitable: a second wait with a buffer gets the message (review: MCAPI_ERR_WAIT_PENDING
+/// for ever).
+#[test]
+fn wait_error_leaves_the_request_waitable() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "waiterr");
+        let a = Node::initialize(0, 126, cfg).unwrap();
+        let ep = a.endpoint_create(1).unwrap();
+        let r = a.msg_recv_i(ep).unwrap();
+        assert_eq!(
+            a.wait(r, None, Some(Duration::from_secs(1))),
+            Err(Status::MCAPI_ERR_PARAMETER),
+            "{prov}"
+        );
+        a.msg_send(ep, ep, b"after", 0).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            a.wait(r, Some(&mut buf), Some(Duration::from_secs(5))),
+            Ok(5),
+            "{prov}"
+        );
+        assert_eq!(&buf[..5], b"after");
+        a.finalize().unwrap();
+    }
+}
