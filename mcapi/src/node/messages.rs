@@ -334,8 +334,25 @@ impl Node {
     /// The peer index for a remote endpoint, resolving it (as `endpoint_get` does) when it
     /// came to us as a value in a message rather than through `endpoint_get`.
     pub(super) fn remote_peer(&self, to: EndpointId, deadline: Option<Instant>) -> Result<u16> {
-        if let Some(peer) = self.inner.live_state()?.known_remote(to) {
-            return Ok(peer);
+        let connected = {
+            let st = self.inner.live_state()?;
+            if let Some(peer) = st.known_remote(to) {
+                return Ok(peer);
+            }
+            st.peer_of
+                .get(&(to.domain(), to.node()))
+                .copied()
+                .filter(|&p| st.peers[p as usize].stream.is_some())
+        };
+        // A node we talk to already answers at once whether the endpoint exists (it may
+        // have been deleted since we sent to it): no waiting for it to appear.
+        if let Some(peer) = connected {
+            if let Ok(Frame::Refused(_)) = self
+                .inner
+                .control_call(peer, &Frame::Lookup { port: to.port() })
+            {
+                return Err(Status::MCAPI_ERR_ENDP_INVALID);
+            }
         }
         // An endpoint value that reached us in a message exists already: wait briefly only.
         let deadline = deadline.or_else(|| Some(Instant::now() + Duration::from_secs(5)));
