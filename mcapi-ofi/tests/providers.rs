@@ -725,29 +725,34 @@ fn wake_later(
     (sender, done)
 }
 
+/// An endpoint whose CQ has an fd wait object; `None` on shm, which has none.
+fn fd_wait_side(prov: &str, domain: Domain) -> Result<Option<Side>, Failed> {
+    let cq = match CompletionQueue::open(&domain, 0, WaitObject::Fd) {
+        Ok(cq) => cq,
+        Err(e) if prov == "shm" && e.is_unsupported() => {
+            eprintln!("  {prov}: no fd wait object ({e})");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.to_string().into()),
+    };
+    let av = AddressVector::open(&domain, 8)?;
+    Ok(Some(Side {
+        ep: Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?,
+        cq,
+        av,
+        domain,
+    }))
+}
+
 /// A receiver sleeps in `fi_cq_sread` on an fd wait object (no spinning) and wakes when a
 /// message arrives from another thread; an idle `sread` returns after its timeout.
 ///
 /// shm has no fd wait object (-FI_ENOSYS), and its `FI_WAIT_UNSPEC` (yield) `sread` ignores
 /// the timeout and spins forever on an idle CQ, so it is not tried.
 fn cq_wait(prov: &str) -> TestResult {
-    let h = hints(prov);
-    let info = Info::first(&h)?;
-    let domain = Domain::open_info(&info)?;
-    let cq = match CompletionQueue::open(&domain, 0, WaitObject::Fd) {
-        Ok(cq) => cq,
-        Err(e) if prov == "shm" && e.is_unsupported() => {
-            eprintln!("  {prov}: no fd wait object ({e})");
-            return Ok(());
-        }
-        Err(e) => return Err(e.to_string().into()),
-    };
-    let av = AddressVector::open(&domain, 8)?;
-    let rx = Side {
-        ep: Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?,
-        cq,
-        av,
-        domain,
+    let domain = Domain::open_info(&Info::first(&hints(prov))?)?;
+    let Some(rx) = fd_wait_side(prov, domain)? else {
+        return Ok(());
     };
     let fd = rx.cq.wait_fd();
     let t0 = Instant::now();
@@ -792,25 +797,13 @@ fn cq_sleep(prov: &str) -> TestResult {
         CompletionQueue::sleep(&[plain], nap)? == Sleep::Unsupported,
         || "slept on a CQ without a wait object".into(),
     )?;
-    let cq = match CompletionQueue::open(&domain, 0, WaitObject::Fd) {
-        Ok(cq) if cq.wait_fd().is_some() => cq,
-        Ok(_) => {
-            eprintln!("  {prov}: no fd exposed: sleep not used");
-            return Ok(());
-        }
-        Err(e) if prov == "shm" && e.is_unsupported() => {
-            eprintln!("  {prov}: no fd wait object ({e})");
-            return Ok(());
-        }
-        Err(e) => return Err(e.to_string().into()),
+    let Some(rx) = fd_wait_side(prov, domain)? else {
+        return Ok(());
     };
-    let av = AddressVector::open(&domain, 8)?;
-    let rx = Side {
-        ep: Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?,
-        cq,
-        av,
-        domain,
-    };
+    if rx.cq.wait_fd().is_none() {
+        eprintln!("  {prov}: no fd exposed: sleep not used");
+        return Ok(());
+    }
     let t0 = Instant::now();
     check(
         CompletionQueue::sleep(std::slice::from_ref(&rx.cq), nap)? == Sleep::Slept,
