@@ -1195,3 +1195,50 @@ fn an_endpoint_created_again_at_a_deleted_port_gets_every_new_message() {
         b.finalize().unwrap();
     }
 }
+
+/// A receive blocked past its spin and yield phases sleeps (on the CQ's fd wait object
+/// where the node uses one: sockets, net; timed elsewhere) and still returns the message
+/// that arrives then, as does a `wait` on a receive request. Every provider offered.
+#[test]
+fn receives_blocked_for_milliseconds_get_their_message() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let offered = ["shm", "tcp", "sockets", "net"]
+        .into_iter()
+        .filter(|p| mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok());
+    for prov in offered {
+        let cfg = config(prov, "sleepers");
+        let a = Node::initialize(0, 170, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 171, cfg).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+            .unwrap();
+        let to = a
+            .endpoint_get(0, 171, 1, Some(Duration::from_secs(10)))
+            .unwrap();
+        let late_send = |i: u8| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                a.msg_send(tx, to, &[i], 1).unwrap();
+            })
+        };
+        let mut buf = [0u8; 4];
+        for i in 0..3u8 {
+            let sender = late_send(i);
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(1), "{prov}");
+            assert_eq!(buf[0], i, "{prov}");
+            sender.join().unwrap();
+        }
+        for i in 3..6u8 {
+            let req = b.msg_recv_i(rx).unwrap();
+            let sender = late_send(i);
+            let got = b.wait(req, Some(&mut buf), Some(Duration::from_secs(10)));
+            assert_eq!(got, Ok(1), "{prov}");
+            assert_eq!(buf[0], i, "{prov}");
+            sender.join().unwrap();
+        }
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
