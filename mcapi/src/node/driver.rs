@@ -701,14 +701,8 @@ impl NodeInner {
         node: u32,
         deadline: Option<Instant>,
     ) -> Result<u16> {
-        let connected = || -> Result<Option<u16>> {
-            let st = self.live_state()?;
-            Ok(st
-                .peer_of
-                .get(&(domain, node))
-                .copied()
-                .filter(|&p| st.peers[p as usize].stream.is_some()))
-        };
+        let connected =
+            || -> Result<Option<u16>> { Ok(self.live_state()?.connected_peer(domain, node)) };
         if let Some(p) = connected()? {
             return Ok(p);
         }

@@ -339,10 +339,7 @@ impl Node {
             if let Some(peer) = st.known_remote(to) {
                 return Ok(peer);
             }
-            st.peer_of
-                .get(&(to.domain(), to.node()))
-                .copied()
-                .filter(|&p| st.peers[p as usize].stream.is_some())
+            st.connected_peer(to.domain(), to.node())
         };
         // A node we talk to already answers at once whether the endpoint exists (it may
         // have been deleted since we sent to it): no waiting for it to appear.

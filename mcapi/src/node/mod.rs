@@ -138,6 +138,12 @@ impl State {
             .contains_key(&(peer, to.port()))
             .then_some(peer)
     }
+
+    /// Our index of node `<domain, node>` while we hold a control connection to it.
+    fn connected_peer(&self, domain: u32, node: u32) -> Option<u16> {
+        let p = *self.peer_of.get(&(domain, node))?;
+        self.peers[p as usize].stream.is_some().then_some(p)
+    }
 }
 
 /// What a request is for.
