@@ -47,7 +47,12 @@ impl NodeInner {
         Ok(st)
     }
 
-    pub(super) fn post_recv_slot(&self, ep: &LocalEndpoint, port: u32, slot: u32) -> Result<()> {
+    pub(super) fn post_recv_slot(
+        &self,
+        ep: &mut LocalEndpoint,
+        port: u32,
+        slot: u32,
+    ) -> Result<()> {
         let buf = ep
             .pool
             .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
@@ -58,7 +63,9 @@ impl NodeInner {
             generation: ep.generation,
             slot,
         };
-        self.post_receive(buf, tag, ignore, context)
+        self.post_receive(buf, tag, ignore, context)?;
+        ep.posted += 1;
+        Ok(())
     }
 
     /// Posts control receive slot `slot`. Control messages travel untagged (their tag as
@@ -444,12 +451,15 @@ impl NodeInner {
                         break;
                     }
                 }
-                Err(OfiError::Completion(e)) => {
-                    // Cancelled slots of deleted endpoints, or a send to a dead peer.
-                    if let Some(Context::SendSlot(s)) = Context::decode(e.context) {
-                        st.send_free.push(s);
-                    }
-                }
+                Err(OfiError::Completion(e)) => match Context::decode(e.context) {
+                    // A send to a dead peer.
+                    Some(Context::SendSlot(s)) => st.send_free.push(s),
+                    // A cancelled slot of a deleted endpoint.
+                    Some(Context::RecvSlot {
+                        port, generation, ..
+                    }) => st.retired_slot_back(port, generation),
+                    _ => {}
+                },
                 Err(_) => break,
             }
         }
@@ -500,8 +510,10 @@ impl NodeInner {
             .get_mut(&port)
             .filter(|ep| ep.generation == generation)
         else {
+            st.retired_slot_back(port, generation);
             return;
         };
+        ep.posted = ep.posted.saturating_sub(1);
         let Some(tag) = Tag::decode(c.tag()) else {
             return;
         };

@@ -111,6 +111,7 @@ struct State {
     next_any_port: u32,
     /// The generation the next endpoint created gets (see [`LocalEndpoint::generation`]).
     next_endpoint_generation: u8,
+    retired_pools: Vec<RetiredPool>,
     peers: Vec<Peer>,
     peer_of: HashMap<(u32, u32), u16>,
     remotes: HashMap<(u16, u32), Remote>,
@@ -137,6 +138,26 @@ impl State {
         self.remotes
             .contains_key(&(peer, to.port()))
             .then_some(peer)
+    }
+
+    /// A receive posted by a deleted endpoint came back (a message, or cancelled).
+    fn retired_slot_back(&mut self, port: u32, generation: u8) {
+        if let Some(r) = self
+            .retired_pools
+            .iter_mut()
+            .find(|r| (r.port, r.generation) == (port, generation))
+        {
+            r.outstanding = r.outstanding.saturating_sub(1);
+        }
+    }
+
+    /// A retired pool of `slots` slots that nothing is posted into any more.
+    fn reusable_pool(&mut self, slots: u32) -> Option<MemoryRegion> {
+        let i = self
+            .retired_pools
+            .iter()
+            .position(|r| r.outstanding == 0 && r.slots == slots)?;
+        Some(self.retired_pools.swap_remove(i).pool)
     }
 
     /// Our index of node `<domain, node>` while we hold a control connection to it.
@@ -199,6 +220,19 @@ struct LocalEndpoint {
     channel: EndpointChannel,
     /// Tells this endpoint's receive slots from those of an earlier one at the same port.
     generation: u8,
+    /// Receive slots posted to the fabric (not holding a message).
+    posted: u32,
+}
+
+/// The receive pool of a deleted endpoint, reused by a new endpoint once the provider has
+/// given back every receive that was posted into it (completed or cancelled).
+struct RetiredPool {
+    port: u32,
+    generation: u8,
+    slots: u32,
+    pool: MemoryRegion,
+    /// Receives still posted into the pool.
+    outstanding: u32,
 }
 
 /// A message in its receive slot (12 bytes: cheap to move through the queues).
@@ -330,6 +364,7 @@ impl Node {
             endpoints: HashMap::default(),
             next_any_port: 1 << 20,
             next_endpoint_generation: 0,
+            retired_pools: Vec::new(),
             peers: Vec::new(),
             peer_of: HashMap::default(),
             remotes: HashMap::default(),
@@ -487,9 +522,14 @@ impl Node {
         }
         let id = EndpointId::encode(self.inner.domain_id, self.inner.node_id, port)?;
         let n = self.inner.config.recv_buffers as u32;
-        let pool = MemoryRegion::new(&self.inner.fab.domain, n as usize * MAX_MSG_SIZE)
-            .map_err(|_| Status::MCAPI_ERR_MEM_LIMIT)?;
-        let ep = LocalEndpoint {
+        // Cancelled receives of deleted endpoints come back through the CQ.
+        self.inner.progress(&mut st);
+        let pool = match st.reusable_pool(n) {
+            Some(pool) => pool,
+            None => MemoryRegion::new(&self.inner.fab.domain, n as usize * MAX_MSG_SIZE)
+                .map_err(|_| Status::MCAPI_ERR_MEM_LIMIT)?,
+        };
+        let mut ep = LocalEndpoint {
             pool,
             slots: n,
             queue: PriorityQueues::new(NUM_PRIORITIES as usize, n as usize),
@@ -502,10 +542,11 @@ impl Node {
             max_payload: MAX_MSG_SIZE,
             channel: EndpointChannel::default(),
             generation: st.next_endpoint_generation,
+            posted: 0,
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         for slot in 0..n {
-            self.inner.post_recv_slot(&ep, port, slot)?;
+            self.inner.post_recv_slot(&mut ep, port, slot)?;
         }
         st.endpoints.insert(port, ep);
         Ok(id)
@@ -543,7 +584,14 @@ impl Node {
                 .encode(),
             );
         }
-        // The slots' memory stays registered with the fabric endpoint until the node ends.
+        // The pool is reused once every receive posted into it has come back.
+        st.retired_pools.push(RetiredPool {
+            port,
+            generation: ep.generation,
+            slots: ep.slots,
+            pool: ep.pool.clone(),
+            outstanding: ep.posted,
+        });
         drop(st);
         let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
         self.inner.announce_deleted(port, &senders);
