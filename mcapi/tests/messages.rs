@@ -1284,3 +1284,26 @@ fn endpoint_create_delete_cycles_keep_memory_bounded() {
         b.finalize().unwrap();
     }
 }
+
+/// A receive request pending on an endpoint that is deleted ends with
+/// `MCAPI_ERR_ENDP_INVALID`, also when an endpoint is created at the same port before the
+/// wait (review: it waited forever, never first in the new endpoint's receive queue).
+#[test]
+fn a_receive_pending_on_a_deleted_endpoint_ends() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config(providers()[0], "pendingdel");
+    let b = Node::initialize(0, 178, cfg).unwrap();
+    let rx = b.endpoint_create(3).unwrap();
+    let req = b.msg_recv_i(rx).unwrap();
+    b.endpoint_delete(rx).unwrap();
+    let again = b.endpoint_create(3).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        b.wait(req, Some(&mut buf), Some(Duration::from_secs(5))),
+        Err(Status::MCAPI_ERR_ENDP_INVALID)
+    );
+    // The new endpoint's own receives work.
+    let req = b.msg_recv_i(again).unwrap();
+    b.cancel(req).unwrap();
+    b.finalize().unwrap();
+}

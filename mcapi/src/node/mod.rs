@@ -584,6 +584,10 @@ impl Node {
                 .encode(),
             );
         }
+        // Its pending receives end now (an endpoint created at the port later is another).
+        for &r in &ep.pending_recvs {
+            let _ = st.requests.complete(r, Status::MCAPI_ERR_ENDP_INVALID, 0);
+        }
         // The pool is reused once every receive posted into it has come back.
         st.retired_pools.push(RetiredPool {
             port,
