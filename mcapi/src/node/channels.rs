@@ -216,6 +216,15 @@ impl ChannelTable {
         lock(&self.retired).clear();
     }
 
+    /// Empties side slot `slot` (locked in `g`): its endpoint, if still open, is parked,
+    /// and its receive pool leaves the release lookup.
+    fn vacate(&self, g: &mut Option<Side>, slot: usize) {
+        if let Some(ep) = g.take().and_then(|s| s.io).and_then(|io| io.ep) {
+            self.park(Some(ep));
+        }
+        lock(&self.pools).retain(|p| p.2 != slot);
+    }
+
     /// Keeps the endpoint of a retired side open, unused, for [`RETIRED_GRACE`].
     fn park(&self, ep: Option<Endpoint>) {
         if let Some(ep) = ep {
@@ -1502,22 +1511,27 @@ impl Node {
 
     /// The CQs whose completions may finish `requests`: the node's, and those of the
     /// channel sides that channel sends and receives among them wait on.
+    /// Empty where the node's CQs have no fd wait object (the sleeps are timed then).
     pub(super) fn request_cqs(&self, requests: &[RequestHandle]) -> Vec<CompletionQueue> {
-        let mut cqs = vec![self.inner.fab.cq.clone()];
-        for &r in requests {
-            let chan = match self.inner.live_state() {
-                Ok(st) => match st.requests.get(r) {
+        let mut cqs = self.inner.node_sleep_cqs();
+        if cqs.is_empty() {
+            return cqs;
+        }
+        let handles: Vec<ChannelHandle> = match self.inner.live_state() {
+            Ok(st) => requests
+                .iter()
+                .filter_map(|&r| match st.requests.get(r) {
                     Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) => {
                         Some(*handle)
                     }
                     _ => None,
-                },
-                Err(_) => None,
-            };
-            if let Some(cq) = chan.and_then(|h| self.side_cq(h)) {
-                if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
-                    cqs.push(cq);
-                }
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for cq in handles.into_iter().filter_map(|h| self.side_cq(h)) {
+            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
+                cqs.push(cq);
             }
         }
         cqs
@@ -1928,10 +1942,7 @@ impl NodeInner {
         if let Some((slot, generation, ..)) = handle.decode() {
             let mut g = lock(&self.channels.sides[slot]);
             if g.as_ref().is_some_and(|s| s.generation == generation) {
-                if let Some(io) = g.take().and_then(|s| s.io) {
-                    self.channels.park(io.ep);
-                }
-                lock(&self.channels.pools).retain(|p| p.2 != slot);
+                self.channels.vacate(&mut g, slot);
             }
         }
     }
@@ -1949,35 +1960,30 @@ impl NodeInner {
         // Completions already there count (zero-copy sends that did complete).
         side.progress();
         let held = match &mut side.io {
-            Some(io) => match &mut io.data {
-                SideData::Recv(r) => {
+            Some(io) => {
+                if matches!(&io.data, SideData::Send(s) if s.has_in_flight()) {
+                    // Our only handle on zero-copy sends still posted: closing the endpoint
+                    // now stops the provider reading their memory.
+                    io.ep = None;
+                } else {
                     self.channels.park(io.ep.take());
-                    !r.held.is_empty()
                 }
-                SideData::Send(s) => {
-                    if s.has_in_flight() {
-                        // Our only handle on zero-copy sends still posted: closing the
-                        // endpoint now stops the provider reading their memory.
-                        io.ep = None;
-                    } else {
-                        self.channels.park(io.ep.take());
+                match &mut io.data {
+                    SideData::Recv(r) => !r.held.is_empty(),
+                    SideData::Send(s) => {
+                        // Sends the departed receiver can no longer take fail, not vanish.
+                        s.fail_queued();
+                        s.fail_in_flight();
+                        false
                     }
-                    // Sends the departed receiver can no longer take fail, not vanish.
-                    s.fail_queued();
-                    s.fail_in_flight();
-                    false
+                    SideData::Unconnected => false,
                 }
-                SideData::Unconnected => {
-                    self.channels.park(io.ep.take());
-                    false
-                }
-            },
+            }
             None => false,
         };
         side.closed = true;
         if !held {
-            *g = None;
-            lock(&self.channels.pools).retain(|p| p.2 != slot);
+            self.channels.vacate(&mut g, slot);
         }
         drop(g);
         self.flush_completed();
@@ -2354,8 +2360,7 @@ impl Node {
         match g.as_ref().filter(|s| s.generation == generation) {
             Some(side) if side.announced_to.is_some() => false,
             Some(_) => {
-                *g = None;
-                lock(&self.inner.channels.pools).retain(|p| p.2 != slot);
+                self.inner.channels.vacate(&mut g, slot);
                 true
             }
             None => true,
@@ -2528,8 +2533,7 @@ impl Node {
             }
         } else if r.held.is_empty() && io.ep.is_none() {
             // The last held packet of a disconnected channel: the pool goes now.
-            *g = None;
-            lock(&self.inner.channels.pools).retain(|p| p.2 != slot);
+            self.inner.channels.vacate(&mut g, slot);
         }
         Ok(())
     }

@@ -47,6 +47,15 @@ impl NodeInner {
         Ok(st)
     }
 
+    /// What a blocked message call sleeps on: the node's CQ where it has an fd wait object,
+    /// else nothing (the sleeps are timed).
+    pub(super) fn node_sleep_cqs(&self) -> Vec<CompletionQueue> {
+        match self.fab.cq_wait {
+            WaitObject::Fd => vec![self.fab.cq.clone()],
+            _ => Vec::new(),
+        }
+    }
+
     pub(super) fn post_recv_slot(
         &self,
         ep: &mut LocalEndpoint,

@@ -181,7 +181,7 @@ impl Node {
             if backoff.slow() {
                 self.inner.check_peer(peer);
             }
-            backoff.wait_on(deadline.get(), || vec![self.inner.fab.cq.clone()])?;
+            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
             st = self.inner.live_state()?;
             self.inner.progress(&mut st);
         }
@@ -212,7 +212,7 @@ impl Node {
                 Err(e) => return Err(e),
             }
             drop(st);
-            backoff.wait_on(deadline.get(), || vec![self.inner.fab.cq.clone()])?;
+            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
         };
         let timeout = deadline
             .get()
@@ -262,7 +262,7 @@ impl Node {
                 return Ok(n);
             }
             drop(st);
-            backoff.wait_on(deadline.get(), || vec![self.inner.fab.cq.clone()])?;
+            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
             st = self.inner.live_state()?;
         }
     }

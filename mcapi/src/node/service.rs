@@ -231,7 +231,7 @@ pub(super) fn open_node_cq(
     domain: &Domain,
     provider: &str,
 ) -> std::result::Result<(CompletionQueue, WaitObject), OfiError> {
-    if !provider.contains("ofi_rxm") && provider != "shm" {
+    if !provider.contains("ofi_rxm") {
         if let Ok(cq) = CompletionQueue::open(domain, 0, WaitObject::Fd) {
             if cq.wait_fd().is_some() {
                 return Ok((cq, WaitObject::Fd));
