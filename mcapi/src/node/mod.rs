@@ -523,7 +523,9 @@ impl Node {
         let id = EndpointId::encode(self.inner.domain_id, self.inner.node_id, port)?;
         let n = self.inner.config.recv_buffers as u32;
         // Cancelled receives of deleted endpoints come back through the CQ.
-        self.inner.progress(&mut st);
+        if !st.retired_pools.is_empty() {
+            self.inner.progress(&mut st);
+        }
         let pool = match st.reusable_pool(n) {
             Some(pool) => pool,
             None => MemoryRegion::new(&self.inner.fab.domain, n as usize * MAX_MSG_SIZE)
