@@ -22,17 +22,18 @@
 //! Connect, open and close run on the control plane (`Frame::Channel`), between the nodes
 //! owning the two endpoints; a third node may make the connect.
 
+use super::scalar_hub::{self, HubEvent, ScalarHub};
 use super::*;
 use crate::semantics::channel::{
     Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
 };
-use mcapi_ofi::{SendBuffer, SendWait};
+use mcapi_ofi::{Buf, SendBuffer, SendWait};
 use std::sync::atomic::AtomicU32;
 
 /// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
 pub const MAX_PKT_SIZE: usize = 4 << 20;
 /// Channel sides one node can have open at once.
-const MAX_SIDES: usize = 256;
+pub(super) const MAX_SIDES: usize = 256;
 /// Extra bytes per pool buffer, so small packets share a buffer (fewer re-posts).
 const POOL_SLACK: usize = 8 * 1024;
 /// Completion contexts on a sender's CQ (a receiver's contexts are pool buffer indexes).
@@ -147,6 +148,8 @@ pub(super) struct PeerOpen {
     fabric_addr: Vec<u8>,
     credits: u32,
     max_payload: usize,
+    /// A scalar side's route on its node's hub.
+    route: u32,
 }
 
 /// The channel state of a local endpoint.
@@ -189,6 +192,8 @@ pub(super) struct ChannelTable {
     /// CQ read if a message of ours (the last credit return, the connect handshake of a
     /// first one) was still in its queue.
     retired: Mutex<VecDeque<(Instant, Endpoint)>>,
+    /// The endpoint all scalar sides share, opened with the first.
+    hub: Mutex<Option<Arc<ScalarHub>>>,
 }
 
 /// How long a retired side's endpoint stays open, unused, before it is closed.
@@ -203,7 +208,19 @@ impl ChannelTable {
             generation: AtomicU32::new(1),
             pools: Mutex::new(Vec::new()),
             retired: Mutex::new(VecDeque::new()),
+            hub: Mutex::new(None),
         }
+    }
+
+    /// The scalar hub, opened on first use.
+    fn hub(&self, fab: &Fab, receives: usize) -> std::result::Result<Arc<ScalarHub>, OfiError> {
+        let mut hub = lock(&self.hub);
+        if let Some(h) = &*hub {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(ScalarHub::open(&fab.domain, fab.cq_wait, receives)?);
+        *hub = Some(h.clone());
+        Ok(h)
     }
 
     /// Drops every side (finalize): their endpoints close, pools stay only while packets are
@@ -214,12 +231,13 @@ impl ChannelTable {
         }
         lock(&self.pools).clear();
         lock(&self.retired).clear();
+        lock(&self.hub).take();
     }
 
     /// Empties side slot `slot` (locked in `g`): its endpoint, if still open, is parked,
     /// and its receive pool leaves the release lookup.
     fn vacate(&self, g: &mut Option<Side>, slot: usize) {
-        if let Some(ep) = g.take().and_then(|s| s.io).and_then(|io| io.ep) {
+        if let Some(ep) = g.take().and_then(|s| s.io).and_then(|mut io| io.ep.take()) {
             self.park(Some(ep));
         }
         lock(&self.pools).retain(|p| p.2 != slot);
@@ -322,6 +340,58 @@ struct SideIo {
     av: AddressVector,
     dest: FiAddr,
     data: SideData,
+    /// A scalar side's place on the hub (`ep`, `cq` and `av` are the hub's then).
+    hub: Option<HubSide>,
+}
+
+/// Hub completions a scalar side takes at a time.
+const HUB_BURST: usize = 16;
+
+struct HubSide {
+    hub: Arc<ScalarHub>,
+    route: u32,
+    /// The other side's route on its node's hub.
+    peer_route: u32,
+    /// Receives posted and not come back.
+    posted: u32,
+    /// Receive contexts in use: values `0..receives`, credits `CTX_CREDIT + 0..receives`.
+    receives: u64,
+    events: [HubEvent; HUB_BURST],
+}
+
+impl HubSide {
+    fn new(hub: Arc<ScalarHub>, route: u32) -> HubSide {
+        HubSide {
+            hub,
+            route,
+            peer_route: 0,
+            posted: 0,
+            receives: 0,
+            events: [HubEvent::default(); HUB_BURST],
+        }
+    }
+
+    /// Posts receive `ctx` (`credit`: of a credit return) into `buf`.
+    fn post(&mut self, credit: bool, buf: Buf<'_>, ctx: u64) -> std::result::Result<(), OfiError> {
+        self.hub.post(self.route, credit, buf, ctx)?;
+        self.posted += 1;
+        Ok(())
+    }
+}
+
+impl Drop for SideIo {
+    /// A scalar side's receives stay posted on the hub: they are cancelled, and their
+    /// memory goes back to the hub once they all came back.
+    fn drop(&mut self) {
+        let Some(h) = self.hub.take() else { return };
+        let n = h.receives;
+        let (memory, contexts) = match &self.data {
+            SideData::Recv(r) => (r.pool.clone(), 0..n),
+            SideData::Send(s) => (s.credit_slots.clone(), CTX_CREDIT..CTX_CREDIT + n),
+            SideData::Unconnected => return,
+        };
+        h.hub.detach(h.route, h.posted, contexts, vec![memory]);
+    }
 }
 
 enum SideData {
@@ -653,13 +723,24 @@ impl SideIo {
         // Without its endpoint (closed, or parked after retirement) the CQ has nothing to
         // report, and reading it would progress a parked endpoint.
         while self.ep.is_some() {
+            if self.hub.is_some() {
+                match self.read_hub() {
+                    Some(n) if n == HUB_BURST => seen += n,
+                    Some(n) => {
+                        seen += n;
+                        break;
+                    }
+                    None => break,
+                }
+                continue;
+            }
             match self.cq.read(&mut self.cq_buf) {
                 Ok(0) => break,
                 Ok(n) => {
                     seen += n;
                     for i in 0..n {
                         let c = self.cq_buf[i];
-                        self.dispatch(&c, kind);
+                        self.dispatch(&c, c.context(), kind);
                     }
                     if n < self.cq_buf.len() {
                         break;
@@ -688,14 +769,51 @@ impl SideIo {
         seen
     }
 
-    fn dispatch(&mut self, c: &Completion, kind: ChannelKind) {
-        let ctx = c.context();
+    /// Reads one burst of a scalar side's completions from the hub and dispatches them;
+    /// `None` when there were none (or the read failed).
+    fn read_hub(&mut self) -> Option<usize> {
+        let h = self.hub.as_mut()?;
+        let n = h.hub.read(h.route, &mut h.events).ok().filter(|&n| n > 0)?;
+        h.posted = h.posted.saturating_sub(n as u32);
+        for i in 0..n {
+            let Some(h) = &self.hub else { break };
+            match h.events[i] {
+                HubEvent::Done(c) => {
+                    let ctx = h.events[i].local_context();
+                    self.dispatch(&c, ctx, ChannelKind::Scalar);
+                }
+                // Not a cancel (those are posted for sides gone): an error, but the
+                // receive is needed again.
+                e @ HubEvent::Failed(_) => self.repost_hub(e.local_context()),
+            }
+        }
+        Some(n)
+    }
+
+    /// Posts a scalar side's receive `ctx` again.
+    fn repost_hub(&mut self, ctx: u64) {
+        let Some(h) = &mut self.hub else { return };
+        let (region, credit, i) = match &self.data {
+            SideData::Recv(r) => (&r.pool, false, ctx),
+            SideData::Send(s) => (&s.credit_slots, true, ctx & CTX_MASK),
+            SideData::Unconnected => return,
+        };
+        if let Ok(b) = region.slice(i as usize * 8, 8) {
+            let _ = h.post(credit, b, ctx);
+        }
+    }
+
+    fn dispatch(&mut self, c: &Completion, ctx: u64, kind: ChannelKind) {
         let mut credits_due = None;
+        let mut repost_hub = None;
         match &mut self.data {
             SideData::Unconnected => {}
             SideData::Send(s) => {
                 if let Some(slot) = s.event(ctx, true) {
-                    if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
+                    if self.hub.is_some() {
+                        repost_hub = Some(ctx);
+                    } else if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8))
+                    {
                         let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
                     }
                 }
@@ -703,7 +821,13 @@ impl SideIo {
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
-                    let offset = c.buf_addr().wrapping_sub(r.pool.addr());
+                    // A hub receive's buffer is its own 8 bytes (tagged receives need not
+                    // report their buffer).
+                    let offset = if self.hub.is_some() {
+                        b * 8
+                    } else {
+                        c.buf_addr().wrapping_sub(r.pool.addr())
+                    };
                     let mut item = Item {
                         offset,
                         len: c.len(),
@@ -727,10 +851,16 @@ impl SideIo {
                         }
                     }
                 }
-                if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
+                if self.hub.is_some() {
+                    // The value is copied out: the receive can take the next one.
+                    repost_hub = Some(ctx);
+                } else if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
                     repost(&self.ep, r, b);
                 }
             }
+        }
+        if let Some(ctx) = repost_hub {
+            self.repost_hub(ctx);
         }
         if let Some(n) = credits_due {
             self.return_credits(n);
@@ -841,10 +971,11 @@ impl SideIo {
             // packets it queued before closing are still to come, it needs the credits.
             return;
         }
-        let sent = self
-            .ep
-            .as_ref()
-            .is_some_and(|ep| ep.inject(&u64::from(n).to_le_bytes(), self.dest).is_ok());
+        let sent = match (&self.ep, &self.hub) {
+            (None, _) => false,
+            (Some(_), Some(h)) => h.hub.send_credits(n, self.dest, h.peer_route).is_ok(),
+            (Some(ep), None) => ep.inject(&u64::from(n).to_le_bytes(), self.dest).is_ok(),
+        };
         if !sent {
             r.returns.unflush(n);
         }
@@ -1076,6 +1207,7 @@ impl NodeInner {
                     fabric_addr: bytes.to_vec(),
                     credits: args[0] as u32,
                     max_payload: args[1] as usize,
+                    route: (args[0] >> 32) as u32,
                 });
                 Ok(0)
             }
@@ -1169,7 +1301,11 @@ impl NodeInner {
         kind: ChannelKind,
         dir: Direction,
         max_payload: usize,
+        route: u32,
     ) -> std::result::Result<SideIo, OfiError> {
+        if kind == ChannelKind::Scalar {
+            return self.open_scalar_io(dir, route);
+        }
         let domain = &self.fab.domain;
         let cq = CompletionQueue::open(domain, 0, self.fab.cq_wait)?;
         let av = AddressVector::open(domain, 4)?;
@@ -1213,6 +1349,49 @@ impl NodeInner {
             av,
             dest: FiAddr::UNSPEC,
             data,
+            hub: None,
+        })
+    }
+
+    /// The fabric part of a scalar side, on the node's hub: a receiver posts one 8-byte
+    /// receive per credit (a value is copied out when it arrives, and its receive posted
+    /// again at once).
+    fn open_scalar_io(&self, dir: Direction, route: u32) -> std::result::Result<SideIo, OfiError> {
+        let hub = self.channels.hub(&self.fab, self.config.recv_buffers)?;
+        let mut h = HubSide::new(hub.clone(), route);
+        let capacity = self.config.recv_buffers as u32;
+        let data = match dir {
+            Direction::Send => SideData::Unconnected,
+            Direction::Receive => {
+                let receives = capacity.max(1) as usize;
+                let pool = hub.memory(receives * 8)?;
+                hub.attach(route, receives);
+                h.receives = receives as u64;
+                for b in 0..receives {
+                    h.post(false, pool.slice(b * 8, 8)?, b as u64)?;
+                }
+                SideData::Recv(RecvData {
+                    pool,
+                    buffer_size: 8,
+                    buffers: PoolBuffers::new(0),
+                    reorder: SeqReorder::new(1, capacity.max(1) * 2),
+                    fifo: VecDeque::with_capacity(receives),
+                    returns: CreditReturn::new(capacity),
+                    held: HeldPackets::default(),
+                    received: 0,
+                    peer_sent: None,
+                    pending: VecDeque::new(),
+                })
+            }
+        };
+        Ok(SideIo {
+            ep: Some(hub.endpoint().clone()),
+            cq: hub.cq().clone(),
+            cq_buf: [Completion::default(); 16],
+            av: hub.av().clone(),
+            dest: FiAddr::UNSPEC,
+            data,
+            hub: Some(h),
         })
     }
 
@@ -1225,13 +1404,28 @@ impl NodeInner {
         payload: usize,
         peer: &PeerOpen,
     ) -> std::result::Result<(), OfiError> {
-        io.dest = io.av.insert(&peer.fabric_addr)?;
+        match &mut io.hub {
+            Some(h) => {
+                io.dest = h.hub.peer(&peer.fabric_addr)?;
+                h.peer_route = peer.route;
+            }
+            None => io.dest = io.av.insert(&peer.fabric_addr)?,
+        }
         if let SideData::Unconnected = io.data {
             let domain = &self.fab.domain;
             let credits = peer.credits;
             let slots = CreditReturn::max_in_flight(credits) as usize;
-            let credit_slots = MemoryRegion::new(domain, slots * 8)?;
-            if let Some(ep) = &io.ep {
+            let credit_slots = match &io.hub {
+                Some(h) => h.hub.memory(slots * 8)?,
+                None => MemoryRegion::new(domain, slots * 8)?,
+            };
+            if let Some(h) = &mut io.hub {
+                h.hub.attach(h.route, slots);
+                h.receives = slots as u64;
+                for i in 0..slots {
+                    h.post(true, credit_slots.slice(i * 8, 8)?, CTX_CREDIT | i as u64)?;
+                }
+            } else if let Some(ep) = &io.ep {
                 for i in 0..slots {
                     ep.recv(
                         credit_slots.slice(i * 8, 8)?,
@@ -1619,14 +1813,15 @@ impl Node {
                 return Ok(());
             };
             if side.io.is_none() {
-                let io = match self.inner.open_side_io(kind, dir, max_payload) {
+                let route = scalar_hub::route(slot, generation);
+                let io = match self.inner.open_side_io(kind, dir, max_payload, route) {
                     Ok(io) => io,
                     Err(_) => {
                         drop(g);
                         return fail(Status::MCAPI_ERR_GENERAL);
                     }
                 };
-                if let SideData::Recv(r) = &io.data {
+                if let (SideData::Recv(r), ChannelKind::Packet) = (&io.data, kind) {
                     let start = r.pool.addr();
                     lock(&self.inner.channels.pools).push((start, start + r.pool.len(), slot));
                 }
@@ -1645,13 +1840,13 @@ impl Node {
                     // The endpoint's attribute may have changed since a first announce.
                     side.max_payload = max_payload;
                 }
-                side.io
-                    .as_ref()
-                    .and_then(|io| io.ep.as_ref())
-                    .map(|e| e.address().to_vec())
+                side.io.as_ref().and_then(|io| {
+                    let route = io.hub.as_ref().map_or(0, |h| h.route);
+                    Some((io.ep.as_ref()?.address().to_vec(), route))
+                })
             }
         };
-        if let Some(addr) = announce {
+        if let Some((addr, route)) = announce {
             let me = self.inner.endpoint_raw(port);
             let credits = match dir {
                 Direction::Receive => self.inner.config.recv_buffers as u64,
@@ -1660,7 +1855,7 @@ impl Node {
             if let Err(e) = self.inner.channel_call(
                 peer_id,
                 op::OPENED,
-                [credits, max_payload as u64, me],
+                [credits | u64::from(route) << 32, max_payload as u64, me],
                 addr,
             ) {
                 return fail(match e {
@@ -2593,8 +2788,11 @@ impl Node {
                 let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 if let SideData::Send(s) = &mut io.data {
                     if s.credits.try_take() {
-                        let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_GENERAL)?;
-                        match ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest) {
+                        let h = io.hub.as_ref().ok_or(Status::MCAPI_ERR_GENERAL)?;
+                        match h
+                            .hub
+                            .send_value(&bytes[..width], s.next_seq, io.dest, h.peer_route)
+                        {
                             Ok(()) => {
                                 s.next_seq = s.next_seq.wrapping_add(1);
                                 return Ok(());

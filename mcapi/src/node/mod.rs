@@ -53,6 +53,7 @@ mod channels;
 mod driver;
 mod messages;
 mod requests;
+mod scalar_hub;
 mod service;
 
 use channels::{ChanReq, ChannelTable, EndpointChannel};
