@@ -1098,3 +1098,124 @@ fn cancel_of_an_announced_open_leaves_a_working_channel() {
         p.finalize();
     }
 }
+
+/// Opens a scalar channel from endpoint `tx` of node `s` to `rx` of node `r` (`s` connects).
+fn scalar_channel(
+    s: &Node,
+    r: &Node,
+    tx: EndpointId,
+    rx: EndpointId,
+) -> (ChannelHandle, ChannelHandle) {
+    let to = s
+        .endpoint_get(rx.domain(), rx.node(), rx.port(), WAIT)
+        .unwrap();
+    let c = s.sclchan_connect_i(tx, to).unwrap();
+    s.wait(c, None, WAIT).unwrap();
+    let (hr, qr) = r.sclchan_recv_open_i(rx).unwrap();
+    let (hs, qs) = s.sclchan_send_open_i(tx).unwrap();
+    let waiter = {
+        let r = r.clone();
+        std::thread::spawn(move || r.wait(qr, None, WAIT))
+    };
+    s.wait(qs, None, WAIT).unwrap();
+    waiter.join().unwrap().unwrap();
+    (hs, hr)
+}
+
+fn scalar_value(channel: u64, i: u64) -> u64 {
+    (channel << 56) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 8
+}
+
+/// Every scalar side of a node shares one endpoint and CQ: a side that reads another
+/// side's completion must hand it over, whatever thread reads.
+#[test]
+fn scalar_channels_both_ways_in_parallel_keep_their_own_values() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "hub");
+        let a = Node::initialize(0, 160, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 161, cfg).unwrap();
+        let count: u64 = if prov == "shm" { 30_000 } else { 5_000 };
+        let mut threads = Vec::new();
+        for ch in 0..6u32 {
+            // Three channels a -> b, three b -> a.
+            let (s, r) = if ch % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            let tx = s.endpoint_create(30 + ch).unwrap();
+            let rx = r.endpoint_create(40 + ch).unwrap();
+            let (hs, hr) = scalar_channel(s, r, tx, rx);
+            let (s, r) = (s.clone(), r.clone());
+            threads.push(std::thread::spawn(move || {
+                for i in 0..count {
+                    s.sclchan_send(hs, scalar_value(ch.into(), i), 8).unwrap();
+                }
+                s
+            }));
+            threads.push(std::thread::spawn(move || {
+                for i in 0..count {
+                    let v = r.sclchan_recv(hr, 8).unwrap();
+                    assert_eq!(
+                        v,
+                        scalar_value(ch.into(), i),
+                        "{prov}: channel {ch}, scalar {i}"
+                    );
+                }
+                r
+            }));
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+/// Scalars a receiver closes on are discarded, and never reach the next channel between
+/// the same endpoints (same side slot, same hub): neither those it had received nor those
+/// still on their way, sent until the sender learnt of the close.
+#[test]
+fn discarded_scalars_never_reach_the_next_channel() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "discard", 170);
+        let credits = config(prov, "x").recv_buffers as u64;
+        for round in 0..30u64 {
+            let (hs, hr) = scalar_channel(&p.a, &p.b, p.tx, p.rx);
+            let a = p.a.clone();
+            // Even rounds: a full channel the receiver never reads. Odd rounds: the
+            // sender goes on until it learns of the close.
+            let sender = std::thread::spawn(move || {
+                let mut i = 0;
+                while (round % 2 == 1 || i < credits)
+                    && a.sclchan_send(hs, scalar_value(round, i), 8).is_ok()
+                {
+                    i += 1;
+                }
+                a
+            });
+            for i in 0..credits / 2 {
+                assert_eq!(
+                    p.b.sclchan_recv(hr, 8),
+                    Ok(scalar_value(round, i)),
+                    "{prov}: round {round}"
+                );
+            }
+            let qr = p.b.sclchan_recv_close_i(hr).unwrap();
+            let a = sender.join().unwrap();
+            let qs = a.sclchan_send_close_i(hs).unwrap();
+            p.b.wait(qr, None, WAIT).unwrap();
+            a.wait(qs, None, WAIT).unwrap();
+        }
+        let (hs, hr) = scalar_channel(&p.a, &p.b, p.tx, p.rx);
+        for i in 0..3 * credits {
+            p.a.sclchan_send(hs, scalar_value(99, i), 4).unwrap();
+            assert_eq!(
+                p.b.sclchan_recv(hr, 4),
+                Ok(scalar_value(99, i) & 0xFFFF_FFFF),
+                "{prov}"
+            );
+        }
+        close(&p, hs, hr, true);
+        p.finalize();
+    }
+}
