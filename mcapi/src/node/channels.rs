@@ -22,12 +22,12 @@
 //! Connect, open and close run on the control plane (`Frame::Channel`), between the nodes
 //! owning the two endpoints; a third node may make the connect.
 
-use super::scalar_hub::{self, HubEvent, ScalarHub};
+use super::scalar_hub::{self, HubItem, ScalarHub};
 use super::*;
 use crate::semantics::channel::{
     Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
 };
-use mcapi_ofi::{Buf, SendBuffer, SendWait};
+use mcapi_ofi::{SendBuffer, SendWait};
 use std::sync::atomic::AtomicU32;
 
 /// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
@@ -149,7 +149,7 @@ pub(super) struct PeerOpen {
     credits: u32,
     max_payload: usize,
     /// A scalar side's route on its node's hub.
-    route: u32,
+    route: u16,
 }
 
 /// The channel state of a local endpoint.
@@ -213,12 +213,12 @@ impl ChannelTable {
     }
 
     /// The scalar hub, opened on first use.
-    fn hub(&self, fab: &Fab, receives: usize) -> std::result::Result<Arc<ScalarHub>, OfiError> {
+    fn hub(&self, fab: &Fab, capacity: usize) -> std::result::Result<Arc<ScalarHub>, OfiError> {
         let mut hub = lock(&self.hub);
         if let Some(h) = &*hub {
             return Ok(h.clone());
         }
-        let h = Arc::new(ScalarHub::open(&fab.domain, fab.cq_wait, receives)?);
+        let h = Arc::new(ScalarHub::open(&fab.domain, fab.cq_wait, capacity)?);
         *hub = Some(h.clone());
         Ok(h)
     }
@@ -237,7 +237,7 @@ impl ChannelTable {
     /// Empties side slot `slot` (locked in `g`): its endpoint, if still open, is parked,
     /// and its receive pool leaves the release lookup.
     fn vacate(&self, g: &mut Option<Side>, slot: usize) {
-        if let Some(ep) = g.take().and_then(|s| s.io).and_then(|mut io| io.ep.take()) {
+        if let Some(ep) = g.take().and_then(|s| s.io).and_then(|io| io.ep) {
             self.park(Some(ep));
         }
         lock(&self.pools).retain(|p| p.2 != slot);
@@ -344,53 +344,21 @@ struct SideIo {
     hub: Option<HubSide>,
 }
 
-/// Hub completions a scalar side takes at a time.
+/// Hub messages a scalar side takes at a time.
 const HUB_BURST: usize = 16;
 
 struct HubSide {
     hub: Arc<ScalarHub>,
-    route: u32,
+    route: u16,
     /// The other side's route on its node's hub.
-    peer_route: u32,
-    /// Receives posted and not come back.
-    posted: u32,
-    /// Receive contexts in use: values `0..receives`, credits `CTX_CREDIT + 0..receives`.
-    receives: u64,
-    events: [HubEvent; HUB_BURST],
+    peer_route: u16,
+    items: [HubItem; HUB_BURST],
 }
 
-impl HubSide {
-    fn new(hub: Arc<ScalarHub>, route: u32) -> HubSide {
-        HubSide {
-            hub,
-            route,
-            peer_route: 0,
-            posted: 0,
-            receives: 0,
-            events: [HubEvent::default(); HUB_BURST],
-        }
-    }
-
-    /// Posts receive `ctx` (`credit`: of a credit return) into `buf`.
-    fn post(&mut self, credit: bool, buf: Buf<'_>, ctx: u64) -> std::result::Result<(), OfiError> {
-        self.hub.post(self.route, credit, buf, ctx)?;
-        self.posted += 1;
-        Ok(())
-    }
-}
-
-impl Drop for SideIo {
-    /// A scalar side's receives stay posted on the hub: they are cancelled, and their
-    /// memory goes back to the hub once they all came back.
+impl Drop for HubSide {
+    /// What still comes for the side is dropped.
     fn drop(&mut self) {
-        let Some(h) = self.hub.take() else { return };
-        let n = h.receives;
-        let (memory, contexts) = match &self.data {
-            SideData::Recv(r) => (r.pool.clone(), 0..n),
-            SideData::Send(s) => (s.credit_slots.clone(), CTX_CREDIT..CTX_CREDIT + n),
-            SideData::Unconnected => return,
-        };
-        h.hub.detach(h.route, h.posted, contexts, vec![memory]);
+        self.hub.detach(self.route);
     }
 }
 
@@ -725,10 +693,11 @@ impl SideIo {
         while self.ep.is_some() {
             if self.hub.is_some() {
                 match self.read_hub() {
-                    Some(n) if n == HUB_BURST => seen += n,
                     Some(n) => {
                         seen += n;
-                        break;
+                        if n < HUB_BURST {
+                            break;
+                        }
                     }
                     None => break,
                 }
@@ -740,7 +709,7 @@ impl SideIo {
                     seen += n;
                     for i in 0..n {
                         let c = self.cq_buf[i];
-                        self.dispatch(&c, c.context(), kind);
+                        self.dispatch(&c, kind);
                     }
                     if n < self.cq_buf.len() {
                         break;
@@ -769,51 +738,50 @@ impl SideIo {
         seen
     }
 
-    /// Reads one burst of a scalar side's completions from the hub and dispatches them;
-    /// `None` when there were none (or the read failed).
+    /// Takes one burst of a scalar side's messages from the hub; `None` when there were
+    /// none (or the read failed).
     fn read_hub(&mut self) -> Option<usize> {
         let h = self.hub.as_mut()?;
-        let n = h.hub.read(h.route, &mut h.events).ok().filter(|&n| n > 0)?;
-        h.posted = h.posted.saturating_sub(n as u32);
+        let n = h.hub.read(h.route, &mut h.items).ok().filter(|&n| n > 0)?;
+        let mut credits_due = None;
         for i in 0..n {
-            let Some(h) = &self.hub else { break };
-            match h.events[i] {
-                HubEvent::Done(c) => {
-                    let ctx = h.events[i].local_context();
-                    self.dispatch(&c, ctx, ChannelKind::Scalar);
+            let it = h.items[i];
+            match &mut self.data {
+                SideData::Send(s) if it.credit => s.credits.add(it.value as u32),
+                SideData::Recv(r) if !it.credit => {
+                    let item = Item {
+                        offset: 0,
+                        len: usize::from(it.len),
+                        value: it.value,
+                    };
+                    let seq = super::driver::widen(r.received, it.seq);
+                    if let Ok(ready) = r.reorder.accept(0, seq, item) {
+                        for i in ready {
+                            r.fifo.push_back(i);
+                            r.received += 1;
+                            if let Some(n) = r.returns.arrived() {
+                                credits_due = Some(credits_due.unwrap_or(0) + n);
+                            }
+                        }
+                    }
                 }
-                // Not a cancel (those are posted for sides gone): an error, but the
-                // receive is needed again.
-                e @ HubEvent::Failed(_) => self.repost_hub(e.local_context()),
+                _ => {}
             }
+        }
+        if let Some(n) = credits_due {
+            self.return_credits(n);
         }
         Some(n)
     }
 
-    /// Posts a scalar side's receive `ctx` again.
-    fn repost_hub(&mut self, ctx: u64) {
-        let Some(h) = &mut self.hub else { return };
-        let (region, credit, i) = match &self.data {
-            SideData::Recv(r) => (&r.pool, false, ctx),
-            SideData::Send(s) => (&s.credit_slots, true, ctx & CTX_MASK),
-            SideData::Unconnected => return,
-        };
-        if let Ok(b) = region.slice(i as usize * 8, 8) {
-            let _ = h.post(credit, b, ctx);
-        }
-    }
-
-    fn dispatch(&mut self, c: &Completion, ctx: u64, kind: ChannelKind) {
+    fn dispatch(&mut self, c: &Completion, kind: ChannelKind) {
+        let ctx = c.context();
         let mut credits_due = None;
-        let mut repost_hub = None;
         match &mut self.data {
             SideData::Unconnected => {}
             SideData::Send(s) => {
                 if let Some(slot) = s.event(ctx, true) {
-                    if self.hub.is_some() {
-                        repost_hub = Some(ctx);
-                    } else if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8))
-                    {
+                    if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
                         let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
                     }
                 }
@@ -821,13 +789,7 @@ impl SideIo {
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
-                    // A hub receive's buffer is its own 8 bytes (tagged receives need not
-                    // report their buffer).
-                    let offset = if self.hub.is_some() {
-                        b * 8
-                    } else {
-                        c.buf_addr().wrapping_sub(r.pool.addr())
-                    };
+                    let offset = c.buf_addr().wrapping_sub(r.pool.addr());
                     let mut item = Item {
                         offset,
                         len: c.len(),
@@ -851,16 +813,10 @@ impl SideIo {
                         }
                     }
                 }
-                if self.hub.is_some() {
-                    // The value is copied out: the receive can take the next one.
-                    repost_hub = Some(ctx);
-                } else if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
+                if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
                     repost(&self.ep, r, b);
                 }
             }
-        }
-        if let Some(ctx) = repost_hub {
-            self.repost_hub(ctx);
         }
         if let Some(n) = credits_due {
             self.return_credits(n);
@@ -1207,7 +1163,7 @@ impl NodeInner {
                     fabric_addr: bytes.to_vec(),
                     credits: args[0] as u32,
                     max_payload: args[1] as usize,
-                    route: (args[0] >> 32) as u32,
+                    route: (args[0] >> 32) as u16,
                 });
                 Ok(0)
             }
@@ -1301,7 +1257,7 @@ impl NodeInner {
         kind: ChannelKind,
         dir: Direction,
         max_payload: usize,
-        route: u32,
+        route: u16,
     ) -> std::result::Result<SideIo, OfiError> {
         if kind == ChannelKind::Scalar {
             return self.open_scalar_io(dir, route);
@@ -1353,36 +1309,26 @@ impl NodeInner {
         })
     }
 
-    /// The fabric part of a scalar side, on the node's hub: a receiver posts one 8-byte
-    /// receive per credit (a value is copied out when it arrives, and its receive posted
-    /// again at once).
-    fn open_scalar_io(&self, dir: Direction, route: u32) -> std::result::Result<SideIo, OfiError> {
-        let hub = self.channels.hub(&self.fab, self.config.recv_buffers)?;
-        let mut h = HubSide::new(hub.clone(), route);
+    /// The fabric part of a scalar side, on the node's hub (nothing of its own is posted:
+    /// it takes its messages from the hub).
+    fn open_scalar_io(&self, dir: Direction, route: u16) -> std::result::Result<SideIo, OfiError> {
         let capacity = self.config.recv_buffers as u32;
+        let hub = self.channels.hub(&self.fab, capacity as usize)?;
+        hub.attach(route, capacity.max(8) as usize);
         let data = match dir {
             Direction::Send => SideData::Unconnected,
-            Direction::Receive => {
-                let receives = capacity.max(1) as usize;
-                let pool = hub.memory(receives * 8)?;
-                hub.attach(route, receives);
-                h.receives = receives as u64;
-                for b in 0..receives {
-                    h.post(false, pool.slice(b * 8, 8)?, b as u64)?;
-                }
-                SideData::Recv(RecvData {
-                    pool,
-                    buffer_size: 8,
-                    buffers: PoolBuffers::new(0),
-                    reorder: SeqReorder::new(1, capacity.max(1) * 2),
-                    fifo: VecDeque::with_capacity(receives),
-                    returns: CreditReturn::new(capacity),
-                    held: HeldPackets::default(),
-                    received: 0,
-                    peer_sent: None,
-                    pending: VecDeque::new(),
-                })
-            }
+            Direction::Receive => SideData::Recv(RecvData {
+                pool: hub.pool().clone(),
+                buffer_size: 8,
+                buffers: PoolBuffers::new(0),
+                reorder: SeqReorder::new(1, capacity.max(1) * 2),
+                fifo: VecDeque::with_capacity(capacity as usize),
+                returns: CreditReturn::new(capacity),
+                held: HeldPackets::default(),
+                received: 0,
+                peer_sent: None,
+                pending: VecDeque::new(),
+            }),
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),
@@ -1391,7 +1337,12 @@ impl NodeInner {
             av: hub.av().clone(),
             dest: FiAddr::UNSPEC,
             data,
-            hub: Some(h),
+            hub: Some(HubSide {
+                hub,
+                route,
+                peer_route: 0,
+                items: [HubItem::default(); HUB_BURST],
+            }),
         })
     }
 
@@ -1414,18 +1365,13 @@ impl NodeInner {
         if let SideData::Unconnected = io.data {
             let domain = &self.fab.domain;
             let credits = peer.credits;
-            let slots = CreditReturn::max_in_flight(credits) as usize;
-            let credit_slots = match &io.hub {
-                Some(h) => h.hub.memory(slots * 8)?,
-                None => MemoryRegion::new(domain, slots * 8)?,
+            // A scalar sender's credits come through the hub.
+            let slots = match io.hub {
+                Some(_) => 0,
+                None => CreditReturn::max_in_flight(credits) as usize,
             };
-            if let Some(h) = &mut io.hub {
-                h.hub.attach(h.route, slots);
-                h.receives = slots as u64;
-                for i in 0..slots {
-                    h.post(true, credit_slots.slice(i * 8, 8)?, CTX_CREDIT | i as u64)?;
-                }
-            } else if let Some(ep) = &io.ep {
+            let credit_slots = MemoryRegion::new(domain, (slots * 8).max(8))?;
+            if let (Some(ep), None) = (&io.ep, &io.hub) {
                 for i in 0..slots {
                     ep.recv(
                         credit_slots.slice(i * 8, 8)?,
