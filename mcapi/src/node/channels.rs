@@ -1,20 +1,25 @@
 //! Packet and scalar channels (spec 4.4, 4.5) over dedicated fabric endpoints.
 //!
-//! Each open side of a channel owns one RDM endpoint and CQ of its own (multi-receive is
-//! untagged-only in libfabric 1.17, so a receive pool needs an endpoint that carries nothing
-//! else), so the channel data path never takes the node's state lock:
+//! Each open side of a packet channel owns one RDM endpoint and CQ of its own (multi-receive
+//! is untagged-only in libfabric 1.17, so a receive pool needs an endpoint that carries
+//! nothing else); scalar sides share the node's scalar hub (`scalar_hub`), which keeps a
+//! scalar ping-pong between two nodes on one connection. The channel data path never takes
+//! the node's state lock:
 //!
 //! - the receive side posts its pool, `NUM_RECV_BUFFERS` buffers of
 //!   `max payload + POOL_SLACK` bytes, as `FI_MULTI_RECV` receives; `pktchan_recv` hands out a
 //!   pointer into the pool, and a buffer is posted again once the provider has released it
 //!   and every packet in it has been released by the application
 //!   ([`PoolBuffers`]);
+//! - (scalars: the hub's shared pool; a scalar is copied out on arrival, and a receive side
+//!   takes `NUM_RECV_BUFFERS` of them before its sender waits for credits);
 //! - the sender holds one credit per pool buffer ([`SendCredits`]): a held packet pins at most
 //!   one buffer, so with as many buffers as credits some buffer always has room for a packet
 //!   that was sent with a credit, however the application releases (no pinning stall);
 //! - the receiver returns credits when packets are released (scalars: received), in batches
 //!   of a quarter pool, and the rest as soon as every credit is back at the receiver
-//!   ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted;
+//!   ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted (scalar
+//!   senders: through the hub);
 //! - every packet and scalar carries its sequence number as remote CQ data, so FIFO order
 //!   holds on providers whose completion order is not delivery order; a scalar's width is its
 //!   length.
@@ -1309,10 +1314,16 @@ impl NodeInner {
         })
     }
 
+    /// Scalars a receive side takes before the sender waits for credits: `recv_buffers`,
+    /// within what the hub's 16-bit sequence numbers can tell apart.
+    fn scalar_capacity(&self) -> u32 {
+        self.config.recv_buffers.min(scalar_hub::MAX_CAPACITY) as u32
+    }
+
     /// The fabric part of a scalar side, on the node's hub (nothing of its own is posted:
     /// it takes its messages from the hub).
     fn open_scalar_io(&self, dir: Direction, route: u16) -> std::result::Result<SideIo, OfiError> {
-        let capacity = self.config.recv_buffers as u32;
+        let capacity = self.scalar_capacity();
         let hub = self.channels.hub(&self.fab, capacity as usize)?;
         hub.attach(route, capacity.max(8) as usize);
         let data = match dir {
@@ -1794,9 +1805,10 @@ impl Node {
         };
         if let Some((addr, route)) = announce {
             let me = self.inner.endpoint_raw(port);
-            let credits = match dir {
-                Direction::Receive => self.inner.config.recv_buffers as u64,
-                Direction::Send => 0,
+            let credits = match (dir, kind) {
+                (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u64,
+                (Direction::Receive, ChannelKind::Scalar) => self.inner.scalar_capacity().into(),
+                (Direction::Send, _) => 0,
             };
             if let Err(e) = self.inner.channel_call(
                 peer_id,

@@ -24,6 +24,9 @@ const POOL_BUFFER_SIZE: usize = 64 * 1024;
 /// Completions read from the CQ at a time.
 const READ_BURST: usize = 16;
 const CREDIT_BIT: u64 = 1 << 31;
+/// Most scalars a receive side may have in flight to it: sequence numbers travel as 16
+/// bits and are widened against the next one expected, which needs a window below 2^15.
+pub(super) const MAX_CAPACITY: usize = 1 << 14;
 
 /// A side's route: its slot and the low 7 bits of its generation.
 pub(super) fn route(slot: usize, generation: u32) -> u16 {
