@@ -1262,10 +1262,10 @@ impl NodeInner {
         kind: ChannelKind,
         dir: Direction,
         max_payload: usize,
-        route: u16,
+        slot: usize,
     ) -> std::result::Result<SideIo, OfiError> {
         if kind == ChannelKind::Scalar {
-            return self.open_scalar_io(dir, route);
+            return self.open_scalar_io(dir, slot);
         }
         let domain = &self.fab.domain;
         let cq = CompletionQueue::open(domain, 0, self.fab.cq_wait)?;
@@ -1315,17 +1315,17 @@ impl NodeInner {
     }
 
     /// Scalars a receive side takes before the sender waits for credits: `recv_buffers`,
-    /// within what the hub's 16-bit sequence numbers can tell apart.
+    /// within what the hub's CQ holds for every side at once.
     fn scalar_capacity(&self) -> u32 {
         self.config.recv_buffers.min(scalar_hub::MAX_CAPACITY) as u32
     }
 
     /// The fabric part of a scalar side, on the node's hub (nothing of its own is posted:
     /// it takes its messages from the hub).
-    fn open_scalar_io(&self, dir: Direction, route: u16) -> std::result::Result<SideIo, OfiError> {
+    fn open_scalar_io(&self, dir: Direction, slot: usize) -> std::result::Result<SideIo, OfiError> {
         let capacity = self.scalar_capacity();
         let hub = self.channels.hub(&self.fab, capacity as usize)?;
-        hub.attach(route, capacity.max(8) as usize);
+        let route = hub.attach(slot, capacity.max(8) as usize);
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             Direction::Receive => SideData::Recv(RecvData {
@@ -1770,8 +1770,7 @@ impl Node {
                 return Ok(());
             };
             if side.io.is_none() {
-                let route = scalar_hub::route(slot, generation);
-                let io = match self.inner.open_side_io(kind, dir, max_payload, route) {
+                let io = match self.inner.open_side_io(kind, dir, max_payload, slot) {
                     Ok(io) => io,
                     Err(_) => {
                         drop(g);

@@ -9,12 +9,13 @@
 //! between two nodes, in both directions, shares one connection.
 //!
 //! The hub posts one multi-receive pool. Every message carries its destination side's
-//! route (slot and low generation bits) in its 32-bit remote CQ data (providers with
-//! 4-byte CQ data suffice), with a credit bit and, for a value, a 16-bit sequence number;
-//! a value's width is its length, a credit return's count its 8-byte payload. A side
-//! reading the CQ copies each message out, keeps its own and hands the others to their
-//! sides' inboxes; messages to a side that is gone (scalars a receive close discarded) are
-//! dropped there.
+//! route in its 32-bit remote CQ data (providers with 4-byte CQ data suffice), with a
+//! credit bit and, for a value, a 16-bit sequence number; a value's width is its length, a
+//! credit return's count its 8-byte payload. A side reading the CQ copies each message out,
+//! keeps its own and hands the others to their sides' inboxes; messages to a side that is
+//! gone (scalars a receive close discarded) are dropped there. Routes are handed out in
+//! turn from 2^15, so a message still on its way to a side long gone finds no side, not a
+//! new one.
 
 use super::*;
 
@@ -24,18 +25,10 @@ const POOL_BUFFER_SIZE: usize = 64 * 1024;
 /// Completions read from the CQ at a time.
 const READ_BURST: usize = 16;
 const CREDIT_BIT: u64 = 1 << 31;
-/// Most scalars a receive side may have in flight to it: sequence numbers travel as 16
-/// bits and are widened against the next one expected, which needs a window below 2^15.
-pub(super) const MAX_CAPACITY: usize = 1 << 14;
-
-/// A side's route: its slot and the low 7 bits of its generation.
-pub(super) fn route(slot: usize, generation: u32) -> u16 {
-    slot as u16 | ((generation & 0x7F) as u16) << 8
-}
-
-fn slot_of(route: u16) -> usize {
-    usize::from(route & 0xFF)
-}
+const ROUTES: usize = 1 << 15;
+/// Most scalars a receive side may have in flight to it: every side's may sit in the CQ at
+/// once, which holds 2^16 (and the 16-bit sequence numbers need a window below 2^15).
+pub(super) const MAX_CAPACITY: usize = (1 << 16) / super::channels::MAX_SIDES - 8;
 
 /// A message for one side, copied out of the pool.
 #[derive(Clone, Copy, Default)]
@@ -61,10 +54,16 @@ pub(super) struct ScalarHub {
 
 struct Routing {
     buf: [Completion; READ_BURST],
-    /// Messages read by one side for another, by slot.
+    /// Messages read by one side for another, by the side's slot.
     inbox: Vec<VecDeque<HubItem>>,
-    /// The route of each slot's side, while it is there.
-    live: Vec<Option<u16>>,
+    /// The slot of each route's side, while it is there.
+    owner: Vec<Option<u8>>,
+    /// The route the next side gets (if free).
+    next_route: usize,
+    /// Pool buffers posted (a completion flagged `FI_MULTI_RECV` releases one).
+    posted: [bool; POOL_BUFFERS],
+    /// Some buffer is released and not posted again yet (the provider refused).
+    unposted: bool,
 }
 
 impl ScalarHub {
@@ -75,7 +74,7 @@ impl ScalarHub {
         capacity: usize,
     ) -> std::result::Result<Self, OfiError> {
         // Room for what every side may have in flight: a full CQ must lose nothing.
-        let size = (super::channels::MAX_SIDES * (capacity + 8)).min(1 << 16);
+        let size = super::channels::MAX_SIDES * (capacity.min(MAX_CAPACITY) + 8);
         let cq = CompletionQueue::open(domain, size, wait)?;
         let av = AddressVector::open(domain, 16)?;
         let ep = Endpoint::open(
@@ -103,7 +102,10 @@ impl ScalarHub {
                 inbox: (0..super::channels::MAX_SIDES)
                     .map(|_| VecDeque::new())
                     .collect(),
-                live: vec![None; super::channels::MAX_SIDES],
+                owner: vec![None; ROUTES],
+                next_route: 0,
+                posted: [true; POOL_BUFFERS],
+                unposted: false,
             }),
             peers: Mutex::new(HashMap::default()),
         })
@@ -137,23 +139,28 @@ impl ScalarHub {
         Ok(a)
     }
 
-    /// A side takes its slot: messages to `route` are kept for it from now on, up to
-    /// `capacity` without allocating.
-    pub(super) fn attach(&self, route: u16, capacity: usize) {
+    /// The side in channel slot `slot` arrives: returns its route (what its peer sends
+    /// to); messages to it are kept for it from now on, up to `capacity` without
+    /// allocating.
+    pub(super) fn attach(&self, slot: usize, capacity: usize) -> u16 {
         let mut r = lock(&self.routing);
-        let slot = slot_of(route);
-        r.live[slot] = Some(route);
+        // At most MAX_SIDES routes are taken: a free one comes within MAX_SIDES + 1 steps.
+        while r.owner[r.next_route].is_some() {
+            r.next_route = (r.next_route + 1) % ROUTES;
+        }
+        let route = r.next_route;
+        r.next_route = (route + 1) % ROUTES;
+        r.owner[route] = Some(slot as u8);
         r.inbox[slot].clear();
         r.inbox[slot].reserve(capacity);
+        route as u16
     }
 
     /// The side of `route` is gone: what comes for it is dropped.
     pub(super) fn detach(&self, route: u16) {
         let mut r = lock(&self.routing);
-        let slot = slot_of(route);
-        if r.live[slot] == Some(route) {
-            r.live[slot] = None;
-            r.inbox[slot].clear();
+        if let Some(slot) = r.owner[usize::from(route)].take() {
+            r.inbox[usize::from(slot)].clear();
         }
     }
 
@@ -169,8 +176,14 @@ impl ScalarHub {
     ) -> std::result::Result<usize, OfiError> {
         let mut guard = lock(&self.routing);
         let r = &mut *guard;
-        let own = slot_of(route);
+        let Some(own) = r.owner[usize::from(route)].map(usize::from) else {
+            return Ok(0);
+        };
+        if r.unposted {
+            self.repost_released(r);
+        }
         let mut n = 0;
+        let mut handed_over = false;
         while n < out.len() {
             let Some(item) = r.inbox[own].pop_front() else {
                 break;
@@ -186,40 +199,53 @@ impl ScalarHub {
                     for i in 0..k {
                         let c = r.buf[i];
                         if c.flags() & flags::REMOTE_CQ_DATA != 0 {
-                            self.route_message(r, &c, route, out, &mut n);
+                            handed_over |= self.route_message(r, &c, own, out, &mut n);
                         }
                         if c.flags() & flags::MULTI_RECV != 0 {
-                            self.repost(c.context());
+                            self.released(r, c.context());
                         }
                     }
                     if k < READ_BURST {
                         break;
                     }
                 }
-                // Only pool buffers are posted: one that failed is posted again.
-                Err(OfiError::Completion(e)) => self.repost(e.context),
+                // A pool buffer the provider gave up on is posted again; other error
+                // entries (rxm reports a broken connection without a context) carry no
+                // message.
+                Err(OfiError::Completion(e)) => {
+                    if e.flags & flags::MULTI_RECV != 0 {
+                        self.released(r, e.context);
+                    }
+                }
                 Err(e) if e.is_again() => break,
                 Err(e) => return Err(e),
             }
         }
+        drop(guard);
+        if handed_over && self.cq.wait_fd().is_some() {
+            // A side asleep on the CQ's wait object may have missed its message, which
+            // this read took off the CQ: wake it.
+            let _ = self.cq.signal();
+        }
         Ok(n)
     }
 
+    /// Copies the message of `c` out for its side: into `out` if the reader's (slot
+    /// `reader`), else into its side's inbox (returns true then).
     fn route_message(
         &self,
         r: &mut Routing,
         c: &Completion,
-        reader: u16,
+        reader: usize,
         out: &mut [HubItem],
         n: &mut usize,
-    ) {
+    ) -> bool {
         let data = c.data();
-        let to = (data >> 16 & 0x7FFF) as u16;
-        let slot = slot_of(to);
-        if r.live[slot] != Some(to) {
+        let to = (data >> 16) as usize % ROUTES;
+        let Some(slot) = r.owner[to].map(usize::from) else {
             // A side gone (a receive close discards what was still coming).
-            return;
-        }
+            return false;
+        };
         let len = c.len().min(8);
         let mut word = [0u8; 8];
         let offset = c.buf_addr().wrapping_sub(self.pool.addr());
@@ -232,19 +258,39 @@ impl ScalarHub {
             len: c.len() as u8,
             value: u64::from_le_bytes(word),
         };
-        if to == reader && *n < out.len() {
+        if slot == reader && *n < out.len() {
             out[*n] = item;
             *n += 1;
+            false
         } else {
             r.inbox[slot].push_back(item);
+            slot != reader
         }
     }
 
-    fn repost(&self, buffer: u64) {
-        let b = buffer as usize;
-        if let Ok(buf) = self.pool.slice(b * POOL_BUFFER_SIZE, POOL_BUFFER_SIZE) {
-            // Refused only when the endpoint is going away.
-            let _ = self.ep.recv_multi(buf, buffer);
+    /// The provider released pool buffer `buffer`: it is posted again.
+    fn released(&self, r: &mut Routing, buffer: u64) {
+        if let Some(posted) = r.posted.get_mut(buffer as usize) {
+            *posted = false;
+            r.unposted = true;
+            self.repost_released(r);
+        }
+    }
+
+    /// Posts the released pool buffers again; one the provider refuses is retried on the
+    /// next read.
+    fn repost_released(&self, r: &mut Routing) {
+        r.unposted = false;
+        for b in 0..POOL_BUFFERS {
+            if r.posted[b] {
+                continue;
+            }
+            let posted = self
+                .pool
+                .slice(b * POOL_BUFFER_SIZE, POOL_BUFFER_SIZE)
+                .and_then(|buf| self.ep.recv_multi(buf, b as u64));
+            r.posted[b] = posted.is_ok();
+            r.unposted |= posted.is_err();
         }
     }
 
