@@ -1264,7 +1264,7 @@ impl NodeInner {
         max_payload: usize,
         slot: usize,
     ) -> std::result::Result<SideIo, OfiError> {
-        if kind == ChannelKind::Scalar {
+        if kind == ChannelKind::Scalar && self.scalars_on_hub() {
             return self.open_scalar_io(dir, slot);
         }
         let domain = &self.fab.domain;
@@ -1276,7 +1276,10 @@ impl NodeInner {
         };
         let min_multi_recv = (dir == Direction::Receive).then_some(payload.max(8));
         let ep = Endpoint::open(domain, &cq, &av, EndpointOptions { min_multi_recv })?;
-        let capacity = self.config.recv_buffers as u32;
+        let capacity = match kind {
+            ChannelKind::Packet => self.config.recv_buffers as u32,
+            ChannelKind::Scalar => self.scalar_capacity(),
+        };
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             Direction::Receive => {
@@ -1312,6 +1315,15 @@ impl NodeInner {
             data,
             hub: None,
         })
+    }
+
+    /// Whether scalar sides use the node's hub: wherever endpoints talk over connections
+    /// (everything but shm), so that a node pair's scalars share one. On shm there is no
+    /// connection to share, and reading a CQ shared with other sides costs a scalar round
+    /// trip about 30 ns (the hub's lock and routing): scalar sides keep endpoints of their
+    /// own there, as packet sides do.
+    fn scalars_on_hub(&self) -> bool {
+        !(self.fab.provider == "shm" || self.fab.provider.starts_with("shm;"))
     }
 
     /// Scalars a receive side takes before the sender waits for credits: `recv_buffers`,
@@ -2745,11 +2757,17 @@ impl Node {
                 let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 if let SideData::Send(s) = &mut io.data {
                     if s.credits.try_take() {
-                        let h = io.hub.as_ref().ok_or(Status::MCAPI_ERR_GENERAL)?;
-                        match h
-                            .hub
-                            .send_value(&bytes[..width], s.next_seq, io.dest, h.peer_route)
-                        {
+                        let sent = match (&io.hub, &io.ep) {
+                            (Some(h), _) => {
+                                h.hub
+                                    .send_value(&bytes[..width], s.next_seq, io.dest, h.peer_route)
+                            }
+                            (None, Some(ep)) => {
+                                ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest)
+                            }
+                            (None, None) => return Err(Status::MCAPI_ERR_GENERAL),
+                        };
+                        match sent {
                             Ok(()) => {
                                 s.next_seq = s.next_seq.wrapping_add(1);
                                 return Ok(());
