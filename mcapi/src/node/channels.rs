@@ -3,7 +3,8 @@
 //! Each open side of a packet channel owns one RDM endpoint and CQ of its own (multi-receive
 //! is untagged-only in libfabric 1.17, so a receive pool needs an endpoint that carries
 //! nothing else); scalar sides share the node's scalar hub (`scalar_hub`), which keeps a
-//! scalar ping-pong between two nodes on one connection. The channel data path never takes
+//! scalar ping-pong between two nodes on one connection (except on shm, which has no
+//! connections: they have endpoints of their own there). The channel data path never takes
 //! the node's state lock:
 //!
 //! - the receive side posts its pool, `NUM_RECV_BUFFERS` buffers of
@@ -11,8 +12,8 @@
 //!   pointer into the pool, and a buffer is posted again once the provider has released it
 //!   and every packet in it has been released by the application
 //!   ([`PoolBuffers`]);
-//! - (scalars: the hub's shared pool; a scalar is copied out on arrival, and a receive side
-//!   takes `NUM_RECV_BUFFERS` of them before its sender waits for credits);
+//! - (scalars on the hub: its shared pool; a scalar is copied out on arrival, and a receive
+//!   side takes `NUM_RECV_BUFFERS` of them before its sender waits for credits);
 //! - the sender holds one credit per pool buffer ([`SendCredits`]): a held packet pins at most
 //!   one buffer, so with as many buffers as credits some buffer always has room for a packet
 //!   that was sent with a credit, however the application releases (no pinning stall);
