@@ -566,6 +566,22 @@ impl HeldPackets {
 }
 
 impl RecvData {
+    /// A receive side taking `capacity` items into `buffers` buffers of `pool`.
+    fn new(pool: MemoryRegion, buffer_size: usize, buffers: usize, capacity: u32) -> RecvData {
+        RecvData {
+            pool,
+            buffer_size,
+            buffers: PoolBuffers::new(buffers),
+            reorder: SeqReorder::new(1, capacity.max(1) * 2),
+            fifo: VecDeque::with_capacity(capacity as usize),
+            returns: CreditReturn::new(capacity),
+            held: HeldPackets::default(),
+            received: 0,
+            peer_sent: None,
+            pending: VecDeque::with_capacity(16),
+        }
+    }
+
     /// Whether nothing more will come from a sender that closed or died: all it announced
     /// arrived (or more: a zero-copy packet it gave up on may have got through); `true`
     /// while it is open.
@@ -1293,18 +1309,7 @@ impl NodeInner {
                 for b in 0..buffers {
                     ep.recv_multi(pool.slice(b * buffer_size, buffer_size)?, b as u64)?;
                 }
-                SideData::Recv(RecvData {
-                    pool,
-                    buffer_size,
-                    buffers: PoolBuffers::new(buffers),
-                    reorder: SeqReorder::new(1, capacity.max(1) * 2),
-                    fifo: VecDeque::with_capacity(capacity as usize),
-                    returns: CreditReturn::new(capacity),
-                    held: HeldPackets::default(),
-                    received: 0,
-                    peer_sent: None,
-                    pending: VecDeque::with_capacity(16),
-                })
+                SideData::Recv(RecvData::new(pool, buffer_size, buffers, capacity))
             }
         };
         Ok(SideIo {
@@ -1341,18 +1346,8 @@ impl NodeInner {
         let route = hub.attach(slot, capacity.max(8) as usize);
         let data = match dir {
             Direction::Send => SideData::Unconnected,
-            Direction::Receive => SideData::Recv(RecvData {
-                pool: hub.pool().clone(),
-                buffer_size: 8,
-                buffers: PoolBuffers::new(0),
-                reorder: SeqReorder::new(1, capacity.max(1) * 2),
-                fifo: VecDeque::with_capacity(capacity as usize),
-                returns: CreditReturn::new(capacity),
-                held: HeldPackets::default(),
-                received: 0,
-                peer_sent: None,
-                pending: VecDeque::new(),
-            }),
+            // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
+            Direction::Receive => SideData::Recv(RecvData::new(hub.pool().clone(), 8, 0, capacity)),
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),
