@@ -1230,3 +1230,37 @@ fn discarded_scalars_never_reach_the_next_channel() {
         p.finalize();
     }
 }
+
+/// A node that finalizes with a channel open to a node of the same process, right after a
+/// credit return: the other side fails cleanly (shm gives endpoints of one process each
+/// other's mappings, which closing an endpoint unmaps).
+#[test]
+fn finalize_right_after_a_credit_return_leaves_the_other_side_failing_cleanly() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        for round in 0..8u32 {
+            let p = Pair::new(prov, "finalize", 180 + round * 3);
+            let (hs, hr) = open(&p, false, true);
+            // 16 released packets make the receiver send a credit return (a quarter pool).
+            for i in 0..16u32 {
+                p.a.pktchan_send(hs, &i.to_le_bytes()).unwrap();
+                let pkt = p.b.pktchan_recv(hr).unwrap();
+                p.b.pktchan_release(pkt.addr()).unwrap();
+            }
+            p.b.finalize().unwrap();
+            // The sender reads its CQ (the credit return) and learns the receiver is gone.
+            let start = Instant::now();
+            loop {
+                match p.a.pktchan_send(hs, b"after") {
+                    Ok(()) => assert!(start.elapsed() < Duration::from_secs(10), "{prov}"),
+                    Err(Status::MCAPI_ERR_TRANSMISSION) => break,
+                    Err(e) => panic!("{prov}: send after the receiver finalized: {e}"),
+                }
+            }
+            let q = p.a.pktchan_send_close_i(hs).unwrap();
+            let _ = p.a.wait(q, None, WAIT);
+            p.a.finalize().unwrap();
+            p.third.finalize().unwrap();
+        }
+    }
+}
