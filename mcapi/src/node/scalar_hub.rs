@@ -249,13 +249,15 @@ impl ScalarHub {
         let len = c.len().min(8);
         let mut word = [0u8; 8];
         let offset = c.buf_addr().wrapping_sub(self.pool.addr());
-        if offset + len <= self.pool.len() {
+        if offset <= self.pool.len().saturating_sub(len) {
             self.pool.read(offset, &mut word[..len]);
         }
         let item = HubItem {
             credit: data & CREDIT_BIT != 0,
             seq: data as u16,
-            len: c.len() as u8,
+            // Not a width (1, 2, 4, 8) if it did not come from a scalar send: a receive
+            // of any width then refuses it.
+            len: c.len().min(u8::MAX.into()) as u8,
             value: u64::from_le_bytes(word),
         };
         if slot == reader && *n < out.len() {
