@@ -115,6 +115,20 @@ impl CompletionQueue {
     /// # Errors
     /// `fi_trywait` and `ppoll` failures.
     pub fn sleep(cqs: &[CompletionQueue], timeout: Duration) -> Result<Sleep> {
+        CompletionQueue::sleep_unless(cqs, timeout, || false)
+    }
+
+    /// [`CompletionQueue::sleep`], but once every `fi_trywait` agreed, `pending` is asked
+    /// whether work that is not on the CQs waits (e.g. completions another thread read
+    /// for the caller, whose signal the `fi_trywait` just reset): [`Sleep::Pending`] then.
+    ///
+    /// # Errors
+    /// `fi_trywait` and `ppoll` failures.
+    pub fn sleep_unless(
+        cqs: &[CompletionQueue],
+        timeout: Duration,
+        pending: impl FnOnce() -> bool,
+    ) -> Result<Sleep> {
         let mut fds = [0; raw::MAX_POLL_FDS];
         if cqs.is_empty() || cqs.len() > fds.len() {
             return Ok(Sleep::Unsupported);
@@ -129,6 +143,9 @@ impl CompletionQueue {
             if !cq.trywait()? {
                 return Ok(Sleep::Pending);
             }
+        }
+        if pending() {
+            return Ok(Sleep::Pending);
         }
         raw::poll_readable(&fds[..cqs.len()], timeout)?;
         Ok(Sleep::Slept)

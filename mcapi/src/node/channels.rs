@@ -1668,6 +1668,19 @@ impl Node {
             .map(|io| io.cq.clone())
     }
 
+    /// Whether another side's read of the scalar hub left messages for side `handle` (its
+    /// sleep would miss them: the hub's signal may have been reset by `fi_trywait`).
+    fn hub_inbox_holds(&self, handle: ChannelHandle) -> bool {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return false;
+        };
+        lock(&self.inner.channels.sides[slot])
+            .as_ref()
+            .filter(|s| s.generation == generation)
+            .and_then(|s| s.io.as_ref()?.hub.as_ref())
+            .is_some_and(|h| h.hub.holds(h.route))
+    }
+
     /// The CQs whose completions may finish `requests`: the node's, and those of the
     /// channel sides that channel sends and receives among them wait on.
     /// Empty where the node's CQs have no fd wait object (the sleeps are timed then).
@@ -2363,8 +2376,11 @@ impl Node {
                 self.inner.flush_completed();
             }
         }
-        wait.backoff
-            .wait_on(wait.deadline, || self.side_cq(handle).into_iter().collect())?;
+        wait.backoff.wait_on_unless(
+            wait.deadline,
+            || self.side_cq(handle).into_iter().collect(),
+            || self.hub_inbox_holds(handle),
+        )?;
         if wait.backoff.slow() {
             if let Some((slot, generation, ..)) = handle.decode() {
                 let peer = lock(&self.inner.channels.sides[slot])

@@ -75,7 +75,9 @@ impl ScalarHub {
     ) -> std::result::Result<Self, OfiError> {
         // Room for what every side may have in flight: a full CQ must lose nothing.
         let size = super::channels::MAX_SIDES * (capacity.min(MAX_CAPACITY) + 8);
-        let cq = CompletionQueue::open(domain, size, wait)?;
+        // A provider that refuses that size gets its default.
+        let cq = CompletionQueue::open(domain, size, wait)
+            .or_else(|_| CompletionQueue::open(domain, 0, wait))?;
         let av = AddressVector::open(domain, 16)?;
         let ep = Endpoint::open(
             domain,
@@ -154,6 +156,12 @@ impl ScalarHub {
         r.inbox[slot].clear();
         r.inbox[slot].reserve(capacity);
         route as u16
+    }
+
+    /// Whether other sides' reads left messages for side `route`.
+    pub(super) fn holds(&self, route: u16) -> bool {
+        let r = lock(&self.routing);
+        r.owner[usize::from(route)].is_some_and(|slot| !r.inbox[usize::from(slot)].is_empty())
     }
 
     /// The side of `route` is gone: what comes for it is dropped.

@@ -277,6 +277,17 @@ impl Backoff {
         deadline: Option<Instant>,
         cqs: impl FnOnce() -> Vec<CompletionQueue>,
     ) -> Result<()> {
+        self.wait_on_unless(deadline, cqs, || false)
+    }
+
+    /// [`Backoff::wait_on`], where a sleep first asks `pending` (after `fi_trywait`, see
+    /// [`CompletionQueue::sleep_unless`]) whether the caller has work not on the CQs.
+    pub(super) fn wait_on_unless(
+        &mut self,
+        deadline: Option<Instant>,
+        cqs: impl FnOnce() -> Vec<CompletionQueue>,
+        pending: impl FnOnce() -> bool,
+    ) -> Result<()> {
         let first = self.spins == 0;
         self.spins = self.spins.wrapping_add(1);
         if self.spinning && !first && !self.spins.is_multiple_of(CLOCK_EVERY) {
@@ -297,7 +308,7 @@ impl Backoff {
             self.spinning = false;
             let nap = deadline.map_or(self.sleep, |d| self.sleep.min(d - now));
             let cqs = self.sleep_on.get_or_insert_with(cqs);
-            match CompletionQueue::sleep(cqs, nap) {
+            match CompletionQueue::sleep_unless(cqs, nap, pending) {
                 Ok(Sleep::Slept) => {}
                 // The CQ holds something: the caller reads it next.
                 Ok(Sleep::Pending) => std::thread::yield_now(),
