@@ -350,15 +350,12 @@ struct SideIo {
     hub: Option<HubSide>,
 }
 
-/// Hub messages a scalar side takes at a time.
-const HUB_BURST: usize = 16;
-
 struct HubSide {
     hub: Arc<ScalarHub>,
     route: u16,
     /// The other side's route on its node's hub.
     peer_route: u16,
-    items: [HubItem; HUB_BURST],
+    items: [HubItem; scalar_hub::READ_BURST],
 }
 
 impl Drop for HubSide {
@@ -582,6 +579,22 @@ impl RecvData {
         }
     }
 
+    /// Takes item number `seq` of the sender's stream; those now in order go to the FIFO.
+    /// Returns the credits to give back now, if any.
+    fn accept(&mut self, seq: u32, item: Item) -> Option<u32> {
+        let mut due = None;
+        if let Ok(ready) = self.reorder.accept(0, seq, item) {
+            for i in ready {
+                self.fifo.push_back(i);
+                self.received += 1;
+                if let Some(n) = self.returns.arrived() {
+                    due = Some(due.unwrap_or(0) + n);
+                }
+            }
+        }
+        due
+    }
+
     /// Whether nothing more will come from a sender that closed or died: all it announced
     /// arrived (or more: a zero-copy packet it gave up on may have got through); `true`
     /// while it is open.
@@ -717,7 +730,7 @@ impl SideIo {
                 match self.read_hub() {
                     Some(n) => {
                         seen += n;
-                        if n < HUB_BURST {
+                        if n < scalar_hub::READ_BURST {
                             break;
                         }
                     }
@@ -765,7 +778,7 @@ impl SideIo {
     fn read_hub(&mut self) -> Option<usize> {
         let h = self.hub.as_mut()?;
         let n = h.hub.read(h.route, &mut h.items).ok().filter(|&n| n > 0)?;
-        let mut credits_due = None;
+        let mut credits_due = 0;
         for i in 0..n {
             let it = h.items[i];
             match &mut self.data {
@@ -777,20 +790,12 @@ impl SideIo {
                         value: it.value,
                     };
                     let seq = super::driver::widen(r.received, it.seq);
-                    if let Ok(ready) = r.reorder.accept(0, seq, item) {
-                        for i in ready {
-                            r.fifo.push_back(i);
-                            r.received += 1;
-                            if let Some(n) = r.returns.arrived() {
-                                credits_due = Some(credits_due.unwrap_or(0) + n);
-                            }
-                        }
-                    }
+                    credits_due += r.accept(seq, item).unwrap_or(0);
                 }
                 _ => {}
             }
         }
-        if let Some(n) = credits_due {
+        if let Some(n) = (credits_due > 0).then_some(credits_due) {
             self.return_credits(n);
         }
         Some(n)
@@ -825,15 +830,7 @@ impl SideIo {
                     } else {
                         r.buffers.arrived(b);
                     }
-                    if let Ok(ready) = r.reorder.accept(0, c.data() as u32, item) {
-                        for i in ready {
-                            r.fifo.push_back(i);
-                            r.received += 1;
-                            if let Some(n) = r.returns.arrived() {
-                                credits_due = Some(credits_due.unwrap_or(0) + n);
-                            }
-                        }
-                    }
+                    credits_due = r.accept(c.data() as u32, item);
                 }
                 if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
                     repost(&self.ep, r, b);
@@ -1360,7 +1357,7 @@ impl NodeInner {
                 hub,
                 route,
                 peer_route: 0,
-                items: [HubItem::default(); HUB_BURST],
+                items: [HubItem::default(); scalar_hub::READ_BURST],
             }),
         })
     }

@@ -22,8 +22,8 @@ use super::*;
 /// Multi-receive buffers of the hub's pool, and their size.
 const POOL_BUFFERS: usize = 4;
 const POOL_BUFFER_SIZE: usize = 64 * 1024;
-/// Completions read from the CQ at a time.
-const READ_BURST: usize = 16;
+/// Completions read from the CQ at a time, and messages a side takes at a time.
+pub(super) const READ_BURST: usize = 16;
 const CREDIT_BIT: u64 = 1 << 31;
 const ROUTES: usize = 1 << 15;
 /// Most scalars a receive side may have in flight to it: every side's may sit in the CQ at
@@ -199,8 +199,10 @@ impl ScalarHub {
             out[n] = item;
             n += 1;
         }
-        // Read on only with room for a whole burst: what does not fit goes to the inbox.
-        while n + READ_BURST <= out.len() || n == 0 {
+        // The CQ is read while nothing came for the reader: one burst of completions then
+        // fits in `out`.
+        let mut failed = None;
+        while n == 0 {
             match self.cq.read(&mut r.buf) {
                 Ok(0) => break,
                 Ok(k) => {
@@ -226,7 +228,10 @@ impl ScalarHub {
                     }
                 }
                 Err(e) if e.is_again() => break,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
         drop(guard);
@@ -235,7 +240,7 @@ impl ScalarHub {
             // this read took off the CQ: wake it.
             let _ = self.cq.signal();
         }
-        Ok(n)
+        failed.map_or(Ok(n), Err)
     }
 
     /// Copies the message of `c` out for its side: into `out` if the reader's (slot
