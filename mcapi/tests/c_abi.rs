@@ -771,29 +771,33 @@ impl Processes {
         Ok(())
     }
 
-    /// Waits for every process; all must exit 0 within `limit`.
+    /// Waits for every process; all must exit 0 within `limit`. Once one fails, the others
+    /// are stopped at once (a peer waiting for it would otherwise hold the test to `limit`).
     fn wait_all(mut self, limit: Duration) -> Result<String, Failed> {
         let deadline = Instant::now() + limit;
+        let mut statuses = vec![None; self.children.len()];
+        loop {
+            for ((_, child), status) in self.children.iter_mut().zip(&mut statuses) {
+                if status.is_none() {
+                    *status = child.try_wait()?;
+                }
+            }
+            let one_failed = statuses.iter().flatten().any(|s| !s.success());
+            if statuses.iter().all(Option::is_some) || one_failed || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let mut report = String::new();
-        let mut failed = false;
-        for (name, child) in &mut self.children {
-            let status = loop {
-                if let Some(status) = child.try_wait()? {
-                    break Some(status);
-                }
-                if Instant::now() > deadline {
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
+        for ((name, child), status) in self.children.iter_mut().zip(&statuses) {
             if status.is_none() {
                 let _ = child.kill();
                 let _ = child.wait();
             }
             let out = read_all(child);
             report.push_str(&format!("[{name}] {status:?}\n{out}"));
-            failed |= !status.is_some_and(|s| s.success());
         }
+        let failed = !statuses.iter().all(|s| s.is_some_and(|s| s.success()));
         let pids: Vec<u32> = self.children.iter().map(|(_, c)| c.id()).collect();
         self.children.clear();
         if failed {

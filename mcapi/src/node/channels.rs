@@ -1418,6 +1418,13 @@ impl NodeInner {
                 zero_copy_failed: false,
                 broken: false,
             });
+            // An empty message, which the receiver ignores (it carries no CQ data), makes
+            // the provider set up its connection while the open completes: rxm connects on
+            // a first send, in several steps 10 ms apart (its CM progress interval), which
+            // the first packet would wait for.
+            if let (Some(ep), None) = (&io.ep, &io.hub) {
+                let _ = ep.inject(&[], io.dest);
+            }
         }
         Ok(())
     }
@@ -1447,7 +1454,7 @@ impl Side {
 struct ChannelWait {
     backoff: Backoff,
     deadline: Option<Instant>,
-    /// Backoffs so far: the node's other sides are progressed on every
+    /// Backoffs so far: while spinning, the node's other sides are progressed on every
     /// [`OTHERS_EVERY`]th, so many open sides do not slow the poll of this one.
     backoffs: u32,
 }
@@ -2367,7 +2374,9 @@ impl Node {
     /// slow path, that the other side's node is alive.
     fn channel_backoff(&self, handle: ChannelHandle, wait: &mut ChannelWait) -> Result<()> {
         wait.backoffs = wait.backoffs.wrapping_add(1);
-        if wait.backoffs % OTHERS_EVERY == 1 {
+        // Once sleeping, every time: a sender of this node (this thread's own, maybe) may be
+        // waiting for a credit return or a connection only its side's CQ reads carry on.
+        if wait.backoff.sleeping() || wait.backoffs % OTHERS_EVERY == 1 {
             if let Some((slot, ..)) = handle.decode() {
                 self.inner.channels.progress_others(slot);
                 self.inner.flush_completed();

@@ -138,6 +138,9 @@ impl ScalarHub {
         }
         let a = self.av.insert(addr)?;
         peers.insert(addr.to_vec(), a);
+        // Sets up the provider's connection now, as a packet sender does (`connect_side_io`);
+        // the reader ignores messages without CQ data.
+        let _ = self.ep.inject(&[], a);
         Ok(a)
     }
 

@@ -217,6 +217,8 @@ const SPIN: Duration = Duration::from_micros(50);
 const YIELD: Duration = Duration::from_micros(500);
 /// Spinning, the clock is read on the first call and every this many calls.
 const CLOCK_EVERY: u32 = 16;
+/// The first sleep; each next one doubles, up to [`MAX_SLEEP`].
+const FIRST_SLEEP: Duration = Duration::from_micros(20);
 /// The longest sleep: what is not a completion (a control-plane answer, another thread's
 /// progress, a peer's death) is noticed at least this often.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
@@ -250,7 +252,7 @@ impl Backoff {
             start: None,
             spins: 0,
             spinning: true,
-            sleep: Duration::from_micros(20),
+            sleep: FIRST_SLEEP,
             sleep_on: None,
         }
     }
@@ -258,6 +260,11 @@ impl Backoff {
     /// True once the caller has been waiting long enough for slow-path checks.
     pub(super) fn slow(&self) -> bool {
         self.sleep >= Duration::from_millis(1)
+    }
+
+    /// True once the caller sleeps between looks (so extra work per look costs nothing).
+    pub(super) fn sleeping(&self) -> bool {
+        self.sleep > FIRST_SLEEP
     }
 
     /// True once the spinning phase is over (the caller has waited at least `SPIN`).
