@@ -1416,8 +1416,10 @@ static void channels(mcapi_endpoint_t echo_endpoint) {
  * closed. */
 static void local_channel(void) {
     mcapi_status_t status;
-    mcapi_endpoint_t tx = endpoint_with_timeout(60, 50);
-    mcapi_endpoint_t rx = endpoint_with_timeout(61, 50);
+    /* Short, so the timed-out receive below is quick, yet every other call here must finish
+     * within it: 250 ms leaves room for a debug build on a loaded 2-core machine. */
+    mcapi_endpoint_t tx = endpoint_with_timeout(60, 250);
+    mcapi_endpoint_t rx = endpoint_with_timeout(61, 250);
     mcapi_endpoint_t busy = mcapi_endpoint_create(62, &status);
     mcapi_pktchan_send_hndl_t hs;
     mcapi_pktchan_recv_hndl_t hr;
