@@ -50,7 +50,9 @@ impl Node {
         self.poll_get(request)?;
         self.poll_channel(request)?;
         let mut st = self.inner.live_state()?;
-        self.inner.progress(&mut st);
+        if needs_node_progress(&st, request) {
+            self.inner.progress(&mut st);
+        }
         self.inner.try_complete(&mut st, request, buf)?;
         match st.requests.test(request)? {
             None => Ok(None),
@@ -78,7 +80,9 @@ impl Node {
             self.poll_get(request)?;
             self.poll_channel(request)?;
             let mut st = self.inner.live_state()?;
-            self.inner.progress(&mut st);
+            if needs_node_progress(&st, request) {
+                self.inner.progress(&mut st);
+            }
             self.inner
                 .try_complete(&mut st, request, buf.as_deref_mut())?;
             if let Some(done) = st.requests.take_completed(request)? {
@@ -228,4 +232,16 @@ impl Node {
         }
         Ok(())
     }
+}
+
+/// Whether completing `request` needs the node's message endpoint and control work
+/// progressed: not a packet or scalar transfer, which [`Node::poll_channel`] progresses on
+/// its own side (as the blocking channel calls do; the background thread keeps the node
+/// going meanwhile). Saves a zero-timeout `wait` on a zero-copy send a CQ read of an
+/// unrelated endpoint.
+fn needs_node_progress(st: &State, request: RequestHandle) -> bool {
+    !matches!(
+        st.requests.get(request),
+        Ok(Req::Chan(ChanReq::Send { .. } | ChanReq::Recv { .. }))
+    )
 }
