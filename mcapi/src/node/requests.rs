@@ -74,7 +74,9 @@ impl Node {
         timeout: Option<Duration>,
     ) -> Result<usize> {
         self.inner.live_state()?.requests.begin_wait(request)?;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
+        let look_once = timeout == Some(Duration::ZERO);
+        let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
         let mut wait = || -> Result<Option<usize>> {
             self.poll_get(request)?;
@@ -92,6 +94,9 @@ impl Node {
                 };
             }
             drop(st);
+            if look_once {
+                return Err(Status::MCAPI_TIMEOUT);
+            }
             backoff.wait_on(deadline, || self.request_cqs(&[request]))?;
             Ok(None)
         };
