@@ -795,8 +795,8 @@ impl SideIo {
                 _ => {}
             }
         }
-        if let Some(n) = (credits_due > 0).then_some(credits_due) {
-            self.return_credits(n);
+        if credits_due > 0 {
+            self.return_credits(credits_due);
         }
         Some(n)
     }
