@@ -1,5 +1,5 @@
 //! The packet channel's fabric pattern without MCAPI, beside perftest's raw baseline, over
-//! shm: separates what the pattern costs from what the MCAPI layer adds.
+//! shm (`PROVIDER=tcp` etc. for another provider): separates what the pattern costs from what the MCAPI layer adds.
 //!
 //! `cargo run --release -p mcapi-ofi --example channel_pattern -- <pattern> [packets] [bytes]`
 //!
@@ -9,14 +9,15 @@
 //!   pool of 64 `FI_MULTI_RECV` buffers of `bytes + 8 KiB`, an 8-byte credit return every 16
 //!   packets (what an MCAPI packet channel does);
 //! - `channel-no-credits`: `channel` without the credit returns;
-//! - `one-endpoint`: `channel` with one endpoint a side.
+//! - `one-endpoint`: `channel` with one endpoint a side;
+//! - `channel-unregistered`: `channel` sending from unregistered memory.
 //!
 //! `RECV_DELAY_NS` / `SEND_DELAY_NS` add busy time per packet to the receiver / sender, to see
 //! which side's per-packet work the throughput follows.
 
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions, FiAddr,
-    Hints, Info, MemoryRegion, WaitObject,
+    Hints, Info, MemoryRegion, SendBuffer, WaitObject,
 };
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
@@ -35,21 +36,25 @@ struct Pattern {
     multi_recv: bool,
     two_endpoints: bool,
     credits: bool,
+    /// Sends from unregistered memory (as MCAPI's zero-copy `pktchan_send_i`).
+    unregistered: bool,
 }
 
 impl Pattern {
     fn parse(name: &str) -> Option<Pattern> {
-        let (multi_recv, two_endpoints, credits) = match name {
-            "tagged" => (false, false, false),
-            "channel" => (true, true, true),
-            "channel-no-credits" => (true, true, false),
-            "one-endpoint" => (true, false, true),
+        let (multi_recv, two_endpoints, credits, unregistered) = match name {
+            "tagged" => (false, false, false, false),
+            "channel" => (true, true, true, false),
+            "channel-no-credits" => (true, true, false, false),
+            "one-endpoint" => (true, false, true, false),
+            "channel-unregistered" => (true, true, true, true),
             _ => return None,
         };
         Some(Pattern {
             multi_recv,
             two_endpoints,
             credits,
+            unregistered,
         })
     }
 }
@@ -102,7 +107,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let name = args.first().map_or("channel", String::as_str);
     let Some(pattern) = Pattern::parse(name) else {
-        eprintln!("patterns: tagged, channel, channel-no-credits, one-endpoint");
+        eprintln!(
+            "patterns: tagged, channel, channel-no-credits, one-endpoint, channel-unregistered"
+        );
         std::process::exit(2);
     };
     let packets: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(100_000);
@@ -142,7 +149,12 @@ fn main() {
 }
 
 fn run(role: &str, p: Pattern, packets: usize, len: usize) {
-    let info = Info::first(&Hints::new().provider("shm")).expect("shm");
+    let provider = std::env::var("PROVIDER").unwrap_or_else(|_| "shm".to_owned());
+    let mut hints = Hints::new().provider(provider.clone());
+    if provider != "shm" {
+        hints = hints.source(Some("127.0.0.1"), None);
+    }
+    let info = Info::first(&hints).expect("provider");
     let domain = Domain::open_info(&info).expect("domain");
     let receiving = role == "recv";
     let data = Side::open(&domain, (p.multi_recv && receiving).then_some(len.max(8)));
@@ -248,6 +260,10 @@ fn send(
     let delay = delay_from_env("SEND_DELAY_NS");
     let source = MemoryRegion::new(domain, len.max(8)).expect("send buffer");
     let pattern = vec![1u8; len];
+    // Written, as perftest's buffers: a never-written one reads the shared zero page.
+    source.write(0, &pattern);
+    let user: &'static [u8] = Box::leak(pattern.clone().into_boxed_slice());
+    let user = SendBuffer::from_static(user);
     let small = len <= data.ep.attributes().inject_size;
     let ack_buf = MemoryRegion::new(domain, 8).expect("ack buffer");
     let post_ack = || {
@@ -300,6 +316,7 @@ fn send(
                 let posted = match (p.multi_recv, small) {
                     (true, true) => data.ep.inject_data(&pattern, seq, peer_data),
                     (false, true) => data.ep.inject_tagged(&pattern, peer_data, DATA_TAG),
+                    (true, false) if p.unregistered => data.ep.send_from(&user, seq, peer_data, 0),
                     (true, false) => {
                         let buf = source.slice(0, len).expect("slice");
                         data.ep.send(buf, Some(seq), peer_data, 0)

@@ -273,13 +273,17 @@ impl ChannelTable {
     /// polls): with manual-progress providers (tcp;ofi_rxm) a side's large sends and
     /// credit returns move only while someone reads its CQ, and the application may be
     /// blocked on another side of the node. Completions go to `COMPLETED`.
-    fn progress_others(&self, own: usize) {
-        self.progress_used(|slot| slot == own);
+    /// `busy_only`: just those with transfers under way ([`Side::has_transfers`]), which
+    /// may need every poll they can get: a large tcp;ofi_rxm send moves only while its
+    /// side's CQ is read (the receiver's reads of a rendezvous packet are served there).
+    /// Returns completions seen.
+    fn progress_others(&self, own: usize, busy_only: bool) -> usize {
+        self.progress_used(|slot| slot == own, busy_only)
     }
 
-    /// Progresses each side ever opened whose lock is free, except those `skip` names;
-    /// returns completions seen.
-    fn progress_used(&self, mut skip: impl FnMut(usize) -> bool) -> usize {
+    /// Progresses each side ever opened whose lock is free, except those `skip` names
+    /// (and, with `busy_only`, those without transfers under way); returns completions seen.
+    fn progress_used(&self, mut skip: impl FnMut(usize) -> bool, busy_only: bool) -> usize {
         let mut n = 0;
         for (word, bits) in self.used.iter().enumerate() {
             let mut bits = bits.load(Ordering::Relaxed);
@@ -290,7 +294,7 @@ impl ChannelTable {
                     continue;
                 }
                 if let Ok(mut g) = self.sides[slot].try_lock() {
-                    if let Some(side) = g.as_mut() {
+                    if let Some(side) = g.as_mut().filter(|s| !busy_only || s.has_transfers()) {
                         n += side.progress();
                     }
                 }
@@ -307,10 +311,13 @@ impl ChannelTable {
     /// Progresses the sides no application call touched since the last time (background
     /// thread; `seen` is its memory of the touch counters); returns completions seen.
     pub(super) fn progress_idle(&self, seen: &mut [u32]) -> usize {
-        self.progress_used(|slot| {
-            let now = self.touched[slot].load(Ordering::Relaxed);
-            std::mem::replace(&mut seen[slot], now) != now
-        })
+        self.progress_used(
+            |slot| {
+                let now = self.touched[slot].load(Ordering::Relaxed);
+                std::mem::replace(&mut seen[slot], now) != now
+            },
+            false,
+        )
     }
 }
 
@@ -461,6 +468,12 @@ impl SendData {
     /// Whether zero-copy packets are posted and not completed yet.
     fn has_in_flight(&self) -> bool {
         self.in_flight_free.len() < self.in_flight.len()
+    }
+
+    /// Whether staging buffers are taken (copied packets posted or queued).
+    fn has_staged_in_flight(&self) -> bool {
+        // There are as many staging buffers as zero-copy slots.
+        self.staging_free.len() < self.in_flight.len()
     }
 
     /// Completes every zero-copy packet still posted with `MCAPI_ERR_TRANSMISSION`: only
@@ -657,6 +670,22 @@ impl Side {
                 data: SideData::Send(s),
                 ..
             }) => !s.queued.is_empty() || s.has_in_flight(),
+            Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) => !r.pending.is_empty(),
+            _ => false,
+        }
+    }
+
+    /// Whether transfers are under way here: packets posted to the fabric and not yet
+    /// complete, packets waiting for credits, or pending `recv_i`s.
+    fn has_transfers(&self) -> bool {
+        match &self.io {
+            Some(SideIo {
+                data: SideData::Send(s),
+                ..
+            }) => !s.queued.is_empty() || s.has_in_flight() || s.has_staged_in_flight(),
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
@@ -2374,11 +2403,17 @@ impl Node {
     /// slow path, that the other side's node is alive.
     fn channel_backoff(&self, handle: ChannelHandle, wait: &mut ChannelWait) -> Result<()> {
         wait.backoffs = wait.backoffs.wrapping_add(1);
-        // Once sleeping, every time: a sender of this node (this thread's own, maybe) may be
-        // waiting for a credit return or a connection only its side's CQ reads carry on.
-        if wait.backoff.sleeping() || wait.backoffs % OTHERS_EVERY == 1 {
-            if let Some((slot, ..)) = handle.decode() {
-                self.inner.channels.progress_others(slot);
+        // Sides with transfers under way every time; all of them once sleeping, or every
+        // OTHERS_EVERY: a sender of this node (this thread's own, maybe) may be waiting for
+        // a credit return or a connection only its side's CQ reads carry on.
+        if let Some((slot, ..)) = handle.decode() {
+            let all = wait.backoff.sleeping() || wait.backoffs % OTHERS_EVERY == 1;
+            let seen = self.inner.channels.progress_others(slot, !all);
+            if seen > 0 {
+                // Transfers are moving here: keep polling rather than sleep.
+                wait.backoff.restart();
+            }
+            if all || seen > 0 {
                 self.inner.flush_completed();
             }
         }

@@ -257,6 +257,15 @@ impl Backoff {
         }
     }
 
+    /// Back to the spinning phase: something the caller also drives moved, so more may
+    /// follow at once (a deadline is the caller's, unaffected).
+    pub(super) fn restart(&mut self) {
+        *self = Backoff {
+            sleep_on: self.sleep_on.take(),
+            ..Backoff::new()
+        };
+    }
+
     /// True once the caller has been waiting long enough for slow-path checks.
     pub(super) fn slow(&self) -> bool {
         self.sleep >= Duration::from_millis(1)
@@ -324,5 +333,43 @@ impl Backoff {
             self.sleep = (self.sleep * 2).min(MAX_SLEEP);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_takes_a_sleeping_backoff_back_to_spinning() {
+        let mut b = Backoff::new();
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while !b.sleeping() {
+            b.wait(None).expect("no deadline");
+            assert!(Instant::now() < give_up, "never reached the sleeping phase");
+        }
+        assert!(b.spun());
+        b.restart();
+        assert!(!b.spun() && !b.sleeping() && !b.slow());
+        b.wait(None).expect("no deadline");
+        assert!(!b.spun(), "the first wait after a restart spins");
+    }
+
+    #[test]
+    fn a_deadline_survives_restarts() {
+        let mut b = Backoff::new();
+        let deadline = Some(Instant::now() + Duration::from_millis(5));
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Err(s) = b.wait(deadline) {
+                break s;
+            }
+            b.restart();
+            assert!(
+                Instant::now() < give_up,
+                "the deadline never ended the wait"
+            );
+        };
+        assert_eq!(status, Status::MCAPI_TIMEOUT);
     }
 }
