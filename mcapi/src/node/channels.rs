@@ -1478,6 +1478,20 @@ impl Side {
     }
 }
 
+/// A set of channel sides by slot (a bit each: no allocation).
+#[derive(Default)]
+pub(super) struct SideSet([u64; MAX_SIDES / 64]);
+
+impl SideSet {
+    fn insert(&mut self, slot: usize) {
+        self.0[slot / 64] |= 1 << (slot % 64);
+    }
+
+    fn contains(&self, slot: usize) -> bool {
+        self.0[slot / 64] & (1 << (slot % 64)) != 0
+    }
+}
+
 /// The spin-then-sleep wait of a blocking channel call, with the endpoint's timeout and the
 /// slow-path liveness check of the other side's node.
 struct ChannelWait {
@@ -1668,6 +1682,37 @@ impl Node {
                 self.inner.free_side(handle);
                 Err(e)
             }
+        }
+    }
+
+    /// The channel sides `requests` transfer on (their waits poll those already).
+    pub(super) fn transfer_sides(&self, requests: &[RequestHandle]) -> SideSet {
+        let mut set = SideSet::default();
+        if let Ok(st) = self.inner.live_state() {
+            for &r in requests {
+                if let Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) =
+                    st.requests.get(r)
+                {
+                    if let Some((slot, ..)) = handle.decode() {
+                        set.insert(slot);
+                    }
+                }
+            }
+        }
+        set
+    }
+
+    /// Between a blocked wait's looks: progresses the node's channel sides with transfers
+    /// under way, except those in `skip`, and takes `backoff` back to spinning when they
+    /// completed something (see [`Channels::progress_others`]).
+    pub(super) fn progress_busy_sides(&self, skip: &SideSet, backoff: &mut Backoff) {
+        let seen = self
+            .inner
+            .channels
+            .progress_used(|slot| skip.contains(slot), true);
+        if seen > 0 {
+            self.inner.flush_completed();
+            backoff.restart();
         }
     }
 
@@ -2351,6 +2396,7 @@ impl Node {
                     outcome = Err(Status::MCAPI_ERR_TRANSMISSION);
                     return SendWait::Abandon;
                 }
+                self.progress_busy_sides(&SideSet::default(), &mut backoff);
                 if let Err(e) = backoff.wait_on(deadline, || vec![cq.clone()]) {
                     outcome = Err(e);
                     return SendWait::Abandon;

@@ -1,5 +1,6 @@
 //! Message calls of a node (spec 4.3).
 
+use super::channels::SideSet;
 use super::*;
 
 /// A blocking call's deadline, computed from its timeout only when first needed: a call that
@@ -181,6 +182,7 @@ impl Node {
             if backoff.slow() {
                 self.inner.check_peer(peer);
             }
+            self.progress_busy_sides(&SideSet::default(), &mut backoff);
             backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
             st = self.inner.live_state()?;
             self.inner.progress(&mut st);
@@ -212,6 +214,7 @@ impl Node {
                 Err(e) => return Err(e),
             }
             drop(st);
+            self.progress_busy_sides(&SideSet::default(), &mut backoff);
             backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
         };
         let timeout = deadline
@@ -262,6 +265,7 @@ impl Node {
                 return Ok(n);
             }
             drop(st);
+            self.progress_busy_sides(&SideSet::default(), &mut backoff);
             backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
             st = self.inner.live_state()?;
         }

@@ -78,6 +78,7 @@ impl Node {
         let look_once = timeout == Some(Duration::ZERO);
         let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
+        let mut own_side = None;
         let mut wait = || -> Result<Option<usize>> {
             self.poll_get(request)?;
             self.poll_channel(request)?;
@@ -97,6 +98,8 @@ impl Node {
             if look_once {
                 return Err(Status::MCAPI_TIMEOUT);
             }
+            let own = own_side.get_or_insert_with(|| self.transfer_sides(&[request]));
+            self.progress_busy_sides(own, &mut backoff);
             backoff.wait_on(deadline, || self.request_cqs(&[request]))?;
             Ok(None)
         };
@@ -150,6 +153,7 @@ impl Node {
     ) -> Result<(usize, Result<usize>)> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
+        let own_sides = self.transfer_sides(requests);
         loop {
             for &r in requests {
                 self.poll_get(r)?;
@@ -182,6 +186,7 @@ impl Node {
                 return Ok((i, outcome));
             }
             drop(st);
+            self.progress_busy_sides(&own_sides, &mut backoff);
             backoff.wait_on(deadline, || self.request_cqs(requests))?;
         }
     }
