@@ -1726,13 +1726,21 @@ impl Node {
             }
         };
         match pending {
-            Some(ChanReq::Open { port, handle }) => self.advance_open(request, port, handle),
-            Some(ChanReq::Close { port, handle }) => self.advance_close(request, port, handle),
-            Some(ChanReq::Send { handle } | ChanReq::Recv { handle }) => {
+            Some(c) => self.drive_channel(request, c),
+            None => Ok(()),
+        }
+    }
+
+    /// Advances pending channel request `request`, whose payload is `c`.
+    pub(super) fn drive_channel(&self, request: RequestHandle, c: ChanReq) -> Result<()> {
+        match c {
+            ChanReq::Open { port, handle } => self.advance_open(request, port, handle),
+            ChanReq::Close { port, handle } => self.advance_close(request, port, handle),
+            ChanReq::Send { handle } | ChanReq::Recv { handle } => {
                 self.progress_side(handle);
                 Ok(())
             }
-            Some(ChanReq::Connect) | None => Ok(()),
+            ChanReq::Connect => Ok(()),
         }
     }
 

@@ -73,49 +73,69 @@ impl Node {
         mut buf: Option<&mut [u8]>,
         timeout: Option<Duration>,
     ) -> Result<usize> {
-        self.inner.live_state()?.requests.begin_wait(request)?;
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
         let look_once = timeout == Some(Duration::ZERO);
         let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
         let mut backoff = Backoff::new();
         let mut own_side = None;
-        let mut wait = || -> Result<Option<usize>> {
-            self.poll_get(request)?;
-            self.poll_channel(request)?;
-            let mut st = self.inner.live_state()?;
-            if needs_node_progress(&st, request) {
-                self.inner.progress(&mut st);
-            }
-            self.inner
-                .try_complete(&mut st, request, buf.as_deref_mut())?;
-            if let Some(done) = st.requests.take_completed(request)? {
-                return match done.status {
-                    Status::MCAPI_SUCCESS => Ok(Some(done.size)),
-                    status => Err(status),
-                };
-            }
-            drop(st);
-            if look_once {
-                return Err(Status::MCAPI_TIMEOUT);
-            }
-            let own = own_side.get_or_insert_with(|| self.transfer_sides(&[request]));
-            self.progress_busy_sides(own, &mut backoff);
-            backoff.wait_on(deadline, || self.request_cqs(&[request]))?;
-            Ok(None)
-        };
+        let mut st = self.inner.live_state()?;
+        st.requests.begin_wait(request)?;
         loop {
-            match wait() {
-                Ok(None) => {}
+            let outcome = match self.look(st, request, buf.as_deref_mut()) {
                 Ok(Some(size)) => return Ok(size),
-                Err(e) => {
-                    // Whatever ended the wait, the request may be waited on again (a
-                    // completed one is released already).
-                    if let Ok(mut st) = self.inner.live_state() {
-                        let _ = st.requests.end_wait(request);
-                    }
-                    return Err(e);
+                Ok(None) if look_once => Err(Status::MCAPI_TIMEOUT),
+                Ok(None) => {
+                    let own = own_side.get_or_insert_with(|| self.transfer_sides(&[request]));
+                    self.progress_busy_sides(own, &mut backoff);
+                    backoff.wait_on(deadline, || self.request_cqs(&[request]))
                 }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                // Whatever ended the wait, the request may be waited on again (a completed
+                // one is released already).
+                if let Ok(mut st) = self.inner.live_state() {
+                    let _ = st.requests.end_wait(request);
+                }
+                return Err(e);
             }
+            st = self.inner.live_state()?;
+        }
+    }
+
+    /// One look of a waiter (holding `st`) at `request`: a request that completed already is
+    /// taken (released) without driving anything, so a sender reaping its completed sends
+    /// reads no CQ; otherwise what it waits for is driven and it is looked at again.
+    /// `Ok(None)`: still pending.
+    fn look(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        request: RequestHandle,
+        buf: Option<&mut [u8]>,
+    ) -> Result<Option<usize>> {
+        if let Some(done) = st.requests.take_completed(request)? {
+            return done_size(done.status, done.size).map(Some);
+        }
+        let (get, transfer) = match st.requests.get(request)? {
+            Req::Get { .. } => (true, None),
+            Req::Chan(c) => (false, Some(*c)),
+            _ => (false, None),
+        };
+        drop(st);
+        if get {
+            self.poll_get(request)?;
+        }
+        if let Some(c) = transfer {
+            self.drive_channel(request, c)?;
+        }
+        let mut st = self.inner.live_state()?;
+        if !matches!(transfer, Some(ChanReq::Send { .. } | ChanReq::Recv { .. })) {
+            self.inner.progress(&mut st);
+        }
+        self.inner.try_complete(&mut st, request, buf)?;
+        match st.requests.take_completed(request)? {
+            Some(done) => done_size(done.status, done.size).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -254,4 +274,12 @@ fn needs_node_progress(st: &State, request: RequestHandle) -> bool {
         st.requests.get(request),
         Ok(Req::Chan(ChanReq::Send { .. } | ChanReq::Recv { .. }))
     )
+}
+
+/// The size a completed request transferred, or its error.
+fn done_size(status: Status, size: usize) -> Result<usize> {
+    match status {
+        Status::MCAPI_SUCCESS => Ok(size),
+        status => Err(status),
+    }
 }
