@@ -2400,7 +2400,10 @@ impl Node {
                 }
                 // Liveness (a control-socket check) on the slow path, every 16th look.
                 polls += 1;
-                if backoff.slow() && polls.is_multiple_of(16) && !self.inner.peer_alive(peer) {
+                if polls.is_multiple_of(16)
+                    && backoff.slow_check_due()
+                    && !self.inner.peer_alive(peer)
+                {
                     outcome = Err(Status::MCAPI_ERR_TRANSMISSION);
                     return SendWait::Abandon;
                 }
@@ -2476,7 +2479,7 @@ impl Node {
             || self.side_cq(handle).into_iter().collect(),
             || self.hub_inbox_holds(handle),
         )?;
-        if wait.backoff.slow() {
+        if wait.backoff.slow_check_due() {
             if let Some((slot, generation, ..)) = handle.decode() {
                 let peer = lock(&self.inner.channels.sides[slot])
                     .as_ref()

@@ -179,7 +179,7 @@ impl Node {
                 continue;
             }
             drop(st);
-            if backoff.slow() {
+            if backoff.slow_check_due() {
                 self.inner.check_peer(peer);
             }
             self.progress_busy_sides(&SideSet::default(), &mut backoff);

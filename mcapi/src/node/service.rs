@@ -208,7 +208,19 @@ pub(super) struct Backoff {
     sleep: Duration,
     /// The CQs to sleep on, asked for once when the first sleep comes.
     sleep_on: Option<Vec<CompletionQueue>>,
+    /// When the very first wait happened, and whether [`SLOW_AFTER`] has passed since
+    /// (both kept by [`Backoff::restart`], so slow-path checks still come).
+    first: Option<Instant>,
+    long: bool,
+    /// When [`Backoff::slow_check_due`] last said yes (kept by a restart too).
+    last_check: Option<Instant>,
 }
+
+/// Slow-path checks come at most this often.
+const CHECK_EVERY: Duration = Duration::from_millis(1);
+
+/// A wait that went back to spinning again and again is slow after this long all the same.
+const SLOW_AFTER: Duration = Duration::from_millis(20);
 
 /// How long a blocked call polls the CQ back to back: long enough to catch a reply over
 /// shm or tcp on this host without a context switch.
@@ -254,6 +266,9 @@ impl Backoff {
             spinning: true,
             sleep: FIRST_SLEEP,
             sleep_on: None,
+            first: None,
+            long: false,
+            last_check: None,
         }
     }
 
@@ -262,13 +277,30 @@ impl Backoff {
     pub(super) fn restart(&mut self) {
         *self = Backoff {
             sleep_on: self.sleep_on.take(),
+            first: self.first,
+            long: self.long,
+            last_check: self.last_check,
             ..Backoff::new()
         };
     }
 
     /// True once the caller has been waiting long enough for slow-path checks.
-    pub(super) fn slow(&self) -> bool {
-        self.sleep >= Duration::from_millis(1)
+    fn slow(&self) -> bool {
+        self.long || self.sleep >= Duration::from_millis(1)
+    }
+
+    /// Whether a slow-path check (is the other node alive?) is due: once the wait is slow,
+    /// at most every [`CHECK_EVERY`] (a wait restarted again and again spins on).
+    pub(super) fn slow_check_due(&mut self) -> bool {
+        if !self.slow() {
+            return false;
+        }
+        let now = Instant::now();
+        if self.last_check.is_some_and(|t| now - t < CHECK_EVERY) {
+            return false;
+        }
+        self.last_check = Some(now);
+        true
     }
 
     /// True once the caller sleeps between looks (so extra work per look costs nothing).
@@ -314,6 +346,7 @@ impl Backoff {
         if deadline.is_some_and(|d| now >= d) {
             return Err(Status::MCAPI_TIMEOUT);
         }
+        self.long = self.long || now - *self.first.get_or_insert(now) >= SLOW_AFTER;
         let waited = now - *self.start.get_or_insert(now);
         if waited < SPIN {
             std::hint::spin_loop();
@@ -350,9 +383,22 @@ mod tests {
         }
         assert!(b.spun());
         b.restart();
-        assert!(!b.spun() && !b.sleeping() && !b.slow());
+        assert!(!b.spun() && !b.sleeping());
         b.wait(None).expect("no deadline");
         assert!(!b.spun(), "the first wait after a restart spins");
+    }
+
+    #[test]
+    fn a_wait_restarted_again_and_again_still_gets_slow() {
+        let mut b = Backoff::new();
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while !b.slow_check_due() {
+            b.wait(None).expect("no deadline");
+            b.restart();
+            assert!(Instant::now() < give_up, "never slow");
+        }
+        assert!(!b.spun(), "slow, yet spinning (restarted)");
+        assert!(!b.slow_check_due(), "checks come at most every millisecond");
     }
 
     #[test]
