@@ -1497,8 +1497,9 @@ impl SideSet {
 struct ChannelWait {
     backoff: Backoff,
     deadline: Option<Instant>,
-    /// Backoffs so far: while spinning, the node's other sides are progressed on every
-    /// [`OTHERS_EVERY`]th, so many open sides do not slow the poll of this one.
+    /// Backoffs so far: while spinning, the node's other sides without transfers under way
+    /// are progressed on every [`OTHERS_EVERY`]th only, so many open sides do not slow the
+    /// poll of this one.
     backoffs: u32,
 }
 
@@ -1704,7 +1705,7 @@ impl Node {
 
     /// Between a blocked wait's looks: progresses the node's channel sides with transfers
     /// under way, except those in `skip`, and takes `backoff` back to spinning when they
-    /// completed something (see [`Channels::progress_others`]).
+    /// completed something (see [`ChannelTable::progress_others`]).
     pub(super) fn progress_busy_sides(&self, skip: &SideSet, backoff: &mut Backoff) {
         let seen = self
             .inner
