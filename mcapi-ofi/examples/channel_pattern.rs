@@ -13,7 +13,8 @@
 //! - `channel-unregistered`: `channel` sending from unregistered memory.
 //!
 //! `RECV_DELAY_NS` / `SEND_DELAY_NS` add busy time per packet to the receiver / sender, to see
-//! which side's per-packet work the throughput follows.
+//! which side's per-packet work the throughput follows; `ACK_POLLS=n` makes the sender poll
+//! its ack endpoint n times per poll of its data endpoint while it waits.
 
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions, FiAddr,
@@ -285,11 +286,19 @@ fn send(
     }
     let mut completions = [Completion::default(); 32];
     let mut acks = 0usize;
+    // ACK_POLLS: polls of the ack endpoint per poll of the data endpoint while waiting (a
+    // blocked MCAPI call polls its own side in bursts, the others between them).
+    let ack_polls: usize = std::env::var("ACK_POLLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut polls = 0usize;
     let mut poll = |acks: &mut usize| {
-        let sides: &[&Side] = if p.two_endpoints {
-            &[data, ack]
-        } else {
-            &[data]
+        polls += 1;
+        let sides: &[&Side] = match (p.two_endpoints, polls.is_multiple_of(ack_polls)) {
+            (true, true) => &[data, ack],
+            (true, false) => &[ack],
+            (false, _) => &[data],
         };
         for side in sides {
             let n = side.cq.read(&mut completions).unwrap_or(0);
