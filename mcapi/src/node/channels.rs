@@ -1564,11 +1564,13 @@ impl SideSet {
         self.0.iter().all(|&w| w == 0)
     }
 
+    /// The slots in order (one step per member: it runs after every poll of a burst).
     fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().enumerate().flat_map(|(word, &bits)| {
-            (0..64)
-                .filter(move |b| bits & (1 << b) != 0)
-                .map(move |b| word * 64 + b)
+            std::iter::successors(Some(bits).filter(|&b| b != 0), |&b| {
+                Some(b & (b - 1)).filter(|&b| b != 0)
+            })
+            .map(move |b| word * 64 + b.trailing_zeros() as usize)
         })
     }
 }
