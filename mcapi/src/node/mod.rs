@@ -379,6 +379,7 @@ impl Node {
             delivered: HashMap::default(),
             finalized: false,
         };
+        let busy_every_poll = fab.provider.contains("ofi_rxm");
         let inner = Arc::new(NodeInner {
             domain_id,
             node_id,
@@ -389,7 +390,7 @@ impl Node {
             control: Mutex::new(None),
             progress_thread: Mutex::new(None),
             app_progress: AtomicU64::new(0),
-            channels: ChannelTable::new(),
+            channels: ChannelTable::new(busy_every_poll),
             incarnation: new_incarnation(),
             contacting: Mutex::new(HashMap::default()),
         });
