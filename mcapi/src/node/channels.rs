@@ -291,57 +291,48 @@ impl ChannelTable {
     /// Progresses each side ever opened whose lock is free, except those `skip` names
     /// (and, with `busy_only`, those without transfers under way); returns completions seen.
     fn progress_used(&self, mut skip: impl FnMut(usize) -> bool, busy_only: bool) -> usize {
-        let mut n = 0;
-        self.for_each_used(|slot| {
-            if skip(slot) {
-                return;
-            }
-            if let Ok(mut g) = self.sides[slot].try_lock() {
-                if let Some(side) = g.as_mut().filter(|s| !busy_only || s.has_transfers()) {
-                    n += side.progress();
-                }
-            }
-        });
-        n
+        self.used_now()
+            .iter()
+            .filter(|&slot| !skip(slot))
+            .map(|slot| self.progress_slot(slot, busy_only))
+            .sum()
     }
 
     /// The sides other than `own` with transfers under way whose lock is free right now.
     fn busy_sides(&self, own: usize) -> SideSet {
         let mut set = SideSet::default();
-        self.for_each_used(|slot| {
-            if slot != own {
-                if let Ok(g) = self.sides[slot].try_lock() {
-                    if g.as_ref().is_some_and(Side::has_transfers) {
-                        set.insert(slot);
-                    }
+        for slot in self.used_now().iter().filter(|&slot| slot != own) {
+            if let Ok(g) = self.sides[slot].try_lock() {
+                if g.as_ref().is_some_and(Side::has_transfers) {
+                    set.insert(slot);
                 }
             }
-        });
+        }
         set
     }
 
     /// Progresses the sides in `set` whose lock is free; returns completions seen.
     fn progress_set(&self, set: &SideSet) -> usize {
-        let mut n = 0;
-        for slot in set.iter() {
-            if let Ok(mut g) = self.sides[slot].try_lock() {
-                if let Some(side) = g.as_mut() {
-                    n += side.progress();
-                }
-            }
-        }
-        n
+        set.iter().map(|slot| self.progress_slot(slot, false)).sum()
     }
 
-    /// Calls `f` with the slot of each side ever opened.
-    fn for_each_used(&self, mut f: impl FnMut(usize)) {
-        for (word, bits) in self.used.iter().enumerate() {
-            let mut bits = bits.load(Ordering::Relaxed);
-            while bits != 0 {
-                f(word * 64 + bits.trailing_zeros() as usize);
-                bits &= bits - 1;
-            }
+    /// Progresses side `slot` if its lock is free (and, with `busy_only`, it has transfers
+    /// under way); returns completions seen.
+    fn progress_slot(&self, slot: usize, busy_only: bool) -> usize {
+        match self.sides[slot].try_lock() {
+            Ok(mut g) => g
+                .as_mut()
+                .filter(|s| !busy_only || s.has_transfers())
+                .map_or(0, Side::progress),
+            Err(_) => 0,
         }
+    }
+
+    /// The slots ever reserved, as they are now.
+    fn used_now(&self) -> SideSet {
+        SideSet(std::array::from_fn(|w| {
+            self.used[w].load(Ordering::Relaxed)
+        }))
     }
 
     /// What `progress_idle` remembers of the touch counters, initially.
@@ -757,20 +748,12 @@ impl Side {
         }
     }
 
-    /// Whether transfers are under way here: packets posted to the fabric and not yet
-    /// complete, packets waiting for credits, or pending `recv_i`s.
+    /// Whether transfers are under way here: requests waiting on the side, or copied
+    /// packets posted to the fabric and not yet complete.
     fn has_transfers(&self) -> bool {
-        match &self.io {
-            Some(SideIo {
-                data: SideData::Send(s),
-                ..
-            }) => !s.queued.is_empty() || s.has_in_flight() || s.has_staged_in_flight(),
-            Some(SideIo {
-                data: SideData::Recv(r),
-                ..
-            }) => !r.pending.is_empty(),
-            _ => false,
-        }
+        self.has_waiting_requests()
+            || matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. })
+                if s.has_staged_in_flight())
     }
 
     /// The other node to check for liveness, at most every 20 ms while requests wait here

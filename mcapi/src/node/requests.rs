@@ -50,7 +50,7 @@ impl Node {
         self.poll_get(request)?;
         self.poll_channel(request)?;
         let mut st = self.inner.live_state()?;
-        if needs_node_progress(&st, request) {
+        if st.requests.get(request).map_or(true, needs_node_progress) {
             self.inner.progress(&mut st);
         }
         self.inner.try_complete(&mut st, request, buf)?;
@@ -116,7 +116,9 @@ impl Node {
         if let Some(done) = st.requests.take_completed(request)? {
             return done_size(done.status, done.size).map(Some);
         }
-        let (get, transfer) = match st.requests.get(request)? {
+        let payload = st.requests.get(request)?;
+        let node_progress = needs_node_progress(payload);
+        let (get, transfer) = match payload {
             Req::Get { .. } => (true, None),
             Req::Chan(c) => (false, Some(*c)),
             _ => (false, None),
@@ -129,7 +131,7 @@ impl Node {
             self.drive_channel(request, c)?;
         }
         let mut st = self.inner.live_state()?;
-        if !matches!(transfer, Some(ChanReq::Send { .. } | ChanReq::Recv { .. })) {
+        if node_progress {
             self.inner.progress(&mut st);
         }
         self.inner.try_complete(&mut st, request, buf)?;
@@ -264,15 +266,15 @@ impl Node {
     }
 }
 
-/// Whether completing `request` needs the node's message endpoint and control work
-/// progressed: not a packet or scalar transfer, which [`Node::poll_channel`] progresses on
+/// Whether completing a request with this `payload` needs the node's message endpoint and
+/// control work progressed: not a packet or scalar transfer, which [`Node::poll_channel`] progresses on
 /// its own side (as the blocking channel calls do; the background thread keeps the node
 /// going meanwhile). Saves a zero-timeout `wait` on a zero-copy send a CQ read of an
 /// unrelated endpoint.
-fn needs_node_progress(st: &State, request: RequestHandle) -> bool {
+fn needs_node_progress(payload: &Req) -> bool {
     !matches!(
-        st.requests.get(request),
-        Ok(Req::Chan(ChanReq::Send { .. } | ChanReq::Recv { .. }))
+        payload,
+        Req::Chan(ChanReq::Send { .. } | ChanReq::Recv { .. })
     )
 }
 
