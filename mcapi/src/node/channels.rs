@@ -1027,6 +1027,29 @@ impl SideIo {
         }
     }
 
+    /// Copies a `pktchan_send_i` packet into a free staging buffer of this send side;
+    /// `None` when every one is taken. Staging buffers come back with their sends'
+    /// completions, so the CQ is read first when none is free.
+    fn stage(&mut self, data: &[u8], payload: usize) -> Option<Outgoing> {
+        if matches!(&self.data, SideData::Send(s) if s.staging_free.is_empty()) {
+            self.progress(ChannelKind::Packet, payload, false);
+        }
+        let SideData::Send(s) = &mut self.data else {
+            return None;
+        };
+        let slot = s.staging_free.pop()?;
+        s.staging.write(slot * payload, data);
+        Some(Outgoing::Staged {
+            slot,
+            len: data.len(),
+        })
+    }
+
+    /// Whether `pktchan_send_i` packets wait on this send side (for credits or a slot).
+    fn has_queued_send(&self) -> bool {
+        matches!(&self.data, SideData::Send(s) if !s.queued.is_empty())
+    }
+
     /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
     fn return_credits(&mut self, n: u32) {
         let SideData::Recv(r) = &mut self.data else {
@@ -2625,20 +2648,27 @@ impl Node {
             let payload = side.max_payload;
             let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
             let unregistered = io.ep.as_ref().is_some_and(|ep| ep.sends_unregistered());
-            let SideData::Send(s) = &mut io.data else {
-                return Err(Status::MCAPI_ERR_CHAN_INVALID);
+            let zero_copy = match (&src, &io.data) {
+                (Source::User(_), SideData::Send(s)) => len > s.inject_size && unregistered,
+                (_, SideData::Send(_)) => false,
+                _ => return Err(Status::MCAPI_ERR_CHAN_INVALID),
             };
-            match src {
-                Source::User(buf) if len > s.inject_size && unregistered => {
-                    s.queued.push_back((req, Outgoing::User(buf)));
-                }
-                src => {
-                    let slot = s.staging_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
-                    s.staging.write(slot * payload, src.bytes());
-                    s.queued.push_back((req, Outgoing::Staged { slot, len }));
-                }
+            let out = match src {
+                Source::User(buf) if zero_copy => Outgoing::User(buf),
+                src => io
+                    .stage(src.bytes(), payload)
+                    .ok_or(Status::MCAPI_ERR_MEM_LIMIT)?,
+            };
+            if let SideData::Send(s) = &mut io.data {
+                s.queued.push_back((req, out));
             }
-            side.progress();
+            // Posted at once when a credit and a slot are at hand, as a raw send would be;
+            // the CQ is read only when the packet must wait (on tcp;ofi_rxm each read is a
+            // poll(2) of the endpoint's sockets).
+            io.advance_queued(payload, false);
+            if io.has_queued_send() {
+                side.progress();
+            }
             Ok(())
         })();
         if let Err(e) = queued {
