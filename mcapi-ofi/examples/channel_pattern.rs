@@ -12,6 +12,14 @@
 //! - `one-endpoint`: `channel` with one endpoint a side;
 //! - `channel-unregistered`: `channel` sending from unregistered memory.
 //!
+//! `PINGPONG=1` runs a ping-pong of `bytes` instead (`packets` round trips) and prints the
+//! median round trip: `tagged` is perftest's raw scl-lat baseline; `channel` is two
+//! channels as MCAPI runs scalars on shm (a send and a receive endpoint a side, injects with
+//! remote CQ data into a pool of `FI_MULTI_RECV` buffers, no credits); `one-endpoint` the
+//! same with one endpoint a side.
+//!
+//! `PIN=1` pins the receiver to CPU 0 and the sender to CPU 1 (`taskset`).
+//!
 //! `RECV_DELAY_NS` / `SEND_DELAY_NS` add busy time per packet to the receiver / sender, to see
 //! which side's per-packet work the throughput follows; `ACK_POLLS=n` makes the sender poll
 //! its ack endpoint n times per poll of its data endpoint while it waits.
@@ -120,8 +128,18 @@ fn main() {
     }
     // Two processes, as perftest --local: the receiver and the sender swap addresses here.
     let exe = std::env::current_exe().expect("own path");
+    // PIN=1: the receiver on CPU 0, the sender on CPU 1 (as perftest --cpu 0,1).
+    let pin = std::env::var_os("PIN").is_some();
     let spawn = |role: &str| {
-        std::process::Command::new(&exe)
+        let mut command = if pin {
+            let mut c = std::process::Command::new("taskset");
+            c.args(["-c", if role == "recv" { "0" } else { "1" }])
+                .arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        command
             .args([name, &packets.to_string(), &len.to_string(), role])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -157,26 +175,16 @@ fn run(role: &str, p: Pattern, packets: usize, len: usize) {
     }
     let info = Info::first(&hints).expect("provider");
     let domain = Domain::open_info(&info).expect("domain");
+    if std::env::var_os("PINGPONG").is_some() {
+        return pingpong(role == "send", p, packets, len, &domain);
+    }
     let receiving = role == "recv";
     let data = Side::open(&domain, (p.multi_recv && receiving).then_some(len.max(8)));
     let ack_side = p.two_endpoints.then(|| Side::open(&domain, None));
     let ack = ack_side.as_ref().unwrap_or(&data);
-    println!("{} {}", hex(data.ep.address()), hex(ack.ep.address()));
-    std::io::stdout().flush().expect("stdout");
-    let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .expect("peer address");
-    let mut words = line.split_whitespace();
-    let peer_data = data
-        .av
-        .insert(&unhex(words.next().expect("address")))
-        .expect("AV");
-    let peer_ack = ack
-        .av
-        .insert(&unhex(words.next().expect("address")))
-        .expect("AV");
+    let (peer_data, peer_ack) = swap_addresses(&data, ack);
+    let peer_data = data.av.insert(&peer_data).expect("AV");
+    let peer_ack = ack.av.insert(&peer_ack).expect("AV");
     if receiving {
         receive(p, len, &domain, &data, ack, peer_data, peer_ack);
     } else {
@@ -348,4 +356,88 @@ fn send(
         }
     }
     packets as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Swaps the two endpoints' addresses with the peer over stdin/stdout; returns the peer's.
+fn swap_addresses(first: &Side, second: &Side) -> (Vec<u8>, Vec<u8>) {
+    println!("{} {}", hex(first.ep.address()), hex(second.ep.address()));
+    std::io::stdout().flush().expect("stdout");
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .expect("peer address");
+    let mut words = line.split_whitespace().map(unhex);
+    let mut next = || words.next().expect("address");
+    (next(), next())
+}
+
+/// `PINGPONG`: round trips of `len` bytes; the client prints the median.
+fn pingpong(client: bool, p: Pattern, round_trips: usize, len: usize, domain: &Domain) {
+    const SLOTS: usize = 4;
+    let rx = Side::open(domain, p.multi_recv.then_some(len.max(8)));
+    let tx_side = p.two_endpoints.then(|| Side::open(domain, None));
+    let tx = tx_side.as_ref().unwrap_or(&rx);
+    // The peer's receive endpoint is its first address.
+    let (peer_rx, _) = swap_addresses(&rx, tx);
+    let peer = tx.av.insert(&peer_rx).expect("AV");
+    let buffer = if p.multi_recv { 64 * 1024 } else { len.max(8) };
+    let pool = MemoryRegion::new(domain, SLOTS * buffer).expect("pool");
+    let post = |b: usize| {
+        let buf = pool.slice(b * buffer, buffer).expect("slice");
+        if p.multi_recv {
+            rx.ep.recv_multi(buf, b as u64)
+        } else {
+            rx.ep
+                .recv_tagged(buf, FiAddr::UNSPEC, DATA_TAG, 0, b as u64)
+        }
+        .expect("posting a receive");
+    };
+    (0..SLOTS).for_each(post);
+    let payload = vec![1u8; len];
+    let mut completions = [Completion::default(); 16];
+    let mut seq = 0u64;
+    let mut send = || {
+        seq += 1;
+        inject_retrying(&tx.cq, || {
+            if p.multi_recv {
+                tx.ep.inject_data(&payload, seq, peer)
+            } else {
+                tx.ep.inject_tagged(&payload, peer, DATA_TAG)
+            }
+        });
+    };
+    let mut wait = || loop {
+        let n = rx.cq.read(&mut completions).unwrap_or(0);
+        let mut arrived = false;
+        for c in &completions[..n] {
+            arrived |= !p.multi_recv || c.flags() & flags::REMOTE_CQ_DATA != 0;
+            if !p.multi_recv || c.flags() & flags::MULTI_RECV != 0 {
+                post(c.context() as usize);
+            }
+        }
+        if arrived {
+            return;
+        }
+        if p.two_endpoints {
+            let _ = tx.cq.read(&mut completions);
+        }
+    };
+    if !client {
+        loop {
+            wait();
+            send();
+        }
+    }
+    let mut times = Vec::with_capacity(round_trips);
+    for i in 0..WARMUP + round_trips {
+        let t = Instant::now();
+        send();
+        wait();
+        if i >= WARMUP {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort_unstable();
+    println!("round trip p50 {:?}", times[times.len() / 2]);
 }
