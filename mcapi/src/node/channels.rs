@@ -1775,7 +1775,7 @@ impl Node {
         })();
         match opened {
             Ok(req) => {
-                self.poll_channel(req)?;
+                self.drive_pending(req)?;
                 Ok((handle, req))
             }
             Err(e) => {
@@ -1813,21 +1813,6 @@ impl Node {
         if seen > 0 {
             self.inner.flush_completed();
             backoff.restart();
-        }
-    }
-
-    /// One non-blocking attempt to advance a channel request (called by test and wait).
-    pub(super) fn poll_channel(&self, request: RequestHandle) -> Result<()> {
-        let pending = {
-            let st = self.inner.live_state()?;
-            match (st.requests.state(request), st.requests.get(request)) {
-                (Ok(RequestState::Pending), Ok(Req::Chan(c))) => Some(*c),
-                _ => None,
-            }
-        };
-        match pending {
-            Some(c) => self.drive_channel(request, c),
-            None => Ok(()),
         }
     }
 

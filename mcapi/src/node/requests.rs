@@ -47,10 +47,9 @@ impl Node {
     /// operation's own error (e.g. `MCAPI_ERR_MSG_TRUNCATED`), `MCAPI_ERR_PARAMETER` for a
     /// receive tested without a buffer.
     pub fn test(&self, request: RequestHandle, buf: Option<&mut [u8]>) -> Result<Option<usize>> {
-        self.poll_get(request)?;
-        self.poll_channel(request)?;
+        let node_progress = self.drive_pending(request)?;
         let mut st = self.inner.live_state()?;
-        if st.requests.get(request).map_or(true, needs_node_progress) {
+        if node_progress {
             self.inner.progress(&mut st);
         }
         self.inner.try_complete(&mut st, request, buf)?;
@@ -118,18 +117,9 @@ impl Node {
         }
         let payload = st.requests.get(request)?;
         let node_progress = needs_node_progress(payload);
-        let (get, transfer) = match payload {
-            Req::Get { .. } => (true, None),
-            Req::Chan(c) => (false, Some(*c)),
-            _ => (false, None),
-        };
+        let drive = Drive::of(payload);
         drop(st);
-        if get {
-            self.poll_get(request)?;
-        }
-        if let Some(c) = transfer {
-            self.drive_channel(request, c)?;
-        }
+        self.drive(request, drive)?;
         let mut st = self.inner.live_state()?;
         if node_progress {
             self.inner.progress(&mut st);
@@ -178,8 +168,7 @@ impl Node {
         let own_sides = self.transfer_sides(requests);
         loop {
             for &r in requests {
-                self.poll_get(r)?;
-                self.poll_channel(r)?;
+                self.drive_pending(r)?;
             }
             let mut st = self.inner.live_state()?;
             self.inner.progress(&mut st);
@@ -267,7 +256,7 @@ impl Node {
 }
 
 /// Whether completing a request with this `payload` needs the node's message endpoint and
-/// control work progressed: not a packet or scalar transfer, which [`Node::poll_channel`] progresses on
+/// control work progressed: not a packet or scalar transfer, which [`Node::drive_channel`] progresses on
 /// its own side (as the blocking channel calls do; the background thread keeps the node
 /// going meanwhile). Saves a zero-timeout `wait` on a zero-copy send a CQ read of an
 /// unrelated endpoint.
@@ -276,6 +265,57 @@ fn needs_node_progress(payload: &Req) -> bool {
         payload,
         Req::Chan(ChanReq::Send { .. } | ChanReq::Recv { .. })
     )
+}
+
+/// What a pending request needs driven before it is looked at again (besides the node's
+/// progress, see [`needs_node_progress`]).
+#[derive(Clone, Copy)]
+enum Drive {
+    Nothing,
+    /// An `endpoint_get_i`: look the endpoint up.
+    Lookup,
+    /// A channel request: advance it on its side.
+    Channel(ChanReq),
+}
+
+impl Drive {
+    fn of(payload: &Req) -> Drive {
+        match payload {
+            Req::Get { .. } => Drive::Lookup,
+            Req::Chan(c) => Drive::Channel(*c),
+            _ => Drive::Nothing,
+        }
+    }
+}
+
+impl Node {
+    /// Drives `request` if it is pending (a lookup or a channel request); returns whether
+    /// completing it also needs the node's progress (a handle that is not live: yes, the
+    /// caller's look reports it).
+    pub(super) fn drive_pending(&self, request: RequestHandle) -> Result<bool> {
+        let (drive, node_progress) = {
+            let st = self.inner.live_state()?;
+            let payload = st.requests.get(request);
+            let pending = matches!(st.requests.state(request), Ok(RequestState::Pending));
+            (
+                payload
+                    .ok()
+                    .filter(|_| pending)
+                    .map_or(Drive::Nothing, Drive::of),
+                payload.map_or(true, needs_node_progress),
+            )
+        };
+        self.drive(request, drive)?;
+        Ok(node_progress)
+    }
+
+    fn drive(&self, request: RequestHandle, drive: Drive) -> Result<()> {
+        match drive {
+            Drive::Nothing => Ok(()),
+            Drive::Lookup => self.poll_get(request),
+            Drive::Channel(c) => self.drive_channel(request, c),
+        }
+    }
 }
 
 /// The size a completed request transferred, or its error.
