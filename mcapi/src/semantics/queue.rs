@@ -252,12 +252,15 @@ pub struct SeqReorder<K, T> {
     streams: Vec<Stream>,
     free_streams: Vec<u32>,
     buf: Vec<Option<T>>,
+    /// The key accepted last and its stream: a run of items of one stream (a channel has
+    /// only one) skips the map.
+    last: Option<(K, u32)>,
 }
 
 /// Half the `u32` sequence space: the boundary between "behind" and "ahead".
 const HALF: u32 = 1 << 31;
 
-impl<K: Eq + Hash, T> SeqReorder<K, T> {
+impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
     /// Tracks up to `max_keys` keys, buffering up to `window` items per key.
     ///
     /// # Panics
@@ -278,6 +281,7 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
             streams: vec![Stream::default(); max_keys],
             free_streams: (0..max_keys as u32).rev().collect(),
             buf: (0..slots).map(|_| None).collect(),
+            last: None,
         }
     }
 
@@ -335,17 +339,24 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
         seq_of: impl FnOnce(u32) -> u32,
         item: T,
     ) -> Result<Ready<'_, T>, Rejected<T>> {
-        let si = match self.index.get(&key) {
-            Some(&s) => s as usize,
-            None => {
-                let Some(s) = self.free_streams.pop() else {
-                    return Err(Rejected::TooManyKeys(item));
+        let si = match self.last {
+            Some((k, s)) if k == key => s,
+            _ => {
+                let s = match self.index.get(&key) {
+                    Some(&s) => s,
+                    None => {
+                        let Some(s) = self.free_streams.pop() else {
+                            return Err(Rejected::TooManyKeys(item));
+                        };
+                        self.streams[s as usize] = Stream::default();
+                        self.index.insert(key, s);
+                        s
+                    }
                 };
-                self.streams[s as usize] = Stream::default();
-                self.index.insert(key, s);
-                s as usize
+                self.last = Some((key, s));
+                s
             }
-        };
+        } as usize;
         let stream = &mut self.streams[si];
         let seq = seq_of(stream.next);
         let ahead = seq.wrapping_sub(stream.next);
@@ -407,6 +418,9 @@ impl<K: Eq + Hash, T> SeqReorder<K, T> {
         let Some(s) = self.index.remove(key) else {
             return 0;
         };
+        if self.last.is_some_and(|(k, _)| k == *key) {
+            self.last = None;
+        }
         let w = Self::stride(self.window);
         let s = s as usize;
         let head = self.streams[s].head as usize;

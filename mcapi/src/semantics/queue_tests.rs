@@ -305,3 +305,28 @@ fn reorder_key_churn_does_not_grow() {
         caps
     );
 }
+
+#[test]
+fn the_last_key_shortcut_follows_removal_and_interleaving() {
+    let mut r = SeqReorder::new(2, 4);
+    // Interleaved keys each keep their own numbering.
+    for s in 0..3u32 {
+        assert_eq!(
+            r.accept(1, s, 10 + s).unwrap().collect::<Vec<_>>(),
+            [10 + s]
+        );
+        assert_eq!(
+            r.accept(2, s, 20 + s).unwrap().collect::<Vec<_>>(),
+            [20 + s]
+        );
+    }
+    // Key 2 was accepted last; removed, it starts again at 0 in a fresh stream (which may
+    // be the same slot), and key 1 is unaffected.
+    assert_eq!(r.remove(&2, drop), 0);
+    assert_eq!(r.expected(&2), None);
+    assert_eq!(r.accept(2, 0, 30).unwrap().collect::<Vec<_>>(), [30]);
+    assert_eq!(r.expected(&1), Some(3));
+    assert_eq!(r.expected(&2), Some(1));
+    // Key 1 goes through the map again and continues where it was.
+    assert_eq!(r.accept(1, 3, 13).unwrap().collect::<Vec<_>>(), [13]);
+}
