@@ -197,6 +197,17 @@ fn run(role: &str, p: Pattern, packets: usize, len: usize) {
     }
 }
 
+/// Posts receive buffer `b` (of `buffer` bytes) of `pool`: a multi-receive or a tagged slot.
+fn post_receive(p: Pattern, ep: &Endpoint, pool: &MemoryRegion, buffer: usize, b: usize) {
+    let buf = pool.slice(b * buffer, buffer).expect("slice");
+    if p.multi_recv {
+        ep.recv_multi(buf, b as u64)
+    } else {
+        ep.recv_tagged(buf, FiAddr::UNSPEC, DATA_TAG, 0, b as u64)
+    }
+    .expect("posting a receive");
+}
+
 /// Retries an inject the provider refused for now, reading `cq` in between.
 fn inject_retrying(cq: &CompletionQueue, mut inject: impl FnMut() -> mcapi_ofi::Result<()>) {
     let mut scratch = [Completion::default(); 4];
@@ -218,16 +229,7 @@ fn receive(
     let delay = delay_from_env("RECV_DELAY_NS");
     let buffer = if p.multi_recv { len + 8192 } else { len.max(8) };
     let pool = MemoryRegion::new(domain, WINDOW * buffer).expect("pool");
-    let post = |b: usize| {
-        let buf = pool.slice(b * buffer, buffer).expect("slice");
-        if p.multi_recv {
-            data.ep.recv_multi(buf, b as u64)
-        } else {
-            data.ep
-                .recv_tagged(buf, FiAddr::UNSPEC, DATA_TAG, 0, b as u64)
-        }
-        .expect("posting a receive");
-    };
+    let post = |b: usize| post_receive(p, &data.ep, &pool, buffer, b);
     (0..WINDOW).for_each(post);
     let word = [0u8; 8];
     let mut completions = [Completion::default(); 32];
@@ -383,16 +385,7 @@ fn pingpong(client: bool, p: Pattern, round_trips: usize, len: usize, domain: &D
     let peer = tx.av.insert(&peer_rx).expect("AV");
     let buffer = if p.multi_recv { 64 * 1024 } else { len.max(8) };
     let pool = MemoryRegion::new(domain, SLOTS * buffer).expect("pool");
-    let post = |b: usize| {
-        let buf = pool.slice(b * buffer, buffer).expect("slice");
-        if p.multi_recv {
-            rx.ep.recv_multi(buf, b as u64)
-        } else {
-            rx.ep
-                .recv_tagged(buf, FiAddr::UNSPEC, DATA_TAG, 0, b as u64)
-        }
-        .expect("posting a receive");
-    };
+    let post = |b: usize| post_receive(p, &rx.ep, &pool, buffer, b);
     (0..SLOTS).for_each(post);
     let payload = vec![1u8; len];
     let mut completions = [Completion::default(); 16];
