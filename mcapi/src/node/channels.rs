@@ -674,8 +674,9 @@ const POLL_BURST: usize = 32;
 /// once per burst instead, the pattern alone lost a fifth of its 256 KiB bandwidth
 /// (`channel_pattern`, `ACK_POLLS=32`).
 struct BusyBurst {
-    /// The call's own side; `None` once the others were looked for.
-    own: Option<usize>,
+    /// The call's own side; `None` once the others were looked for (decoded only then: on
+    /// providers that poll them once per burst, a receive spends nothing on this).
+    own: Option<ChannelHandle>,
     sides: SideSet,
     /// Completions seen on them (waiting in `COMPLETED` for the caller's flush).
     seen: usize,
@@ -684,7 +685,7 @@ struct BusyBurst {
 impl BusyBurst {
     fn new(own: ChannelHandle) -> BusyBurst {
         BusyBurst {
-            own: own.decode().map(|(slot, ..)| slot),
+            own: Some(own),
             sides: SideSet::default(),
             seen: 0,
         }
@@ -696,7 +697,7 @@ impl BusyBurst {
         if !table.busy_every_poll {
             return;
         }
-        if let Some(own) = self.own.take() {
+        if let Some((own, ..)) = self.own.take().and_then(ChannelHandle::decode) {
             self.sides = table.busy_sides(own);
         }
         if !self.sides.is_empty() {
@@ -2644,6 +2645,7 @@ impl Node {
                     .stage(src.bytes(), payload)
                     .ok_or(Status::MCAPI_ERR_MEM_LIMIT)?,
             };
+            // A send side (checked above).
             if let SideData::Send(s) = &mut io.data {
                 s.queued.push_back((req, out));
             }
