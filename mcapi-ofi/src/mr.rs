@@ -77,6 +77,16 @@ impl MemoryRegion {
         self.inner.mem.read(offset, out)
     }
 
+    /// The `len` (at most 8) bytes at `offset` as a little-endian integer: a scalar read
+    /// without a call to `memcpy`.
+    ///
+    /// # Panics
+    /// If `len` exceeds 8 or the range is outside the region.
+    #[inline]
+    pub fn read_le(&self, offset: usize, len: usize) -> u64 {
+        self.inner.mem.read_le(offset, len)
+    }
+
     /// Copies bytes into the region.
     ///
     /// # Panics

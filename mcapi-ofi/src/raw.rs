@@ -522,6 +522,23 @@ impl Memory {
         unsafe { ptr::copy_nonoverlapping(self.addr().add(offset), out.as_mut_ptr(), out.len()) }
     }
 
+    /// The `len` (at most 8) bytes at `offset` as a little-endian integer.
+    #[inline]
+    pub(crate) fn read_le(&self, offset: usize, len: usize) -> u64 {
+        assert!(len <= 8 && offset <= self.layout.size() && len <= self.layout.size() - offset);
+        let mut word = [0u8; 8];
+        if len == 8 {
+            // SAFETY: 8 bytes inside the allocation (checked above); any alignment.
+            word = unsafe { ptr::read_unaligned(self.addr().add(offset).cast::<[u8; 8]>()) };
+        } else {
+            for (i, b) in word.iter_mut().enumerate().take(len) {
+                // SAFETY: offset + i < offset + len, inside the allocation (checked above).
+                *b = unsafe { self.addr().add(offset + i).read() };
+            }
+        }
+        u64::from_le_bytes(word)
+    }
+
     /// Copies `data` into the memory at `offset`.
     #[inline]
     pub(crate) fn write(&self, offset: usize, data: &[u8]) {

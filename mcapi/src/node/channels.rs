@@ -626,7 +626,19 @@ impl RecvData {
 
     /// Takes item number `seq` of the sender's stream; those now in order go to the FIFO.
     /// Returns the credits to give back now, if any.
+    #[inline]
     fn accept(&mut self, seq: u32, item: Item) -> Option<u32> {
+        if self.reorder.pass_in_order(0, seq) {
+            // The common case: next in order with nothing waiting before it.
+            self.fifo.push_back(item);
+            self.received += 1;
+            return self.returns.arrived();
+        }
+        self.accept_reordered(seq, item)
+    }
+
+    #[inline(never)]
+    fn accept_reordered(&mut self, seq: u32, item: Item) -> Option<u32> {
         let mut due = None;
         if let Ok(ready) = self.reorder.accept(0, seq, item) {
             for i in ready {
@@ -813,25 +825,40 @@ impl Side {
 }
 
 impl SideIo {
+    #[inline]
     fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
+        let seen = if self.hub.is_some() {
+            self.progress_hub()
+        } else {
+            self.progress_cq(kind)
+        };
+        match &mut self.data {
+            SideData::Send(s) => {
+                if !s.queued.is_empty() || s.has_in_flight() {
+                    self.advance_queued(payload, gone);
+                }
+            }
+            // A credit return that could not be sent goes now, whoever progresses the side
+            // (a blocking receive, a wait on a `pktchan_recv_i`, `pktchan_available`, the
+            // background thread).
+            SideData::Recv(r) => {
+                if let Some(n) = r.returns.flush() {
+                    self.return_credits(n);
+                }
+            }
+            SideData::Unconnected => {}
+        }
+        seen
+    }
+
+    /// Reads the side's own CQ until it is drained; returns completions seen.
+    #[inline]
+    fn progress_cq(&mut self, kind: ChannelKind) -> usize {
         let mut seen = 0;
         // Without its endpoint (closed, or parked after retirement) the CQ has nothing to
         // report, and reading it would progress a parked endpoint.
         while self.ep.is_some() {
-            if self.hub.is_some() {
-                match self.read_hub() {
-                    Some(n) => {
-                        seen += n;
-                        if n < scalar_hub::READ_BURST {
-                            break;
-                        }
-                    }
-                    None => break,
-                }
-                continue;
-            }
             match self.cq.read(&mut self.cq_buf) {
-                Ok(0) => break,
                 Ok(n) => {
                     seen += n;
                     for i in 0..n {
@@ -842,25 +869,45 @@ impl SideIo {
                         break;
                     }
                 }
-                Err(OfiError::Completion(e)) => {
-                    if let SideData::Send(s) = &mut self.data {
-                        s.event(e.context, false);
+                Err(e) => {
+                    if !self.read_failed(e) {
+                        break;
                     }
                 }
-                Err(_) => break,
             }
         }
-        match &mut self.data {
-            SideData::Send(_) => self.advance_queued(payload, gone),
-            // A credit return that could not be sent goes now, whoever progresses the side
-            // (a blocking receive, a wait on a `pktchan_recv_i`, `pktchan_available`, the
-            // background thread).
-            SideData::Recv(r) => {
-                if let Some(n) = r.returns.flush() {
-                    self.return_credits(n);
+        seen
+    }
+
+    /// An error completion (handled; read on) or a failing CQ (`false`: stop reading).
+    #[cold]
+    #[inline(never)]
+    fn read_failed(&mut self, e: OfiError) -> bool {
+        match e {
+            OfiError::Completion(e) => {
+                if let SideData::Send(s) = &mut self.data {
+                    s.event(e.context, false);
                 }
+                true
             }
-            SideData::Unconnected => {}
+            _ => false,
+        }
+    }
+
+    /// Takes a scalar side's messages from the hub until it has no more for the side.
+    #[inline(never)]
+    fn progress_hub(&mut self) -> usize {
+        let mut seen = 0;
+        while self.ep.is_some() {
+            match self.read_hub() {
+                Some(n) => {
+                    seen += n;
+                    if n < scalar_hub::READ_BURST {
+                        break;
+                    }
+                }
+                None => break,
+            }
         }
         seen
     }
@@ -915,10 +962,7 @@ impl SideIo {
                         value: 0,
                     };
                     if kind == ChannelKind::Scalar {
-                        let mut word = [0u8; 8];
-                        let n = item.len.min(8);
-                        r.pool.read(offset, &mut word[..n]);
-                        item.value = u64::from_le_bytes(word);
+                        item.value = r.pool.read_le(offset, item.len.min(8));
                     } else {
                         r.buffers.arrived(b);
                     }
@@ -1121,6 +1165,7 @@ fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
 impl NodeInner {
     /// Locks side `handle` after checking it is live and of the kind and direction the
     /// caller needs.
+    #[inline(always)]
     fn side(
         &self,
         handle: ChannelHandle,
@@ -2964,7 +3009,61 @@ impl Node {
         if !matches!(width, 1 | 2 | 4 | 8) {
             return Err(Status::MCAPI_ERR_PARAMETER);
         }
+        // The common case, kept small: a credit is there and the value goes at once.
+        if self.sclchan_try_send(handle, value, width)? {
+            return Ok(());
+        }
+        self.sclchan_send_blocking(handle, value, width)
+    }
+
+    /// One attempt to send a scalar: `false` when it must wait (no credit, or the provider
+    /// asked to try again).
+    #[inline(always)]
+    fn sclchan_try_send(&self, handle: ChannelHandle, value: u64, width: usize) -> Result<bool> {
         let bytes = value.to_le_bytes();
+        let mut g = self
+            .inner
+            .side(handle, ChannelKind::Scalar, Direction::Send)?;
+        let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        side.check_usable()?;
+        if let Some(status) = side.peer_gone {
+            return Err(status);
+        }
+        let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        let SideData::Send(s) = &mut io.data else {
+            return Ok(false);
+        };
+        if !s.credits.try_take() {
+            return Ok(false);
+        }
+        let sent = match (&io.hub, &io.ep) {
+            (Some(h), _) => h
+                .hub
+                .send_value(&bytes[..width], s.next_seq, io.dest, h.peer_route),
+            (None, Some(ep)) => ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest),
+            (None, None) => return Err(Status::MCAPI_ERR_GENERAL),
+        };
+        match sent {
+            Ok(()) => {
+                s.next_seq = s.next_seq.wrapping_add(1);
+                Ok(true)
+            }
+            Err(e) if e.is_again() => {
+                s.credits.untake();
+                Ok(false)
+            }
+            Err(_) => {
+                s.credits.untake();
+                Err(Status::MCAPI_ERR_GENERAL)
+            }
+        }
+    }
+
+    /// A scalar send that found no credit: progresses the side and backs off until one
+    /// comes, the timeout passes or the receiver is gone.
+    #[cold]
+    #[inline(never)]
+    fn sclchan_send_blocking(&self, handle: ChannelHandle, value: u64, width: usize) -> Result<()> {
         let mut wait = None;
         loop {
             {
@@ -2973,38 +3072,12 @@ impl Node {
                     .side(handle, ChannelKind::Scalar, Direction::Send)?;
                 let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 side.check_usable()?;
-                if let Some(status) = side.peer_gone {
-                    return Err(status);
-                }
-                let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
-                if let SideData::Send(s) = &mut io.data {
-                    if s.credits.try_take() {
-                        let sent = match (&io.hub, &io.ep) {
-                            (Some(h), _) => {
-                                h.hub
-                                    .send_value(&bytes[..width], s.next_seq, io.dest, h.peer_route)
-                            }
-                            (None, Some(ep)) => {
-                                ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest)
-                            }
-                            (None, None) => return Err(Status::MCAPI_ERR_GENERAL),
-                        };
-                        match sent {
-                            Ok(()) => {
-                                s.next_seq = s.next_seq.wrapping_add(1);
-                                return Ok(());
-                            }
-                            Err(e) if e.is_again() => s.credits.untake(),
-                            Err(_) => {
-                                s.credits.untake();
-                                return Err(Status::MCAPI_ERR_GENERAL);
-                            }
-                        }
-                    }
-                }
                 let timeout = side.timeout;
                 side.progress();
                 wait.get_or_insert_with(|| ChannelWait::new(timeout));
+            }
+            if self.sclchan_try_send(handle, value, width)? {
+                return Ok(());
             }
             self.channel_backoff(handle, wait.as_mut().expect("set above"))?;
         }
@@ -3021,6 +3094,29 @@ impl Node {
         if !matches!(width, 1 | 2 | 4 | 8) {
             return Err(Status::MCAPI_ERR_PARAMETER);
         }
+        // The common case, kept small: the scalar is queued or in the CQ already.
+        {
+            let mut g = self
+                .inner
+                .side(handle, ChannelKind::Scalar, Direction::Receive)?;
+            let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            side.check_usable()?;
+            if let Some(v) = take_scalar(side, width)? {
+                return Ok(v);
+            }
+            side.progress();
+            if let Some(v) = take_scalar(side, width)? {
+                return Ok(v);
+            }
+        }
+        self.sclchan_recv_blocking(handle, width)
+    }
+
+    /// A scalar receive that found nothing: polls the side in bursts and backs off until a
+    /// scalar comes, the timeout passes or the sender is gone.
+    #[cold]
+    #[inline(never)]
+    fn sclchan_recv_blocking(&self, handle: ChannelHandle, width: usize) -> Result<u64> {
         let mut wait = None;
         loop {
             let mut burst = BusyBurst::new(handle);
@@ -3030,34 +3126,14 @@ impl Node {
                     .side(handle, ChannelKind::Scalar, Direction::Receive)?;
                 let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 side.check_usable()?;
-                let attempt = |side: &mut Side| -> Result<Option<u64>> {
-                    let gone = side.peer_gone;
-                    let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
-                    let SideData::Recv(r) = &mut io.data else {
-                        return Err(Status::MCAPI_ERR_CHAN_INVALID);
-                    };
-                    if let Some(item) = r.fifo.front() {
-                        if item.len != width {
-                            return Err(Status::MCAPI_ERR_GENERAL);
-                        }
-                        let v = item.value;
-                        r.fifo.pop_front();
-                        if let Some(n) = r.returns.freed() {
-                            io.return_credits(n);
-                        }
-                        return Ok(Some(v));
-                    }
-                    io.nothing_received(gone)?;
-                    Ok(None)
-                };
-                if let Some(v) = attempt(side)? {
+                if let Some(v) = take_scalar(side, width)? {
                     return Ok(Some(v));
                 }
                 // Poll a burst under the lock before backing off: the side is this call's
                 // while it blocks, and a lock round trip per poll would slow detection.
                 for _ in 0..POLL_BURST {
                     side.progress();
-                    if let Some(v) = attempt(side)? {
+                    if let Some(v) = take_scalar(side, width)? {
                         return Ok(Some(v));
                     }
                     burst.poll(&self.inner.channels);
@@ -3073,6 +3149,30 @@ impl Node {
             self.channel_backoff(handle, wait.as_mut().expect("set above"))?;
         }
     }
+}
+
+/// Takes the next scalar of a receive side, which must be `width` bytes wide (else
+/// `MCAPI_ERR_GENERAL`, and it stays queued), or says why there is none.
+#[inline(always)]
+fn take_scalar(side: &mut Side, width: usize) -> Result<Option<u64>> {
+    let gone = side.peer_gone;
+    let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+    let SideData::Recv(r) = &mut io.data else {
+        return Err(Status::MCAPI_ERR_CHAN_INVALID);
+    };
+    if let Some(item) = r.fifo.front() {
+        if item.len != width {
+            return Err(Status::MCAPI_ERR_GENERAL);
+        }
+        let v = item.value;
+        r.fifo.pop_front();
+        if let Some(n) = r.returns.freed() {
+            io.return_credits(n);
+        }
+        return Ok(Some(v));
+    }
+    io.nothing_received(gone)?;
+    Ok(None)
 }
 
 /// Takes the next packet of a receive side for the application, or says why there is none.

@@ -330,3 +330,32 @@ fn the_last_key_shortcut_follows_removal_and_interleaving() {
     // Key 1 goes through the map again and continues where it was.
     assert_eq!(r.accept(1, 3, 13).unwrap().collect::<Vec<_>>(), [13]);
 }
+
+#[test]
+fn pass_in_order_takes_only_the_next_item_of_the_last_key_with_nothing_buffered() {
+    let mut r = SeqReorder::new(2, 4);
+    // No key accepted yet: nothing passes, and accept starts the stream.
+    assert!(!r.pass_in_order(1, 0));
+    assert_eq!(r.accept(1, 0, 10).unwrap().collect::<Vec<_>>(), [10]);
+    // The next of the last key passes and counts as delivered; others do not.
+    assert!(r.pass_in_order(1, 1));
+    assert_eq!(r.expected(&1), Some(2));
+    assert!(!r.pass_in_order(1, 3));
+    assert!(!r.pass_in_order(2, 0));
+    assert_eq!(r.expected(&1), Some(2));
+    // With an item buffered ahead, even the next one goes through accept, which releases
+    // both in order.
+    assert_eq!(r.accept(1, 3, 13).unwrap().count(), 0);
+    assert!(!r.pass_in_order(1, 2));
+    assert_eq!(r.accept(1, 2, 12).unwrap().collect::<Vec<_>>(), [12, 13]);
+    // The wrap of the slot ring and of the passed-through items stays consistent.
+    for s in 4..20u32 {
+        assert!(r.pass_in_order(1, s));
+    }
+    assert_eq!(r.accept(1, 21, 21).unwrap().count(), 0);
+    assert_eq!(r.accept(1, 20, 20).unwrap().collect::<Vec<_>>(), [20, 21]);
+    // Another key's accept makes it the last one.
+    assert_eq!(r.accept(2, 0, 30).unwrap().collect::<Vec<_>>(), [30]);
+    assert!(!r.pass_in_order(1, 22));
+    assert!(r.pass_in_order(2, 1));
+}
