@@ -178,10 +178,15 @@ impl EndpointChannel {
     }
 }
 
+type SideGuard<'a> = parking_lot::MutexGuard<'a, Option<Side>>;
+
 /// The node's channel sides, one lock each, so channels never contend with each other or
 /// with messages.
 pub(super) struct ChannelTable {
-    sides: Box<[Mutex<Option<Side>>]>,
+    /// parking_lot's: lock and unlock inline, with no poisoning to check, in every data
+    /// call (a panic under a side lock leaves the side as it was, as a poisoned lock
+    /// ignored would).
+    sides: Box<[parking_lot::Mutex<Option<Side>>]>,
     /// Bumped by every application call on a side: the background thread leaves sides
     /// in use alone (taking their lock could stall the application's next call).
     touched: Box<[AtomicU32]>,
@@ -215,7 +220,9 @@ impl ChannelTable {
     pub(super) fn new(busy_every_poll: bool) -> ChannelTable {
         ChannelTable {
             busy_every_poll,
-            sides: (0..MAX_SIDES).map(|_| Mutex::new(None)).collect(),
+            sides: (0..MAX_SIDES)
+                .map(|_| parking_lot::Mutex::new(None))
+                .collect(),
             touched: (0..MAX_SIDES).map(|_| AtomicU32::new(0)).collect(),
             used: Default::default(),
             generation: AtomicU32::new(1),
@@ -240,7 +247,7 @@ impl ChannelTable {
     /// held.
     pub(super) fn clear(&self) {
         for s in self.sides.iter() {
-            lock(s).take();
+            s.lock().take();
         }
         lock(&self.pools).clear();
         lock(&self.retired).clear();
@@ -302,7 +309,7 @@ impl ChannelTable {
     fn busy_sides(&self, own: usize) -> SideSet {
         let mut set = SideSet::default();
         for slot in self.used_now().iter().filter(|&slot| slot != own) {
-            if let Ok(g) = self.sides[slot].try_lock() {
+            if let Some(g) = self.sides[slot].try_lock() {
                 if g.as_ref().is_some_and(Side::has_transfers) {
                     set.insert(slot);
                 }
@@ -320,11 +327,11 @@ impl ChannelTable {
     /// under way); returns completions seen.
     fn progress_slot(&self, slot: usize, busy_only: bool) -> usize {
         match self.sides[slot].try_lock() {
-            Ok(mut g) => g
+            Some(mut g) => g
                 .as_mut()
                 .filter(|s| !busy_only || s.has_transfers())
                 .map_or(0, Side::progress),
-            Err(_) => 0,
+            None => 0,
         }
     }
 
@@ -728,6 +735,7 @@ fn side_status(kind: ChannelKind) -> Status {
 
 impl Side {
     /// Reads the side's CQ and dispatches; returns completions seen.
+    #[inline(always)]
     fn progress(&mut self) -> usize {
         let (kind, payload, gone) = (self.kind, self.max_payload, self.peer_gone.is_some());
         let seen = self
@@ -1171,7 +1179,7 @@ impl NodeInner {
         handle: ChannelHandle,
         kind: ChannelKind,
         dir: Direction,
-    ) -> Result<MutexGuard<'_, Option<Side>>> {
+    ) -> Result<SideGuard<'_>> {
         // Finalize dropped every side: on a finalized node any handle is refused as
         // MCAPI_ERR_NODE_NOTINIT (looked up only on this error path, never on the data path).
         let invalid = || self.unless_finalized(Status::MCAPI_ERR_CHAN_INVALID);
@@ -1181,7 +1189,7 @@ impl NodeInner {
         if k != kind || d != dir {
             return Err(invalid());
         }
-        let g = lock(&self.channels.sides[slot]);
+        let g = self.channels.sides[slot].lock();
         if g.as_ref().is_some_and(|s| s.generation == generation) {
             // An application call uses the side: the background thread keeps away (only a
             // change matters, so racing plain stores will do).
@@ -1319,7 +1327,7 @@ impl NodeInner {
                 };
                 // A retry of the same connect must announce the open again.
                 if let Some((slot, generation, ..)) = side.and_then(|h| h.decode()) {
-                    let mut g = lock(&self.channels.sides[slot]);
+                    let mut g = self.channels.sides[slot].lock();
                     if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
                         side.announced_to = None;
                     }
@@ -1360,7 +1368,7 @@ impl NodeInner {
                     ep.channel.side
                 };
                 if let Some((slot, generation, ..)) = handle.and_then(|h| h.decode()) {
-                    let mut g = lock(&self.channels.sides[slot]);
+                    let mut g = self.channels.sides[slot].lock();
                     if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
                         if side.peer_gone.is_none() {
                             side.peer_gone = Some(side_status(side.kind));
@@ -1418,7 +1426,7 @@ impl NodeInner {
     fn reserve_side(&self, kind: ChannelKind, dir: Direction, port: u32) -> Result<ChannelHandle> {
         let generation = self.channels.generation.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
         for (slot, s) in self.channels.sides.iter().enumerate() {
-            let mut g = lock(s);
+            let mut g = s.lock();
             if g.is_none() {
                 *g = Some(Side::reserved(generation, kind, port));
                 self.channels.used[slot / 64].fetch_or(1 << (slot % 64), Ordering::Relaxed);
@@ -1878,7 +1886,8 @@ impl Node {
     /// The CQ of channel side `handle`, to sleep on while waiting for it.
     fn side_cq(&self, handle: ChannelHandle) -> Option<CompletionQueue> {
         let (slot, generation, ..) = handle.decode()?;
-        lock(&self.inner.channels.sides[slot])
+        self.inner.channels.sides[slot]
+            .lock()
             .as_ref()
             .filter(|s| s.generation == generation)
             .and_then(|s| s.io.as_ref())
@@ -1891,7 +1900,8 @@ impl Node {
         let Some((slot, generation, ..)) = handle.decode() else {
             return false;
         };
-        lock(&self.inner.channels.sides[slot])
+        self.inner.channels.sides[slot]
+            .lock()
             .as_ref()
             .filter(|s| s.generation == generation)
             .and_then(|s| s.io.as_ref()?.hub.as_ref())
@@ -1933,7 +1943,7 @@ impl Node {
             return;
         };
         let progress = |peer_died: bool| {
-            let mut g = lock(&self.inner.channels.sides[slot]);
+            let mut g = self.inner.channels.sides[slot].lock();
             let side = g.as_mut().filter(|s| s.generation == generation)?;
             if peer_died {
                 side.peer_died();
@@ -2003,7 +2013,7 @@ impl Node {
         // First time: open our fabric part; then tell the other side (again if a connect
         // that failed half-way had us announce to another endpoint).
         let announce = {
-            let mut g = lock(&self.inner.channels.sides[slot]);
+            let mut g = self.inner.channels.sides[slot].lock();
             let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
                 return Ok(());
             };
@@ -2069,7 +2079,7 @@ impl Node {
         };
         // Both sides open: finish the fabric part and complete.
         {
-            let mut g = lock(&self.inner.channels.sides[slot]);
+            let mut g = self.inner.channels.sides[slot].lock();
             let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
                 return Ok(());
             };
@@ -2149,7 +2159,7 @@ impl Node {
             return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
         }
         let port = {
-            let g = lock(&self.inner.channels.sides[slot]);
+            let g = self.inner.channels.sides[slot].lock();
             let side = g
                 .as_ref()
                 .filter(|s| s.generation == generation)
@@ -2179,7 +2189,7 @@ impl Node {
         // Closed, and what was sent counted, at one moment: no send slips in after the
         // count, and a cancel of a queued packet from now on announces its own count.
         let (cancelled, sent) = {
-            let mut g = lock(&self.inner.channels.sides[slot]);
+            let mut g = self.inner.channels.sides[slot].lock();
             let mut cancelled = Vec::new();
             let mut sent = 0;
             if let Some(side) = g.as_mut() {
@@ -2235,7 +2245,7 @@ impl Node {
     ) -> Result<()> {
         let (slot, generation, ..) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
         let (peer, gone, queued) = {
-            let g = lock(&self.inner.channels.sides[slot]);
+            let g = self.inner.channels.sides[slot].lock();
             match g.as_ref().filter(|s| s.generation == generation) {
                 Some(side) => {
                     // Zero-copy packets posted but not completed count as queued: the
@@ -2311,7 +2321,8 @@ impl NodeInner {
             let Some((slot, generation, ..)) = handle.decode() else {
                 continue;
             };
-            let sent = match lock(&self.channels.sides[slot])
+            let sent = match self.channels.sides[slot]
+                .lock()
                 .as_ref()
                 .filter(|s| s.generation == generation && s.ready && !s.closed)
                 .and_then(|s| s.io.as_ref())
@@ -2330,7 +2341,7 @@ impl NodeInner {
     /// Frees a side slot at once (an open that never got its fabric part).
     fn free_side(&self, handle: ChannelHandle) {
         if let Some((slot, generation, ..)) = handle.decode() {
-            let mut g = lock(&self.channels.sides[slot]);
+            let mut g = self.channels.sides[slot].lock();
             if g.as_ref().is_some_and(|s| s.generation == generation) {
                 self.channels.vacate(&mut g, slot);
             }
@@ -2343,7 +2354,7 @@ impl NodeInner {
         let Some((slot, generation, ..)) = handle.decode() else {
             return;
         };
-        let mut g = lock(&self.channels.sides[slot]);
+        let mut g = self.channels.sides[slot].lock();
         let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
             return;
         };
@@ -2612,12 +2623,13 @@ impl Node {
         )?;
         if wait.backoff.slow_check_due() {
             if let Some((slot, generation, ..)) = handle.decode() {
-                let peer = lock(&self.inner.channels.sides[slot])
+                let peer = self.inner.channels.sides[slot]
+                    .lock()
                     .as_ref()
                     .filter(|s| s.generation == generation)
                     .and_then(|s| s.peer);
                 if peer.is_some() && !self.inner.peer_alive(peer) {
-                    let mut g = lock(&self.inner.channels.sides[slot]);
+                    let mut g = self.inner.channels.sides[slot].lock();
                     if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
                         side.peer_died();
                     }
@@ -2730,7 +2742,7 @@ impl Node {
         // announce again without the withdrawn one.
         let mut recount = None;
         let withdrawn = {
-            let mut g = lock(&self.inner.channels.sides[slot]);
+            let mut g = self.inner.channels.sides[slot].lock();
             let side = g.as_mut().filter(|s| s.generation == generation);
             let (closed, port) = side.as_ref().map_or((false, 0), |s| (s.closed, s.port));
             match side.and_then(|s| s.io.as_mut()).map(|io| &mut io.data) {
@@ -2769,7 +2781,7 @@ impl Node {
         let Some((slot, generation, ..)) = handle.decode() else {
             return true;
         };
-        let mut g = lock(&self.inner.channels.sides[slot]);
+        let mut g = self.inner.channels.sides[slot].lock();
         match g.as_ref().filter(|s| s.generation == generation) {
             Some(side) if side.announced_to.is_some() => false,
             Some(_) => {
@@ -2789,7 +2801,8 @@ impl Node {
             return;
         };
         let in_flight = || {
-            lock(&self.inner.channels.sides[slot])
+            self.inner.channels.sides[slot]
+                .lock()
                 .as_ref()
                 .filter(|s| s.generation == generation)
                 .and_then(|s| s.io.as_ref())
@@ -3230,18 +3243,18 @@ thread_local! {
 impl NodeInner {
     /// Locks the side whose receive pool holds `addr` (see [`NodeInner::pool_slot`]); returns
     /// its slot too.
-    fn pool_side(&self, addr: usize) -> Result<(usize, MutexGuard<'_, Option<Side>>)> {
+    fn pool_side(&self, addr: usize) -> Result<(usize, SideGuard<'_>)> {
         let table = std::ptr::from_ref(&self.channels) as usize;
         let (last_table, slot) = LAST_POOL.get();
         if last_table == table {
-            let g = lock(&self.channels.sides[slot]);
+            let g = self.channels.sides[slot].lock();
             if g.as_ref().is_some_and(|s| s.pool_contains(addr)) {
                 return Ok((slot, g));
             }
         }
         let slot = self.pool_slot(addr)?;
         LAST_POOL.set((table, slot));
-        Ok((slot, lock(&self.channels.sides[slot])))
+        Ok((slot, self.channels.sides[slot].lock()))
     }
 
     /// The side whose receive pool holds `addr`: `MCAPI_ERR_BUF_INVALID` for any other
