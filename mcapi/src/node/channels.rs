@@ -504,6 +504,27 @@ impl SendData {
         None
     }
 
+    /// The outcome of posting the next item with a credit taken: its sequence number is
+    /// spent if it went; the credit comes back if not. `Ok(false)`: the provider asked to
+    /// try again later; `fail` when it refused.
+    #[inline(always)]
+    fn posted(&mut self, r: std::result::Result<(), OfiError>, fail: Status) -> Result<bool> {
+        match r {
+            Ok(()) => {
+                self.next_seq = self.next_seq.wrapping_add(1);
+                Ok(true)
+            }
+            Err(e) => {
+                self.credits.untake();
+                if e.is_again() {
+                    Ok(false)
+                } else {
+                    Err(fail)
+                }
+            }
+        }
+    }
+
     /// Whether zero-copy packets are posted and not completed yet.
     fn has_in_flight(&self) -> bool {
         self.in_flight_free.len() < self.in_flight.len()
@@ -2582,20 +2603,7 @@ impl Node {
                 Err(e) => Err(e),
             }
         };
-        match posted {
-            Ok(()) => {
-                s.next_seq = s.next_seq.wrapping_add(1);
-                Ok(true)
-            }
-            Err(e) if e.is_again() => {
-                s.credits.untake();
-                Ok(false)
-            }
-            Err(_) => {
-                s.credits.untake();
-                Err(Status::MCAPI_ERR_TRANSMISSION)
-            }
-        }
+        s.posted(posted, Status::MCAPI_ERR_TRANSMISSION)
     }
 
     /// Waits between attempts of a blocking channel call; checks the timeout and, on the
@@ -3056,20 +3064,7 @@ impl Node {
             (None, Some(ep)) => ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest),
             (None, None) => return Err(Status::MCAPI_ERR_GENERAL),
         };
-        match sent {
-            Ok(()) => {
-                s.next_seq = s.next_seq.wrapping_add(1);
-                Ok(true)
-            }
-            Err(e) if e.is_again() => {
-                s.credits.untake();
-                Ok(false)
-            }
-            Err(_) => {
-                s.credits.untake();
-                Err(Status::MCAPI_ERR_GENERAL)
-            }
-        }
+        s.posted(sent, Status::MCAPI_ERR_GENERAL)
     }
 
     /// A scalar send that found no credit: progresses the side and backs off until one
@@ -3139,11 +3134,9 @@ impl Node {
                     .side(handle, ChannelKind::Scalar, Direction::Receive)?;
                 let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 side.check_usable()?;
-                if let Some(v) = take_scalar(side, width)? {
-                    return Ok(Some(v));
-                }
                 // Poll a burst under the lock before backing off: the side is this call's
                 // while it blocks, and a lock round trip per poll would slow detection.
+                // (Reading the CQ first is no loss: the common path just looked.)
                 for _ in 0..POLL_BURST {
                     side.progress();
                     if let Some(v) = take_scalar(side, width)? {
