@@ -51,6 +51,7 @@ fn main() {
         ("eagain_progress_and_retry", eagain_retry),
         ("error_completions_readerr", error_completions),
         ("remote_cq_data", remote_cq_data),
+        ("memory_region_read_le", read_le),
         ("rma_write", rma_write),
         ("killed_peer_does_not_hang", killed_peer),
         ("endpoint_and_cq_limits", limits),
@@ -607,6 +608,38 @@ fn remote_cq_data(prov: &str) -> TestResult {
             )
         },
     )
+}
+
+/// `MemoryRegion::read_le` (how scalars are read out of a receive pool) against `read`, at
+/// every width, offset and alignment, up to the region's end; out of range it panics.
+fn read_le(prov: &str) -> TestResult {
+    let side = Side::open(&hints(prov), EndpointOptions::default())?;
+    let region = MemoryRegion::new(&side.domain, 24)?;
+    region.write(0, &pattern(24, 7));
+    for len in 0..=8 {
+        for offset in 0..=24 - len {
+            let mut word = [0u8; 8];
+            region.read(offset, &mut word[..len]);
+            let (want, got) = (u64::from_le_bytes(word), region.read_le(offset, len));
+            check(got == want, || {
+                format!("read_le({offset}, {len}) = {got:#x}, read gives {want:#x}")
+            })?;
+        }
+    }
+    // The expected panics print nothing (the trials run one at a time).
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out_of_range: Vec<_> = [(17, 8), (25, 0), (0, 9)]
+        .into_iter()
+        .filter(|&(offset, len)| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| region.read_le(offset, len)))
+                .is_ok()
+        })
+        .collect();
+    std::panic::set_hook(hook);
+    check(out_of_range.is_empty(), || {
+        format!("read_le did not panic at (offset, len) {out_of_range:?}")
+    })
 }
 
 fn rma_write(prov: &str) -> TestResult {
