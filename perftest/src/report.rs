@@ -220,8 +220,9 @@ impl Report {
                 m.mmsg_s()
             );
             if let Some(l) = m.latency() {
+                // Nanoseconds: the latency targets are tens of them.
                 s += &format!(
-                    " {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                    " {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
                     l.min, l.p50, l.p99, l.p999, l.max
                 );
             }
@@ -231,7 +232,11 @@ impl Report {
                     Metric::Throughput => m.mb_s_spread(),
                 };
                 if let Some((lo, hi)) = spread {
-                    s += &format!(" {:>19}", format!("{lo:.2}..{hi:.2}"));
+                    let digits = match self.test.metric() {
+                        Metric::Latency => 3,
+                        Metric::Throughput => 2,
+                    };
+                    s += &format!(" {:>19}", format!("{lo:.digits$}..{hi:.digits$}"));
                 }
             }
             if let (true, Some(ratio)) = (layer == "mcapi", ratio) {
@@ -525,6 +530,6 @@ mod tests {
             text.lines().nth(1).unwrap().contains("p50 spread"),
             "{text}"
         );
-        assert!(text.contains("3.00..4.00"), "{text}");
+        assert!(text.contains("3.000..4.000"), "{text}");
     }
 }
