@@ -186,7 +186,7 @@ impl Report {
             );
             if self.test.metric() == Metric::Latency {
                 s += &format!(
-                    " {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    " {:>9} {:>9} {:>9} {:>9} {:>9}",
                     "min", "p50", "p99", "p99.9", "max"
                 );
             }
@@ -220,9 +220,9 @@ impl Report {
                 m.mmsg_s()
             );
             if let Some(l) = m.latency() {
-                // Nanoseconds: the latency targets are tens of them.
+                // In us with ns resolution: the latency targets are tens of ns.
                 s += &format!(
-                    " {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
+                    " {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
                     l.min, l.p50, l.p99, l.p999, l.max
                 );
             }

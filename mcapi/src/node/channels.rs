@@ -184,8 +184,8 @@ type SideGuard<'a> = parking_lot::MutexGuard<'a, Option<Side>>;
 /// with messages.
 pub(super) struct ChannelTable {
     /// parking_lot's: lock and unlock inline, with no poisoning to check, in every data
-    /// call (a panic under a side lock leaves the side as it was, as a poisoned lock
-    /// ignored would).
+    /// call. A panic under a side lock (the C ABI catches it) leaves the side as it was,
+    /// for the application's calls and for background progress alike.
     sides: Box<[parking_lot::Mutex<Option<Side>>]>,
     /// Bumped by every application call on a side: the background thread leaves sides
     /// in use alone (taking their lock could stall the application's next call).
