@@ -27,12 +27,11 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let provider = std::env::var("PROVIDER").unwrap_or("shm".into());
-    let pair: Box<dyn FnMut(u64)> = if std::env::var_os("RAW").is_some() {
+    let mut pair: Box<dyn FnMut(u64)> = if std::env::var_os("RAW").is_some() {
         raw_pair(&provider)
     } else {
         mcapi_pair(provider)
     };
-    let mut pair = pair;
     let mut best = f64::INFINITY;
     for round in 0..rounds {
         let start = Instant::now();
@@ -108,6 +107,5 @@ fn raw_pair(provider: &str) -> Box<dyn FnMut(u64)> {
         region.read(0, &mut word);
         assert_eq!(u64::from_le_bytes(word), i);
         post(&rx, &region);
-        let _ = &domain;
     })
 }

@@ -854,7 +854,6 @@ impl Side {
 }
 
 impl SideIo {
-    #[inline]
     fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
         let seen = if self.hub.is_some() {
             self.progress_hub()
