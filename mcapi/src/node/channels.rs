@@ -42,7 +42,10 @@ pub const MAX_PKT_SIZE: usize = 4 << 20;
 pub(super) const MAX_SIDES: usize = 256;
 /// Extra bytes per pool buffer, so small packets share a buffer (fewer re-posts).
 const POOL_SLACK: usize = 8 * 1024;
-/// Completion contexts on a sender's CQ (a receiver's contexts are pool buffer indexes).
+/// A scalar receive slot: one posted receive of the widest scalar.
+const SCALAR_SLOT: usize = 8;
+/// Completion contexts on a sender's CQ (a receiver's contexts are pool buffer or scalar
+/// slot indexes).
 const CTX_CREDIT: u64 = 1 << 40;
 const CTX_STAGING: u64 = 2 << 40;
 const CTX_ZERO_COPY: u64 = 3 << 40;
@@ -592,6 +595,10 @@ struct RecvData {
     reorder: SeqReorder<u8, Item>,
     fifo: VecDeque<Item>,
     returns: CreditReturn,
+    /// Scalar slots whose scalar was copied out, to be posted again (see
+    /// [`SideIo::repost_slots`]); never more than the side's slots, so pushing allocates
+    /// nothing.
+    slots_to_post: Vec<u32>,
     /// Packets the application holds.
     held: HeldPackets,
     received: u32,
@@ -645,6 +652,7 @@ impl RecvData {
             reorder: SeqReorder::new(1, capacity.max(1) * 2),
             fifo: VecDeque::with_capacity(capacity as usize),
             returns: CreditReturn::new(capacity),
+            slots_to_post: Vec::with_capacity(capacity as usize),
             held: HeldPackets::default(),
             received: 0,
             peer_sent: None,
@@ -872,6 +880,10 @@ impl SideIo {
             SideData::Recv(r) => {
                 if let Some(n) = r.returns.flush() {
                     self.return_credits(n);
+                } else if seen == 0 && !r.slots_to_post.is_empty() {
+                    // Idle: a ping-pong's receiver posts here while it waits for the
+                    // reply, not between a scalar's arrival and its own reply.
+                    self.repost_slots();
                 }
             }
             SideData::Unconnected => {}
@@ -991,6 +1003,7 @@ impl SideIo {
                     };
                     if kind == ChannelKind::Scalar {
                         item.value = r.pool.read_le(offset, item.len.min(8));
+                        r.slots_to_post.push(b as u32);
                     } else {
                         r.buffers.arrived(b);
                     }
@@ -1004,6 +1017,29 @@ impl SideIo {
         if let Some(n) = credits_due {
             self.return_credits(n);
         }
+    }
+
+    /// Posts a scalar receive side's emptied slots again: when the side is idle, and
+    /// before any credit return, so the sender never has more scalars on their way than
+    /// slots are posted (shm must not meet a message without a receive). `false` if some
+    /// could not be posted now: they stay listed, and credits wait for them.
+    #[inline(never)]
+    fn repost_slots(&mut self) -> bool {
+        let (SideData::Recv(r), Some(ep)) = (&mut self.data, &self.ep) else {
+            // Closed: nothing more arrives.
+            return true;
+        };
+        while let Some(&slot) = r.slots_to_post.last() {
+            let buf = r.pool.slice(slot as usize * SCALAR_SLOT, SCALAR_SLOT);
+            if buf
+                .and_then(|buf| ep.recv(buf, FiAddr::UNSPEC, u64::from(slot)))
+                .is_err()
+            {
+                return false;
+            }
+            r.slots_to_post.pop();
+        }
+        true
     }
 
     /// Posts queued `pktchan_send_i` packets that have credits now.
@@ -1125,6 +1161,8 @@ impl SideIo {
 
     /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
     fn return_credits(&mut self, n: u32) {
+        // The credits let the sender fill emptied scalar slots: they are posted first.
+        let slots_posted = self.repost_slots();
         let SideData::Recv(r) = &mut self.data else {
             return;
         };
@@ -1133,11 +1171,12 @@ impl SideIo {
             // packets it queued before closing are still to come, it needs the credits.
             return;
         }
-        let sent = match (&self.ep, &self.hub) {
-            (None, _) => false,
-            (Some(_), Some(h)) => h.hub.send_credits(n, self.dest, h.peer_route).is_ok(),
-            (Some(ep), None) => ep.inject(&u64::from(n).to_le_bytes(), self.dest).is_ok(),
-        };
+        let sent = slots_posted
+            && match (&self.ep, &self.hub) {
+                (None, _) => false,
+                (Some(_), Some(h)) => h.hub.send_credits(n, self.dest, h.peer_route).is_ok(),
+                (Some(ep), None) => ep.inject(&u64::from(n).to_le_bytes(), self.dest).is_ok(),
+            };
         if !sent {
             r.returns.unflush(n);
         }
@@ -1476,7 +1515,8 @@ impl NodeInner {
             ChannelKind::Packet => max_payload,
             ChannelKind::Scalar => 8,
         };
-        let min_multi_recv = (dir == Direction::Receive).then_some(payload.max(8));
+        let min_multi_recv =
+            (dir == Direction::Receive && kind == ChannelKind::Packet).then_some(payload.max(8));
         let ep = Endpoint::open(domain, &cq, &av, EndpointOptions { min_multi_recv })?;
         let capacity = match kind {
             ChannelKind::Packet => self.config.recv_buffers as u32,
@@ -1485,16 +1525,26 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             Direction::Receive => {
-                let (buffers, buffer_size) = match kind {
-                    ChannelKind::Packet => (capacity as usize, payload + POOL_SLACK),
-                    // Scalars are copied out on arrival, so two buffers always have room.
-                    ChannelKind::Scalar => (2, (capacity as usize * 64).max(4096)),
-                };
-                let pool = MemoryRegion::new(domain, buffers * buffer_size)?;
-                for b in 0..buffers {
-                    ep.recv_multi(pool.slice(b * buffer_size, buffer_size)?, b as u64)?;
+                if kind == ChannelKind::Scalar {
+                    // One plain receive per credit, not a multi-receive pool: on shm a
+                    // scalar matched into a multi-receive buffer costs about 160 more
+                    // instructions, all between its arrival and the application's reply,
+                    // and an emptied slot is posted again off that path (`repost_slots`).
+                    let slots = capacity as usize;
+                    let pool = MemoryRegion::new(domain, slots * SCALAR_SLOT)?;
+                    for i in 0..slots {
+                        let slot = pool.slice(i * SCALAR_SLOT, SCALAR_SLOT)?;
+                        ep.recv(slot, FiAddr::UNSPEC, i as u64)?;
+                    }
+                    SideData::Recv(RecvData::new(pool, SCALAR_SLOT, 0, capacity))
+                } else {
+                    let (buffers, buffer_size) = (capacity as usize, payload + POOL_SLACK);
+                    let pool = MemoryRegion::new(domain, buffers * buffer_size)?;
+                    for b in 0..buffers {
+                        ep.recv_multi(pool.slice(b * buffer_size, buffer_size)?, b as u64)?;
+                    }
+                    SideData::Recv(RecvData::new(pool, buffer_size, buffers, capacity))
                 }
-                SideData::Recv(RecvData::new(pool, buffer_size, buffers, capacity))
             }
         };
         Ok(SideIo {
