@@ -5,7 +5,8 @@
 //!
 //! The tests run one at a time (a static lock): each run busy-polls two processes, and a
 //! 2-core machine cannot run several at once without starving them. Each uses its own
-//! bootstrap port.
+//! bootstrap port, below Linux's ephemeral range (32768..60999): a port in it may be held
+//! by any outgoing connection (a 47xxx port once failed with "Address already in use").
 
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
@@ -203,22 +204,22 @@ fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
 
 #[test]
 fn shm_latency() {
-    latency_run("shm", "shm", "47611");
+    latency_run("shm", "shm", "27611");
 }
 
 #[test]
 fn shm_bandwidth() {
-    bandwidth_run("shm", "shm", "47612");
+    bandwidth_run("shm", "shm", "27612");
 }
 
 #[test]
 fn tcp_latency() {
-    latency_run("tcp", "tcp;ofi_rxm", "47613");
+    latency_run("tcp", "tcp;ofi_rxm", "27613");
 }
 
 #[test]
 fn tcp_bandwidth() {
-    bandwidth_run("tcp", "tcp;ofi_rxm", "47614");
+    bandwidth_run("tcp", "tcp;ofi_rxm", "27614");
 }
 
 /// A channel benchmark over `provider`: every size done over both layers, in full.
@@ -248,7 +249,7 @@ fn shm_packet_latency() {
         "shm",
         "shm",
         &[8, 64 << 10],
-        &["--oob-port", "47640"],
+        &["--oob-port", "27640"],
     );
 }
 
@@ -259,7 +260,7 @@ fn tcp_packet_latency() {
         "tcp",
         "tcp;ofi_rxm",
         &[8, 64 << 10],
-        &["--oob-port", "47641"],
+        &["--oob-port", "27641"],
     );
 }
 
@@ -272,7 +273,7 @@ fn shm_packet_bandwidth() {
         "shm",
         "shm",
         &[64, 128 << 10],
-        &["-W", "32", "--oob-port", "47642"],
+        &["-W", "32", "--oob-port", "27642"],
     );
     let v = &json_run(&[
         "pkt-bw",
@@ -283,7 +284,7 @@ fn shm_packet_bandwidth() {
         "100",
         "--json",
         "--oob-port",
-        "47642",
+        "27642",
     ])[0];
     assert_eq!(v["mcapi_send"], "pktchan_send_i", "{v}");
 }
@@ -295,7 +296,7 @@ fn tcp_packet_bandwidth() {
         "tcp",
         "tcp;ofi_rxm",
         &[64, 128 << 10],
-        &["-W", "32", "--oob-port", "47643"],
+        &["-W", "32", "--oob-port", "27643"],
     );
 }
 
@@ -307,13 +308,13 @@ fn shm_packet_bandwidth_blocking_sends() {
         "shm",
         "shm",
         &[64, 128 << 10],
-        &["--blocking-sends", "--oob-port", "47644"],
+        &["--blocking-sends", "--oob-port", "27644"],
     );
 }
 
 #[test]
 fn shm_scalar_latency() {
-    channel_run("scl-lat", "shm", "shm", &[8], &["--oob-port", "47645"]);
+    channel_run("scl-lat", "shm", "shm", &[8], &["--oob-port", "27645"]);
 }
 
 #[test]
@@ -323,7 +324,7 @@ fn tcp_scalar_latency() {
         "tcp",
         "tcp;ofi_rxm",
         &[8],
-        &["--oob-port", "47646"],
+        &["--oob-port", "27646"],
     );
 }
 
@@ -334,7 +335,7 @@ fn shm_scalar_rate() {
         "shm",
         "shm",
         &[8],
-        &["-W", "32", "--oob-port", "47647"],
+        &["-W", "32", "--oob-port", "27647"],
     );
 }
 
@@ -345,7 +346,7 @@ fn tcp_scalar_rate() {
         "tcp",
         "tcp;ofi_rxm",
         &[8],
-        &["-W", "32", "--oob-port", "47648"],
+        &["-W", "32", "--oob-port", "27648"],
     );
 }
 
@@ -384,7 +385,7 @@ fn packet_rounds_alternate() {
         "3",
         "--json",
         "--oob-port",
-        "47649",
+        "27649",
     ]);
     assert_eq!(lines.len(), 2, "{lines:?}");
     for v in &lines {
@@ -412,7 +413,7 @@ fn mcapi_long_runs_cross_sequence_wraps() {
         "60",
         "--json",
         "--oob-port",
-        "47617",
+        "27617",
     ]);
     assert_eq!(lines.len(), 2, "{lines:?}");
     for (v, size) in lines.iter().zip([8, 16]) {
@@ -434,7 +435,7 @@ fn table_output_by_default() {
         "-w",
         "0",
         "--oob-port",
-        "47615",
+        "27615",
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
@@ -469,8 +470,8 @@ fn table_output_by_default() {
 #[test]
 fn absent_provider_is_not_run_and_lists_providers() {
     for args in [
-        &["msg-lat", "--local", "-p", "nosuch", "--oob-port", "47616"][..],
-        &["msg-bw", "-p", "nosuch", "--oob-port", "47616"][..],
+        &["msg-lat", "--local", "-p", "nosuch", "--oob-port", "27616"][..],
+        &["msg-bw", "-p", "nosuch", "--oob-port", "27616"][..],
     ] {
         let out = perftest(args);
         let stderr = text(&out.stderr);
@@ -528,7 +529,7 @@ fn rounds_report_medians_and_spread() {
         "3",
         "--json",
         "--oob-port",
-        "47618",
+        "27618",
     ]);
     assert_eq!(lines.len(), 1, "{lines:?}");
     let v = &lines[0];
@@ -571,7 +572,7 @@ fn compare_writes_table_results_and_plots() {
         "--lat-rounds",
         "2",
         "--oob-port",
-        "47630",
+        "27630",
         "-o",
         dir.to_str().expect("UTF-8 path"),
     ]);
