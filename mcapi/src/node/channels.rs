@@ -1021,8 +1021,9 @@ impl SideIo {
 
     /// Posts a scalar receive side's emptied slots again: when the side is idle, and
     /// before any credit return, so the sender never has more scalars on their way than
-    /// slots are posted (shm must not meet a message without a receive). `false` if some
-    /// could not be posted now: they stay listed, and credits wait for them.
+    /// slots are posted (none arrives unexpected, to be buffered by the provider outside
+    /// the channel's bound). `false` if some could not be posted now: they stay listed, and
+    /// credits wait for them.
     #[inline(never)]
     fn repost_slots(&mut self) -> bool {
         let (SideData::Recv(r), Some(ep)) = (&mut self.data, &self.ep) else {
