@@ -70,6 +70,56 @@ fn priorities_and_fifo_between_two_nodes() {
     }
 }
 
+/// The buffer of a message `msg_recv` took goes back to the fabric later (by the next
+/// receive or CQ read): a sender blocked on a full endpoint still resumes when the
+/// receiver takes one message and then makes no call at all (the background thread posts
+/// it). (`endpoint_attributes_local_and_remote` checks that `NUM_RECV_BUFFERS` counts the
+/// buffer free at once.)
+#[test]
+fn a_message_taken_frees_its_buffer_without_another_call() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let mut cfg = config(prov, "taken");
+        cfg.recv_buffers = 4;
+        let a = Node::initialize(0, 5, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 6, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a.endpoint_get(0, 6, 1, None).unwrap();
+        for i in 0..4u8 {
+            a.msg_send(tx, to, &[i], 0).unwrap();
+        }
+        let fifth = {
+            let a = a.clone();
+            std::thread::spawn(move || a.msg_send(tx, to, &[4], 0))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !fifth.is_finished(),
+            "{prov}: a fifth send found no full endpoint"
+        );
+        let mut buf = [0u8; 8];
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
+        assert_eq!(buf[0], 0, "{prov}");
+        // No call on b from here until the fifth send is through.
+        let start = std::time::Instant::now();
+        while !fifth.is_finished() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{prov}: the sender never got the buffer back"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(fifth.join().unwrap(), Ok(()), "{prov}");
+        for i in 1..5u8 {
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
+            assert_eq!(buf[0], i, "{prov}: order");
+        }
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
 #[test]
 fn sender_outrunning_receiver_blocks_and_loses_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());

@@ -644,7 +644,13 @@ impl HeldPackets {
 
 impl RecvData {
     /// A receive side taking `capacity` items into `buffers` buffers of `pool`.
-    fn new(pool: MemoryRegion, buffer_size: usize, buffers: usize, capacity: u32) -> RecvData {
+    fn new(
+        pool: MemoryRegion,
+        buffer_size: usize,
+        buffers: usize,
+        scalar_slots: usize,
+        capacity: u32,
+    ) -> RecvData {
         RecvData {
             pool,
             buffer_size,
@@ -652,7 +658,7 @@ impl RecvData {
             reorder: SeqReorder::new(1, capacity.max(1) * 2),
             fifo: VecDeque::with_capacity(capacity as usize),
             returns: CreditReturn::new(capacity),
-            slots_to_post: Vec::with_capacity(capacity as usize),
+            slots_to_post: Vec::with_capacity(scalar_slots),
             held: HeldPackets::default(),
             received: 0,
             peer_sent: None,
@@ -910,7 +916,7 @@ impl SideIo {
                     }
                 }
                 Err(e) => {
-                    if !self.read_failed(e) {
+                    if !self.read_failed(e, kind) {
                         break;
                     }
                 }
@@ -922,11 +928,21 @@ impl SideIo {
     /// An error completion (handled; read on) or a failing CQ (`false`: stop reading).
     #[cold]
     #[inline(never)]
-    fn read_failed(&mut self, e: OfiError) -> bool {
+    fn read_failed(&mut self, e: OfiError, kind: ChannelKind) -> bool {
         match e {
             OfiError::Completion(e) => {
-                if let SideData::Send(s) = &mut self.data {
-                    s.event(e.context, false);
+                match &mut self.data {
+                    SideData::Send(s) => {
+                        s.event(e.context, false);
+                    }
+                    // A scalar slot whose receive failed (say, truncated): usable again.
+                    SideData::Recv(r)
+                        if kind == ChannelKind::Scalar
+                            && e.context < (r.pool.len() / SCALAR_SLOT) as u64 =>
+                    {
+                        r.slots_to_post.push(e.context as u32);
+                    }
+                    _ => {}
                 }
                 true
             }
@@ -992,21 +1008,31 @@ impl SideIo {
                     }
                 }
             }
+            SideData::Recv(r) if kind == ChannelKind::Scalar => {
+                // Whatever arrived used up slot `ctx` (the empty message a connect may
+                // send too): it is listed to be posted again.
+                let slot = ctx as u32;
+                r.slots_to_post.push(slot);
+                if c.flags() & flags::REMOTE_CQ_DATA != 0 {
+                    let offset = slot as usize * SCALAR_SLOT;
+                    let len = c.len();
+                    let item = Item {
+                        offset,
+                        len,
+                        value: r.pool.read_le(offset, len.min(SCALAR_SLOT)),
+                    };
+                    credits_due = r.accept(c.data() as u32, item);
+                }
+            }
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
-                    let offset = c.buf_addr().wrapping_sub(r.pool.addr());
-                    let mut item = Item {
-                        offset,
+                    let item = Item {
+                        offset: c.buf_addr().wrapping_sub(r.pool.addr()),
                         len: c.len(),
                         value: 0,
                     };
-                    if kind == ChannelKind::Scalar {
-                        item.value = r.pool.read_le(offset, item.len.min(8));
-                        r.slots_to_post.push(b as u32);
-                    } else {
-                        r.buffers.arrived(b);
-                    }
+                    r.buffers.arrived(b);
                     credits_due = r.accept(c.data() as u32, item);
                 }
                 if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
@@ -1019,11 +1045,11 @@ impl SideIo {
         }
     }
 
-    /// Posts a scalar receive side's emptied slots again: when the side is idle, and
-    /// before any credit return, so the sender never has more scalars on their way than
-    /// slots are posted (none arrives unexpected, to be buffered by the provider outside
-    /// the channel's bound). `false` if some could not be posted now: they stay listed, and
-    /// credits wait for them.
+    /// Posts a scalar receive side's emptied slots again. Before any credit return, so the
+    /// sender never has more scalars on their way than slots are posted (none arrives
+    /// unexpected, to be buffered by the provider outside the channel's bound); and, for
+    /// latency only, whenever the side is idle. `false` if some could not be posted now:
+    /// they stay listed, and credits wait for them.
     #[inline(never)]
     fn repost_slots(&mut self) -> bool {
         let (SideData::Recv(r), Some(ep)) = (&mut self.data, &self.ep) else {
@@ -1163,7 +1189,8 @@ impl SideIo {
     /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
     fn return_credits(&mut self, n: u32) {
         // The credits let the sender fill emptied scalar slots: they are posted first.
-        let slots_posted = self.repost_slots();
+        let slots_listed = matches!(&self.data, SideData::Recv(r) if !r.slots_to_post.is_empty());
+        let slots_posted = !slots_listed || self.repost_slots();
         let SideData::Recv(r) = &mut self.data else {
             return;
         };
@@ -1340,6 +1367,8 @@ impl NodeInner {
                     Direction::Send
                 };
                 let mut st = self.live_state()?;
+                // A message taken is done with: its credit counts back before the check.
+                self.repost_taken(&mut st);
                 let ep = st
                     .endpoints
                     .get_mut(&port)
@@ -1537,14 +1566,14 @@ impl NodeInner {
                         let slot = pool.slice(i * SCALAR_SLOT, SCALAR_SLOT)?;
                         ep.recv(slot, FiAddr::UNSPEC, i as u64)?;
                     }
-                    SideData::Recv(RecvData::new(pool, SCALAR_SLOT, 0, capacity))
+                    SideData::Recv(RecvData::new(pool, SCALAR_SLOT, 0, slots, capacity))
                 } else {
                     let (buffers, buffer_size) = (capacity as usize, payload + POOL_SLACK);
                     let pool = MemoryRegion::new(domain, buffers * buffer_size)?;
                     for b in 0..buffers {
                         ep.recv_multi(pool.slice(b * buffer_size, buffer_size)?, b as u64)?;
                     }
-                    SideData::Recv(RecvData::new(pool, buffer_size, buffers, capacity))
+                    SideData::Recv(RecvData::new(pool, buffer_size, buffers, 0, capacity))
                 }
             }
         };
@@ -1583,7 +1612,9 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
-            Direction::Receive => SideData::Recv(RecvData::new(hub.pool().clone(), 8, 0, capacity)),
+            Direction::Receive => {
+                SideData::Recv(RecvData::new(hub.pool().clone(), 8, 0, 0, capacity))
+            }
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),
@@ -1660,8 +1691,9 @@ impl NodeInner {
             // An empty message, which the receiver ignores (it carries no CQ data), makes
             // the provider set up its connection while the open completes: rxm connects on
             // a first send, in several steps 10 ms apart (its CM progress interval), which
-            // the first packet would wait for.
-            if let (Some(ep), None) = (&io.ep, &io.hub) {
+            // the first packet would wait for. Not to a scalar receiver's slots (shm only:
+            // elsewhere scalars use the hub), where it would take one without a credit.
+            if let (Some(ep), None, ChannelKind::Packet) = (&io.ep, &io.hub, kind) {
                 let _ = ep.inject(&[], io.dest);
             }
         }

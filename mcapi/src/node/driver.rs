@@ -150,7 +150,13 @@ impl NodeInner {
             EndpointAttribute::NumPriorities => u64::from(NUM_PRIORITIES),
             EndpointAttribute::Priority => u64::from(ep.priority),
             EndpointAttribute::NumSendBuffers => st.send_free.len() as u64,
-            EndpointAttribute::NumRecvBuffers => u64::from(ep.credits.free_buffers()),
+            EndpointAttribute::NumRecvBuffers => {
+                // The message taken last left its buffer, which is only not posted yet.
+                let taken = st
+                    .taken
+                    .is_some_and(|t| t.port == port && t.generation == ep.generation);
+                u64::from(ep.credits.free_buffers() + u32::from(taken))
+            }
             EndpointAttribute::Status => ep.channel.status_flags(),
             EndpointAttribute::Timeout => ep
                 .timeout
@@ -323,13 +329,11 @@ impl NodeInner {
         port: u32,
         buf: &mut [u8],
     ) -> Result<Option<usize>> {
-        let State {
-            endpoints,
-            peers,
-            outbox,
-            ..
-        } = st;
-        let ep = endpoints
+        if st.taken.is_some() {
+            self.repost_taken(st);
+        }
+        let ep = st
+            .endpoints
             .get_mut(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
         let Some(head) = ep.queue.peek().copied() else {
@@ -342,18 +346,48 @@ impl NodeInner {
         ep.queue.pop();
         ep.pool
             .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len]);
-        // The message is the caller's now. A slot the provider refused to take back costs
-        // its credit (never returned: the sender must not count on a receive not posted).
-        if self.post_recv_slot(ep, port, head.slot).is_ok() {
-            let _ = ep.credits.consumed(SenderId(u32::from(head.peer)));
+        // The message is the caller's now; its slot goes back to the fabric later.
+        st.taken = Some(TakenSlot {
+            port,
+            generation: ep.generation,
+            slot: head.slot,
+            peer: head.peer,
+        });
+        Ok(Some(len))
+    }
+
+    /// Posts the slot of the message taken last again and returns its sender's credit.
+    /// Done by the next receive or CQ read rather than by the receive that took the
+    /// message: a ping-pong's reply then goes out first (on shm the post costs about as much
+    /// as a CQ read that delivers a message). A slot the provider refused to take back costs
+    /// its credit (never returned: the sender must not count on a receive not posted).
+    #[inline(never)]
+    pub(super) fn repost_taken(&self, st: &mut State) {
+        let Some(t) = st.taken.take() else {
+            return;
+        };
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            ..
+        } = st;
+        // Deleted since (its pool is retired: the slot is simply not posted).
+        let Some(ep) = endpoints
+            .get_mut(&t.port)
+            .filter(|ep| ep.generation == t.generation)
+        else {
+            return;
+        };
+        if self.post_recv_slot(ep, t.port, t.slot).is_ok() {
+            let _ = ep.credits.consumed(SenderId(u32::from(t.peer)));
         }
         while let Some(ctl) = ep.credits.poll() {
-            queue_control(peers, outbox, port, ctl);
+            queue_control(peers, outbox, t.port, ctl);
         }
         if !st.outbox.is_empty() {
             self.flush_outbox(st);
         }
-        Ok(Some(len))
     }
 
     /// Sends a message payload: inject when it fits, else from a send slot. While the
@@ -446,6 +480,9 @@ impl NodeInner {
 
     /// As `progress`, returning how many completions were handled.
     pub(super) fn progress_counting(&self, st: &mut State) -> usize {
+        if st.taken.is_some() {
+            self.repost_taken(st);
+        }
         let mut handled = 0;
         loop {
             match self.fab.cq.read(&mut st.cq_buf) {

@@ -127,6 +127,10 @@ struct State {
     departed: Vec<(u16, Instant)>,
     /// Where the CQ is read into (kept here so no read has to clear a fresh buffer).
     cq_buf: [Completion; CQ_BATCH],
+    /// The receive slot of the message taken last, to be posted again (returning its
+    /// sender's credit) by the next receive or CQ read: after the application's reply to
+    /// it, not before (see [`NodeInner::repost_taken`]).
+    taken: Option<TakenSlot>,
     /// Packet addresses of completed `pktchan_recv_i` requests, until asked for.
     delivered: HashMap<RequestHandle, usize>,
     finalized: bool,
@@ -234,6 +238,15 @@ struct RetiredPool {
     pool: MemoryRegion,
     /// Receives still posted into the pool.
     outstanding: u32,
+}
+
+/// The receive slot of a message the application took.
+#[derive(Clone, Copy)]
+struct TakenSlot {
+    port: u32,
+    generation: u8,
+    slot: u32,
+    peer: u16,
 }
 
 /// A message in its receive slot (12 bytes: cheap to move through the queues).
@@ -376,6 +389,7 @@ impl Node {
             pending_sends: VecDeque::with_capacity(64),
             departed: Vec::new(),
             cq_buf: [Completion::default(); CQ_BATCH],
+            taken: None,
             delivered: HashMap::default(),
             finalized: false,
         };

@@ -14,8 +14,8 @@
 //!   lone sender can have all N); short of that, other senders' earmarks are
 //!   pooled first. Left below its share, or with nothing, it *waits*. While
 //!   nobody waits, a dry sender holding its share with messages out is
-//!   *deferred* to its next batch. A request that crossed a grant is stale
-//!   and ignored, so answers never exceed `want`.
+//!   *deferred* until one of its messages is consumed. A request that crossed
+//!   a grant is stale and ignored, so answers never exceed `want`.
 //! * *Waiters first*: while anyone waits, every credit that comes back goes
 //!   to the waiters, one each in turn, until each has its want (at most its
 //!   share, at least 1); nothing stays ungranted or earmarked.
@@ -32,7 +32,8 @@
 //! * *Batches*: while nobody waits, a consumed message's credit is earmarked
 //!   for its sender, granted back when the earmark reaches `max(1, held / 2)`
 //!   (held = credits out plus earmarked): about two grants per window, and
-//!   the earmark fills as the sender's queued messages are consumed.
+//!   the earmark fills as the sender's queued messages are consumed; a
+//!   deferred sender gets its first earmark at once.
 //!
 //! Driver rules: ask for what you expect to send (a batch is fine: the
 //! excess is recalled when someone waits); give unneeded credits back (a
@@ -86,7 +87,7 @@ struct Sender {
     want: u32,   // credits still wanted while waiting or deferred
     waiting: bool,
     served: bool, // got credits since its last request
-    asked: bool,  // deferred request, answered by its next batch
+    asked: bool,  // deferred request, answered when one of its messages is consumed
     spare: bool,  // may hold credits it will not spend (a grant since its last recall)
     dirty: bool,  // in the outbox
     gone: bool,   // disconnected; kept while its messages are queued
@@ -261,7 +262,9 @@ impl CreditPool {
         self.queued -= n;
         let ring = n * u32::from(s.gone || !self.waiters.is_empty());
         s.owed += n - ring;
-        if n > ring && s.owed >= (s.held() / 2).max(1) {
+        // A deferred sender is dry and blocked: its credit goes at once, not with the batch
+        // (the receiver may take no other message until that sender's next one arrives).
+        if n > ring && (s.asked || s.owed >= (s.held() / 2).max(1)) {
             let owed = take(&mut s.owed);
             self.grant_to(i, owed);
         }

@@ -149,7 +149,7 @@ fn returns_are_batched_to_half_of_what_the_sender_holds() {
 }
 
 #[test]
-fn dry_sender_holding_its_share_is_answered_by_its_batch() {
+fn dry_sender_holding_its_share_is_answered_by_its_first_consumed_message() {
     let mut p = CreditPool::new(4, 2);
     ask(&mut p, A, 4).unwrap();
     drain(&mut p);
@@ -157,6 +157,12 @@ fn dry_sender_holding_its_share_is_answered_by_its_batch() {
     ask(&mut p, A, 10).unwrap(); // dry
     assert_eq!(drain(&mut p), []);
     assert_eq!(p.waiters.len(), 0);
+    // Deferred, not forgotten: the first buffer freed goes to it at once (the receiver
+    // may take nothing more until the blocked send is through).
+    p.consumed(A).unwrap();
+    assert_eq!(drain(&mut p), [grant(A, 1)]);
+    check(&p);
+    // Then batches again: held 4 (1 granted, 2 queued, 1 earmarked).
     p.consumed(A).unwrap();
     assert_eq!(drain(&mut p), []);
     p.consumed(A).unwrap();
