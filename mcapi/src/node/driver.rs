@@ -321,8 +321,8 @@ impl NodeInner {
         Ok(())
     }
 
-    /// Copies the next message of `port` into `buf`, re-posts its slot and returns its
-    /// credit; `Ok(None)` if none is queued.
+    /// Copies the next message of `port` into `buf` and leaves its slot in `State::taken`
+    /// (see [`NodeInner::repost_taken`]); `Ok(None)` if none is queued.
     pub(super) fn take_message(
         &self,
         st: &mut State,
@@ -645,6 +645,8 @@ impl NodeInner {
         let Ok(mut st) = self.live_state() else {
             return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
         };
+        // A message taken is done with: its credit can be part of the answer.
+        self.repost_taken(&mut st);
         let Some(&peer) = st.peer_of.get(&from) else {
             return Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code());
         };

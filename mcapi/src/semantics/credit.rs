@@ -424,16 +424,13 @@ impl CreditPool {
         }
     }
 
-    /// A waiter is about to appear, so batches stop: deferred senders get
-    /// their earmark now or join the ring ahead of the new waiter.
+    /// A waiter is about to appear, so batches stop: deferred senders join the
+    /// ring ahead of the new waiter (they have nothing earmarked: a consumed
+    /// message's credit goes to them at once).
     fn promote_asked(&mut self) {
         for k in 0..self.senders.len() {
             let s = &mut self.senders[k];
-            if s.asked && s.owed > 0 {
-                let n = s.owed.min(s.want);
-                (s.owed, s.want) = (s.owed - n, 0);
-                self.grant_to(k, n);
-            } else if s.asked {
+            if s.asked {
                 (s.asked, s.waiting, s.want, s.served) = (false, true, 1, false);
                 self.waiters.push_back(k as u32);
             }

@@ -44,6 +44,7 @@ fn check(p: &CreditPool) {
         let in_ring = p.waiters.iter().filter(|&&w| w as usize == i).count();
         assert_eq!(in_ring, usize::from(s.waiting), "waiter ring out of sync");
         assert!(!s.waiting || s.want > 0);
+        assert!(!s.asked || s.owed == 0, "a deferred sender with an earmark");
     }
 }
 
