@@ -595,10 +595,8 @@ struct RecvData {
     reorder: SeqReorder<u8, Item>,
     fifo: VecDeque<Item>,
     returns: CreditReturn,
-    /// Scalar slots whose scalar was copied out, to be posted again (see
-    /// [`SideIo::repost_slots`]); never more than the side's slots, so pushing allocates
-    /// nothing.
-    slots_to_post: Vec<u32>,
+    /// A shm scalar receive side's slots (none elsewhere).
+    slots: ScalarSlots,
     /// Packets the application holds.
     held: HeldPackets,
     received: u32,
@@ -606,6 +604,46 @@ struct RecvData {
     peer_sent: Option<u32>,
     /// `pktchan_recv_i` requests in the order they were made.
     pending: VecDeque<RequestHandle>,
+}
+
+/// The receive slots of a shm scalar receive side: each is posted, or used (its scalar
+/// copied out, or its receive failed) and listed to be posted again. Never more are listed
+/// than there are slots, so listing allocates nothing.
+struct ScalarSlots {
+    to_post: Vec<u32>,
+    posted: usize,
+}
+
+impl ScalarSlots {
+    /// `n` slots, all posted.
+    fn new(n: usize) -> ScalarSlots {
+        ScalarSlots {
+            to_post: Vec::with_capacity(n),
+            posted: n,
+        }
+    }
+
+    /// Slot `slot`'s receive completed.
+    fn used(&mut self, slot: u32) {
+        debug_assert!(self.posted > 0, "a completion for a slot not posted");
+        debug_assert!(!self.to_post.contains(&slot), "slot {slot} used twice");
+        self.posted -= 1;
+        self.to_post.push(slot);
+    }
+
+    fn any_to_post(&self) -> bool {
+        !self.to_post.is_empty()
+    }
+
+    /// The next slot to post again; [`ScalarSlots::posted_again`] once it is.
+    fn next_to_post(&self) -> Option<u32> {
+        self.to_post.last().copied()
+    }
+
+    fn posted_again(&mut self) {
+        self.to_post.pop();
+        self.posted += 1;
+    }
 }
 
 /// The packets the application holds, by pool offset. Counted: an empty packet takes no
@@ -658,7 +696,7 @@ impl RecvData {
             reorder: SeqReorder::new(1, capacity.max(1) * 2),
             fifo: VecDeque::with_capacity(capacity as usize),
             returns: CreditReturn::new(capacity),
-            slots_to_post: Vec::with_capacity(scalar_slots),
+            slots: ScalarSlots::new(scalar_slots),
             held: HeldPackets::default(),
             received: 0,
             peer_sent: None,
@@ -668,7 +706,7 @@ impl RecvData {
 
     /// Takes item number `seq` of the sender's stream; those now in order go to the FIFO.
     /// Returns the credits to give back now, if any.
-    #[inline]
+    #[inline(always)]
     fn accept(&mut self, seq: u32, item: Item) -> Option<u32> {
         if self.reorder.pass_in_order(0, seq) {
             // The common case: next in order with nothing waiting before it.
@@ -886,7 +924,7 @@ impl SideIo {
             SideData::Recv(r) => {
                 if let Some(n) = r.returns.flush() {
                     self.return_credits(n);
-                } else if seen == 0 && !r.slots_to_post.is_empty() {
+                } else if seen == 0 && r.slots.any_to_post() {
                     // Idle: a ping-pong's receiver posts here while it waits for the
                     // reply, not between a scalar's arrival and its own reply.
                     self.repost_slots();
@@ -940,7 +978,7 @@ impl SideIo {
                         if kind == ChannelKind::Scalar
                             && e.context < (r.pool.len() / SCALAR_SLOT) as u64 =>
                     {
-                        r.slots_to_post.push(e.context as u32);
+                        r.slots.used(e.context as u32);
                     }
                     _ => {}
                 }
@@ -1012,7 +1050,7 @@ impl SideIo {
                 // Whatever arrived used up slot `ctx` (the empty message a connect may
                 // send too): it is listed to be posted again.
                 let slot = ctx as u32;
-                r.slots_to_post.push(slot);
+                r.slots.used(slot);
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
                     let offset = slot as usize * SCALAR_SLOT;
                     let len = c.len();
@@ -1056,7 +1094,7 @@ impl SideIo {
             // Closed: nothing more arrives.
             return true;
         };
-        while let Some(&slot) = r.slots_to_post.last() {
+        while let Some(slot) = r.slots.next_to_post() {
             let buf = r.pool.slice(slot as usize * SCALAR_SLOT, SCALAR_SLOT);
             if buf
                 .and_then(|buf| ep.recv(buf, FiAddr::UNSPEC, u64::from(slot)))
@@ -1064,7 +1102,7 @@ impl SideIo {
             {
                 return false;
             }
-            r.slots_to_post.pop();
+            r.slots.posted_again();
         }
         true
     }
@@ -1189,7 +1227,7 @@ impl SideIo {
     /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
     fn return_credits(&mut self, n: u32) {
         // The credits let the sender fill emptied scalar slots: they are posted first.
-        let slots_listed = matches!(&self.data, SideData::Recv(r) if !r.slots_to_post.is_empty());
+        let slots_listed = matches!(&self.data, SideData::Recv(r) if r.slots.any_to_post());
         let slots_posted = !slots_listed || self.repost_slots();
         let SideData::Recv(r) = &mut self.data else {
             return;
