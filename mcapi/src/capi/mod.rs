@@ -3,8 +3,8 @@
 //! `include/mcapi_impl_spec.h` (see `docs/c-abi.md`).
 //!
 //! Every exported function wraps the Rust API ([`Node`], [`Node::current`] as the calling
-//! thread's node) in [`StatusOut::call`], which catches any panic (reported as `MCAPI_ERR_GENERAL`, so
-//! no unwinding crosses into C) and writes the status through a pointer that may be NULL.
+//! thread's node) in `StatusOut::call`, which catches any panic (reported as
+//! `MCAPI_ERR_GENERAL`, so no unwinding crosses into C) and writes the status through a pointer that may be NULL.
 //! Pointer arguments are checked for NULL before anything changes; bad handles are
 //! rejected by the self-validating Rust handles ([`EndpointId`], [`ChannelHandle`],
 //! [`RequestHandle`](crate::RequestHandle)).
@@ -13,7 +13,7 @@
 //! passes. Each exported function is `unsafe extern "C"` with its pointer contract in a
 //! `# Safety` section, and each dereference sits in its own `unsafe` block.
 //!
-//! Layout, one file per chapter-4 section: [`node`] (4.1), [`endpoint`] (4.2), [`msg`]
+//! Layout, one file per chapter-4 section: [`node`] (4.1), [`mod@endpoint`] (4.2), [`msg`]
 //! (4.3), [`pktchan`] (4.4), [`sclchan`] (4.5), [`request`] (4.6), [`support`] (4.7).
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
