@@ -5,9 +5,9 @@
 //! Every exported function wraps the Rust API ([`Node`], [`Node::current`] as the calling
 //! thread's node) in `StatusOut::call`, which catches any panic (reported as
 //! `MCAPI_ERR_GENERAL`, so no unwinding crosses into C) and writes the status through a
-//! pointer that may be NULL. Pointer arguments are checked for NULL before anything changes; bad handles are
-//! rejected by the self-validating Rust handles ([`EndpointId`], [`ChannelHandle`],
-//! [`RequestHandle`](crate::RequestHandle)).
+//! pointer that may be NULL. Pointer arguments are checked for NULL before anything
+//! changes; bad handles are rejected by the self-validating Rust handles ([`EndpointId`],
+//! [`ChannelHandle`], [`RequestHandle`](crate::RequestHandle)).
 //!
 //! This module is the only place of the crate with `unsafe` code: dereferencing what C
 //! passes. Each exported function is `unsafe extern "C"` with its pointer contract in a
