@@ -5,7 +5,8 @@
 //!
 //! `RAW=1` measures the same with libfabric alone, as perftest's raw scl-lat baseline does it
 //! (an 8-byte `fi_tinject` into a posted tagged receive, which is re-posted): the difference
-//! of the two is what MCAPI adds per send and receive.
+//! of the two is what MCAPI adds per send and receive. `MSG=1` measures an 8-byte
+//! `msg_send` + `msg_recv` between the two nodes instead (the raw pattern is the same).
 //!
 //! `cargo run --release -p mcapi --example scalar_cost -- [pairs [rounds]]` (`PROVIDER=tcp` etc. for
 //! another provider than shm; pin it with `taskset -c 1`).
@@ -29,6 +30,8 @@ fn main() {
     let provider = std::env::var("PROVIDER").unwrap_or("shm".into());
     let mut pair: Box<dyn FnMut(u64)> = if std::env::var_os("RAW").is_some() {
         raw_pair(&provider)
+    } else if std::env::var_os("MSG").is_some() {
+        msg_pair(provider)
     } else {
         mcapi_pair(provider)
     };
@@ -68,6 +71,24 @@ fn mcapi_pair(provider: String) -> Box<dyn FnMut(u64)> {
     Box::new(move |i| {
         a.sclchan_send(hs, i, 8).unwrap();
         assert_eq!(b.sclchan_recv(hr, 8).unwrap(), i);
+    })
+}
+
+/// An endpoint of each node; the closure sends `i` as an 8-byte message and receives it.
+fn msg_pair(provider: String) -> Box<dyn FnMut(u64)> {
+    let mut c = Config::defaults();
+    c.provider = Some(provider);
+    c.job = format!("mcost-{}", std::process::id());
+    let wait = Some(Duration::from_secs(20));
+    let a = Node::initialize(0, 1, c.clone()).unwrap();
+    let b = Node::initialize(0, 2, c).unwrap();
+    let tx = a.endpoint_create(10).unwrap();
+    let rx = b.endpoint_create(20).unwrap();
+    let to = a.endpoint_get(0, 2, 20, wait).unwrap();
+    let mut buf = [0u8; 8];
+    Box::new(move |i| {
+        a.msg_send(tx, to, &i.to_le_bytes(), 0).unwrap();
+        assert_eq!(b.msg_recv(rx, &mut buf).unwrap(), 8);
     })
 }
 
