@@ -11,12 +11,14 @@
 //! `cargo run --release -p mcapi --example scalar_cost -- [pairs [rounds]]` (`PROVIDER=tcp` etc. for
 //! another provider than shm; pin it with `taskset -c 1`).
 use mcapi::config::Config;
-use mcapi::Node;
+use mcapi::{EndpointId, Node};
 use mcapi_ofi::{
     AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions, FiAddr, Hints,
     Info, MemoryRegion, WaitObject,
 };
 use std::time::{Duration, Instant};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(20));
 
 fn main() {
     let n: u64 = std::env::args()
@@ -49,24 +51,30 @@ fn main() {
     std::process::exit(0);
 }
 
-/// A scalar channel between two nodes of this thread; the closure sends `i` and receives it.
-fn mcapi_pair(provider: String) -> Box<dyn FnMut(u64)> {
+/// Two nodes of this thread, endpoint 10 on the first and 20 on the second, and the second's
+/// as the first got it.
+fn two_nodes(provider: String, job: &str) -> (Node, Node, EndpointId, EndpointId, EndpointId) {
     let mut c = Config::defaults();
     c.provider = Some(provider);
-    c.job = format!("cost-{}", std::process::id());
-    let wait = Some(Duration::from_secs(20));
+    c.job = format!("{job}-{}", std::process::id());
     let a = Node::initialize(0, 1, c.clone()).unwrap();
     let b = Node::initialize(0, 2, c).unwrap();
     let tx = a.endpoint_create(10).unwrap();
     let rx = b.endpoint_create(20).unwrap();
-    let r = a.endpoint_get(0, 2, 20, wait).unwrap();
-    let q = a.sclchan_connect_i(tx, r).unwrap();
-    a.wait(q, None, wait).unwrap();
+    let to = a.endpoint_get(0, 2, 20, WAIT).unwrap();
+    (a, b, tx, rx, to)
+}
+
+/// A scalar channel between two nodes of this thread; the closure sends `i` and receives it.
+fn mcapi_pair(provider: String) -> Box<dyn FnMut(u64)> {
+    let (a, b, tx, rx, to) = two_nodes(provider, "cost");
+    let q = a.sclchan_connect_i(tx, to).unwrap();
+    a.wait(q, None, WAIT).unwrap();
     let (hs, qs) = a.sclchan_send_open_i(tx).unwrap();
     let (hr, qr) = b.sclchan_recv_open_i(rx).unwrap();
     let a2 = a.clone();
-    let t = std::thread::spawn(move || a2.wait(qs, None, wait));
-    b.wait(qr, None, wait).unwrap();
+    let t = std::thread::spawn(move || a2.wait(qs, None, WAIT));
+    b.wait(qr, None, WAIT).unwrap();
     t.join().unwrap().unwrap();
     Box::new(move |i| {
         a.sclchan_send(hs, i, 8).unwrap();
@@ -76,19 +84,12 @@ fn mcapi_pair(provider: String) -> Box<dyn FnMut(u64)> {
 
 /// An endpoint of each node; the closure sends `i` as an 8-byte message and receives it.
 fn msg_pair(provider: String) -> Box<dyn FnMut(u64)> {
-    let mut c = Config::defaults();
-    c.provider = Some(provider);
-    c.job = format!("mcost-{}", std::process::id());
-    let wait = Some(Duration::from_secs(20));
-    let a = Node::initialize(0, 1, c.clone()).unwrap();
-    let b = Node::initialize(0, 2, c).unwrap();
-    let tx = a.endpoint_create(10).unwrap();
-    let rx = b.endpoint_create(20).unwrap();
-    let to = a.endpoint_get(0, 2, 20, wait).unwrap();
+    let (a, b, tx, rx, to) = two_nodes(provider, "mcost");
     let mut buf = [0u8; 8];
     Box::new(move |i| {
         a.msg_send(tx, to, &i.to_le_bytes(), 0).unwrap();
         assert_eq!(b.msg_recv(rx, &mut buf).unwrap(), 8);
+        assert_eq!(u64::from_le_bytes(buf), i);
     })
 }
 

@@ -611,7 +611,8 @@ struct RecvData {
 /// than there are slots, so listing allocates nothing.
 struct ScalarSlots {
     to_post: Vec<u32>,
-    posted: usize,
+    /// Slots in all: those not listed are posted.
+    count: usize,
 }
 
 impl ScalarSlots {
@@ -619,15 +620,19 @@ impl ScalarSlots {
     fn new(n: usize) -> ScalarSlots {
         ScalarSlots {
             to_post: Vec::with_capacity(n),
-            posted: n,
+            count: n,
         }
+    }
+
+    /// Whether `slot` (a completion context) names one of the slots.
+    fn holds(&self, slot: u64) -> bool {
+        slot < self.count as u64
     }
 
     /// Slot `slot`'s receive completed.
     fn used(&mut self, slot: u32) {
-        debug_assert!(self.posted > 0, "a completion for a slot not posted");
+        debug_assert!(self.holds(slot.into()), "slot {slot} out of range");
         debug_assert!(!self.to_post.contains(&slot), "slot {slot} used twice");
-        self.posted -= 1;
         self.to_post.push(slot);
     }
 
@@ -642,7 +647,6 @@ impl ScalarSlots {
 
     fn posted_again(&mut self) {
         self.to_post.pop();
-        self.posted += 1;
     }
 }
 
@@ -975,8 +979,7 @@ impl SideIo {
                     }
                     // A scalar slot whose receive failed (say, truncated): usable again.
                     SideData::Recv(r)
-                        if kind == ChannelKind::Scalar
-                            && e.context < (r.pool.len() / SCALAR_SLOT) as u64 =>
+                        if kind == ChannelKind::Scalar && r.slots.holds(e.context) =>
                     {
                         r.slots.used(e.context as u32);
                     }
@@ -3182,7 +3185,8 @@ impl Node {
                 .hub
                 .send_value(&bytes[..width], s.next_seq, io.dest, h.peer_route),
             (None, Some(ep)) => ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest),
-            (None, None) => return Err(Status::MCAPI_ERR_GENERAL),
+            // No endpoint: fails as the provider would, so the credit goes back.
+            (None, None) => Err(OfiError::InvalidArgument("scalar side without an endpoint")),
         };
         s.posted(sent, Status::MCAPI_ERR_GENERAL)
     }

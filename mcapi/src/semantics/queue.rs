@@ -230,6 +230,16 @@ struct Stream {
     buffered: u32,
 }
 
+impl Stream {
+    /// The item at `head` (number `next`) is delivered: both move on by one, `head` within
+    /// the key's `slots` (a power of two).
+    #[inline]
+    fn pass(&mut self, slots: u32) {
+        self.head = (self.head + 1) & (slots - 1);
+        self.next = self.next.wrapping_add(1);
+    }
+}
+
 /// Releases items in sequence order per key, whatever order they arrive in.
 ///
 /// The key is typically `(sender endpoint, priority)`: MCAPI orders messages
@@ -341,8 +351,7 @@ impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
         if k != key || stream.next != seq || stream.buffered != 0 {
             return false;
         }
-        stream.head = (stream.head + 1) & (w - 1);
-        stream.next = stream.next.wrapping_add(1);
+        stream.pass(w);
         true
     }
 
@@ -389,8 +398,7 @@ impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
         let slots = &mut self.buf[si * w..(si + 1) * w];
         if ahead == 0 && stream.buffered == 0 {
             // In order with nothing waiting (the common case): straight through.
-            stream.head = (stream.head + 1) & (w as u32 - 1);
-            stream.next = stream.next.wrapping_add(1);
+            stream.pass(w as u32);
             return Ok(Ready {
                 first: Some(item),
                 slots,
@@ -472,9 +480,7 @@ impl<T> Iterator for Ready<'_, T> {
         }
         let stream = self.stream.as_mut()?;
         let item = self.slots[stream.head as usize].take()?;
-        // The slots of a key are a power of two.
-        stream.head = (stream.head + 1) & (self.slots.len() as u32 - 1);
-        stream.next = stream.next.wrapping_add(1);
+        stream.pass(self.slots.len() as u32);
         stream.buffered -= 1;
         Some(item)
     }
