@@ -591,6 +591,9 @@ struct Item {
 struct RecvData {
     pool: MemoryRegion,
     buffer_size: usize,
+    /// How a packet pool's buffers are posted: as `FI_MULTI_RECV` receives that take
+    /// packets until full, or (shm) as plain receives of one packet each.
+    multi_recv: bool,
     buffers: PoolBuffers,
     reorder: SeqReorder<u8, Item>,
     fifo: VecDeque<Item>,
@@ -685,17 +688,19 @@ impl HeldPackets {
 }
 
 impl RecvData {
-    /// A receive side taking `capacity` items into `buffers` buffers of `pool`.
+    /// A receive side taking `capacity` items into `buffers` buffers of `pool`, posted as
+    /// multi-receives if `multi_recv`.
     fn new(
         pool: MemoryRegion,
         buffer_size: usize,
-        buffers: usize,
+        (buffers, multi_recv): (usize, bool),
         scalar_slots: usize,
         capacity: u32,
     ) -> RecvData {
         RecvData {
             pool,
             buffer_size,
+            multi_recv,
             buffers: PoolBuffers::new(buffers),
             reorder: SeqReorder::new(1, capacity.max(1) * 2),
             fifo: VecDeque::with_capacity(capacity as usize),
@@ -705,6 +710,16 @@ impl RecvData {
             received: 0,
             peer_sent: None,
             pending: VecDeque::with_capacity(16),
+        }
+    }
+
+    /// Posts packet pool buffer `b` to `ep`.
+    fn post_buffer(&self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
+        let buf = self.pool.slice(b * self.buffer_size, self.buffer_size)?;
+        if self.multi_recv {
+            ep.recv_multi(buf, b as u64)
+        } else {
+            ep.recv(buf, FiAddr::UNSPEC, b as u64)
         }
     }
 
@@ -983,6 +998,18 @@ impl SideIo {
                     {
                         r.slots.used(e.context as u32);
                     }
+                    // A plain packet receive that failed (say, truncated): its buffer is
+                    // free again.
+                    SideData::Recv(r)
+                        if kind == ChannelKind::Packet
+                            && !r.multi_recv
+                            && e.context < r.buffers.len() as u64 =>
+                    {
+                        let b = e.context as usize;
+                        if r.buffers.provider_released(b) {
+                            repost(&self.ep, r, b);
+                        }
+                    }
                     _ => {}
                 }
                 true
@@ -1068,15 +1095,24 @@ impl SideIo {
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
+                    let offset = if r.multi_recv {
+                        c.buf_addr().wrapping_sub(r.pool.addr())
+                    } else {
+                        // `buf` is defined for multi-receive completions only.
+                        b * r.buffer_size
+                    };
                     let item = Item {
-                        offset: c.buf_addr().wrapping_sub(r.pool.addr()),
+                        offset,
                         len: c.len(),
                         value: 0,
                     };
                     r.buffers.arrived(b);
                     credits_due = r.accept(c.data() as u32, item);
                 }
-                if c.flags() & flags::MULTI_RECV != 0 && r.buffers.provider_released(b) {
+                // A plain receive is done with its buffer at once (whatever arrived: the
+                // empty message a connect may send too).
+                let released = !r.multi_recv || c.flags() & flags::MULTI_RECV != 0;
+                if released && r.buffers.provider_released(b) {
                     repost(&self.ep, r, b);
                 }
             }
@@ -1291,8 +1327,8 @@ fn post_staged(
 }
 
 fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
-    if let (Some(ep), Ok(buf)) = (ep, r.pool.slice(b * r.buffer_size, r.buffer_size)) {
-        if ep.recv_multi(buf, b as u64).is_ok() {
+    if let Some(ep) = ep {
+        if r.post_buffer(ep, b).is_ok() {
             r.buffers.reposted(b);
         }
     }
@@ -1586,8 +1622,8 @@ impl NodeInner {
             ChannelKind::Packet => max_payload,
             ChannelKind::Scalar => 8,
         };
-        let min_multi_recv =
-            (dir == Direction::Receive && kind == ChannelKind::Packet).then_some(payload.max(8));
+        let multi_recv = dir == Direction::Receive && kind == ChannelKind::Packet && !self.is_shm();
+        let min_multi_recv = multi_recv.then_some(payload.max(8));
         let ep = Endpoint::open(domain, &cq, &av, EndpointOptions { min_multi_recv })?;
         let capacity = match kind {
             ChannelKind::Packet => self.config.recv_buffers as u32,
@@ -1607,14 +1643,26 @@ impl NodeInner {
                         let slot = pool.slice(i * SCALAR_SLOT, SCALAR_SLOT)?;
                         ep.recv(slot, FiAddr::UNSPEC, i as u64)?;
                     }
-                    SideData::Recv(RecvData::new(pool, SCALAR_SLOT, 0, slots, capacity))
+                    SideData::Recv(RecvData::new(
+                        pool,
+                        SCALAR_SLOT,
+                        (0, false),
+                        slots,
+                        capacity,
+                    ))
                 } else {
-                    let (buffers, buffer_size) = (capacity as usize, payload + POOL_SLACK);
+                    let buffers = capacity as usize;
+                    let buffer_size = if multi_recv {
+                        payload + POOL_SLACK
+                    } else {
+                        payload.max(SCALAR_SLOT)
+                    };
                     let pool = MemoryRegion::new(domain, buffers * buffer_size)?;
+                    let r = RecvData::new(pool, buffer_size, (buffers, multi_recv), 0, capacity);
                     for b in 0..buffers {
-                        ep.recv_multi(pool.slice(b * buffer_size, buffer_size)?, b as u64)?;
+                        r.post_buffer(&ep, b)?;
                     }
-                    SideData::Recv(RecvData::new(pool, buffer_size, buffers, 0, capacity))
+                    SideData::Recv(r)
                 }
             }
         };
@@ -1635,7 +1683,13 @@ impl NodeInner {
     /// trip about 30 ns (the hub's lock and routing): scalar sides keep endpoints of their
     /// own there, as packet sides do.
     fn scalars_on_hub(&self) -> bool {
-        !(self.fab.provider == "shm" || self.fab.provider.starts_with("shm;"))
+        !self.is_shm()
+    }
+
+    /// Whether the node runs over shm, where a packet or scalar matched into a plain
+    /// receive costs the receiver less than one matched into a multi-receive buffer.
+    fn is_shm(&self) -> bool {
+        self.fab.provider == "shm" || self.fab.provider.starts_with("shm;")
     }
 
     /// Scalars a receive side takes before the sender waits for credits: `recv_buffers`,
@@ -1653,9 +1707,13 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
-            Direction::Receive => {
-                SideData::Recv(RecvData::new(hub.pool().clone(), 8, 0, 0, capacity))
-            }
+            Direction::Receive => SideData::Recv(RecvData::new(
+                hub.pool().clone(),
+                8,
+                (0, false),
+                0,
+                capacity,
+            )),
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),

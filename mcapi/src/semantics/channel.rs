@@ -440,6 +440,11 @@ impl PoolBuffers {
         self.posted[b] = true;
     }
 
+    /// Buffers in the pool.
+    pub fn len(&self) -> usize {
+        self.posted.len()
+    }
+
     /// Buffers the provider owns now.
     pub fn posted(&self) -> usize {
         self.posted.iter().filter(|p| **p).count()
