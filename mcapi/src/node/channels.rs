@@ -1003,7 +1003,7 @@ impl SideIo {
                     SideData::Recv(r)
                         if kind == ChannelKind::Packet
                             && !r.multi_recv
-                            && e.context < r.buffers.len() as u64 =>
+                            && r.buffers.holds(e.context) =>
                     {
                         let b = e.context as usize;
                         if r.buffers.provider_released(b) {

@@ -440,9 +440,9 @@ impl PoolBuffers {
         self.posted[b] = true;
     }
 
-    /// Buffers in the pool.
-    pub fn len(&self) -> usize {
-        self.posted.len()
+    /// Whether `b` (a completion context) names one of the buffers.
+    pub fn holds(&self, b: u64) -> bool {
+        b < self.posted.len() as u64
     }
 
     /// Buffers the provider owns now.
