@@ -591,15 +591,13 @@ struct Item {
 struct RecvData {
     pool: MemoryRegion,
     buffer_size: usize,
-    /// How a packet pool's buffers are posted: as `FI_MULTI_RECV` receives that take
-    /// packets until full, or (shm) as plain receives of one packet each.
-    multi_recv: bool,
     buffers: PoolBuffers,
     reorder: SeqReorder<u8, Item>,
     fifo: VecDeque<Item>,
     returns: CreditReturn,
-    /// A shm scalar receive side's slots (none elsewhere).
-    slots: ScalarSlots,
+    /// A shm receive side's plain receives: its scalar slots or packet buffers (none
+    /// elsewhere: packet buffers are multi-receives there, and scalars use the hub).
+    slots: PlainSlots,
     /// Packets the application holds.
     held: HeldPackets,
     received: u32,
@@ -609,19 +607,20 @@ struct RecvData {
     pending: VecDeque<RequestHandle>,
 }
 
-/// The receive slots of a shm scalar receive side: each is posted, or used (its scalar
-/// copied out, or its receive failed) and listed to be posted again. Never more are listed
-/// than there are slots, so listing allocates nothing.
-struct ScalarSlots {
+/// The plain receives of a shm receive side, one per scalar slot or packet buffer: each is
+/// posted, or listed to be posted again (a scalar slot once its scalar is copied out, a
+/// packet buffer once its packet is released, either once its receive failed). Never more
+/// are listed than there are slots, so listing allocates nothing.
+struct PlainSlots {
     to_post: Vec<u32>,
     /// Slots in all: those not listed are posted.
     count: usize,
 }
 
-impl ScalarSlots {
+impl PlainSlots {
     /// `n` slots, all posted.
-    fn new(n: usize) -> ScalarSlots {
-        ScalarSlots {
+    fn new(n: usize) -> PlainSlots {
+        PlainSlots {
             to_post: Vec::with_capacity(n),
             count: n,
         }
@@ -632,10 +631,10 @@ impl ScalarSlots {
         slot < self.count as u64
     }
 
-    /// Slot `slot`'s receive completed.
-    fn used(&mut self, slot: u32) {
+    /// Slot `slot` is free to be posted again.
+    fn list(&mut self, slot: u32) {
         debug_assert!(self.holds(slot.into()), "slot {slot} out of range");
-        debug_assert!(!self.to_post.contains(&slot), "slot {slot} used twice");
+        debug_assert!(!self.to_post.contains(&slot), "slot {slot} listed twice");
         self.to_post.push(slot);
     }
 
@@ -643,7 +642,7 @@ impl ScalarSlots {
         !self.to_post.is_empty()
     }
 
-    /// The next slot to post again; [`ScalarSlots::posted_again`] once it is.
+    /// The next slot to post again; [`PlainSlots::posted_again`] once it is.
     fn next_to_post(&self) -> Option<u32> {
         self.to_post.last().copied()
     }
@@ -688,24 +687,24 @@ impl HeldPackets {
 }
 
 impl RecvData {
-    /// A receive side taking `capacity` items into `buffers` buffers of `pool`, posted as
-    /// multi-receives if `multi_recv`.
+    /// A receive side taking `capacity` items into `pool`: `buffers` packet buffers and
+    /// `plain_slots` plain receives, each `buffer_size` bytes. Packet buffers without plain
+    /// receives are multi-receives.
     fn new(
         pool: MemoryRegion,
         buffer_size: usize,
-        (buffers, multi_recv): (usize, bool),
-        scalar_slots: usize,
+        buffers: usize,
+        plain_slots: usize,
         capacity: u32,
     ) -> RecvData {
         RecvData {
             pool,
             buffer_size,
-            multi_recv,
             buffers: PoolBuffers::new(buffers),
             reorder: SeqReorder::new(1, capacity.max(1) * 2),
             fifo: VecDeque::with_capacity(capacity as usize),
             returns: CreditReturn::new(capacity),
-            slots: ScalarSlots::new(scalar_slots),
+            slots: PlainSlots::new(plain_slots),
             held: HeldPackets::default(),
             received: 0,
             peer_sent: None,
@@ -713,10 +712,15 @@ impl RecvData {
         }
     }
 
-    /// Posts packet pool buffer `b` to `ep`.
-    fn post_buffer(&self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
+    /// Whether the packet buffers are multi-receives (else plain receives).
+    fn multi_recv(&self) -> bool {
+        self.slots.count == 0
+    }
+
+    /// Posts buffer or slot `b` to `ep`.
+    fn post(&self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
         let buf = self.pool.slice(b * self.buffer_size, self.buffer_size)?;
-        if self.multi_recv {
+        if self.multi_recv() {
             ep.recv_multi(buf, b as u64)
         } else {
             ep.recv(buf, FiAddr::UNSPEC, b as u64)
@@ -996,13 +1000,13 @@ impl SideIo {
                     SideData::Recv(r)
                         if kind == ChannelKind::Scalar && r.slots.holds(e.context) =>
                     {
-                        r.slots.used(e.context as u32);
+                        r.slots.list(e.context as u32);
                     }
                     // A plain packet receive that failed (say, truncated): its buffer is
                     // free again.
                     SideData::Recv(r)
                         if kind == ChannelKind::Packet
-                            && !r.multi_recv
+                            && !r.multi_recv()
                             && r.buffers.holds(e.context) =>
                     {
                         let b = e.context as usize;
@@ -1080,7 +1084,7 @@ impl SideIo {
                 // Whatever arrived used up slot `ctx` (the empty message a connect may
                 // send too): it is listed to be posted again.
                 let slot = ctx as u32;
-                r.slots.used(slot);
+                r.slots.list(slot);
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
                     let offset = slot as usize * SCALAR_SLOT;
                     let len = c.len();
@@ -1095,7 +1099,7 @@ impl SideIo {
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
-                    let offset = if r.multi_recv {
+                    let offset = if r.multi_recv() {
                         c.buf_addr().wrapping_sub(r.pool.addr())
                     } else {
                         // `buf` is defined for multi-receive completions only.
@@ -1111,7 +1115,7 @@ impl SideIo {
                 }
                 // A plain receive is done with its buffer at once (whatever arrived: the
                 // empty message a connect may send too).
-                let released = !r.multi_recv || c.flags() & flags::MULTI_RECV != 0;
+                let released = !r.multi_recv() || c.flags() & flags::MULTI_RECV != 0;
                 if released && r.buffers.provider_released(b) {
                     repost(&self.ep, r, b);
                 }
@@ -1122,11 +1126,11 @@ impl SideIo {
         }
     }
 
-    /// Posts a scalar receive side's emptied slots again. Before any credit return, so the
-    /// sender never has more scalars on their way than slots are posted (none arrives
-    /// unexpected, to be buffered by the provider outside the channel's bound); and, for
-    /// latency only, whenever the side is idle. `false` if some could not be posted now:
-    /// they stay listed, and credits wait for them.
+    /// Posts a shm receive side's listed slots again. Before any credit return, so the
+    /// sender never has more scalars or packets on their way than receives are posted (none
+    /// arrives unexpected, to be buffered by the provider outside the channel's bound); and,
+    /// for latency only, whenever the side is idle. `false` if some could not be posted
+    /// now: they stay listed, and credits wait for them.
     #[inline(never)]
     fn repost_slots(&mut self) -> bool {
         let (SideData::Recv(r), Some(ep)) = (&mut self.data, &self.ep) else {
@@ -1134,14 +1138,13 @@ impl SideIo {
             return true;
         };
         while let Some(slot) = r.slots.next_to_post() {
-            let buf = r.pool.slice(slot as usize * SCALAR_SLOT, SCALAR_SLOT);
-            if buf
-                .and_then(|buf| ep.recv(buf, FiAddr::UNSPEC, u64::from(slot)))
-                .is_err()
-            {
+            if r.post(ep, slot as usize).is_err() {
                 return false;
             }
             r.slots.posted_again();
+            if r.buffers.holds(slot.into()) {
+                r.buffers.reposted(slot as usize);
+            }
         }
         true
     }
@@ -1265,7 +1268,7 @@ impl SideIo {
 
     /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
     fn return_credits(&mut self, n: u32) {
-        // The credits let the sender fill emptied scalar slots: they are posted first.
+        // The credits let the sender fill emptied slots: they are posted first.
         let slots_listed = matches!(&self.data, SideData::Recv(r) if r.slots.any_to_post());
         let slots_posted = !slots_listed || self.repost_slots();
         let SideData::Recv(r) = &mut self.data else {
@@ -1326,9 +1329,14 @@ fn post_staged(
     Some(r)
 }
 
+/// Packet buffer `b` is free (the provider and the application are done with it): a
+/// multi-receive is posted again now, a plain receive listed (`SideIo::repost_slots` posts
+/// it while the side is idle or before credits go back, off a ping-pong's reply path).
 fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
-    if let Some(ep) = ep {
-        if r.post_buffer(ep, b).is_ok() {
+    if !r.multi_recv() {
+        r.slots.list(b as u32);
+    } else if let Some(ep) = ep {
+        if r.post(ep, b).is_ok() {
             r.buffers.reposted(b);
         }
     }
@@ -1632,38 +1640,24 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             Direction::Receive => {
-                if kind == ChannelKind::Scalar {
-                    // One plain receive per credit, not a multi-receive pool: on shm a
-                    // scalar matched into a multi-receive buffer costs about 160 more
-                    // instructions, all between its arrival and the application's reply,
-                    // and an emptied slot is posted again off that path (`repost_slots`).
-                    let slots = capacity as usize;
-                    let pool = MemoryRegion::new(domain, slots * SCALAR_SLOT)?;
-                    for i in 0..slots {
-                        let slot = pool.slice(i * SCALAR_SLOT, SCALAR_SLOT)?;
-                        ep.recv(slot, FiAddr::UNSPEC, i as u64)?;
-                    }
-                    SideData::Recv(RecvData::new(
-                        pool,
-                        SCALAR_SLOT,
-                        (0, false),
-                        slots,
-                        capacity,
-                    ))
-                } else {
-                    let buffers = capacity as usize;
-                    let buffer_size = if multi_recv {
-                        payload + POOL_SLACK
-                    } else {
-                        payload.max(SCALAR_SLOT)
-                    };
-                    let pool = MemoryRegion::new(domain, buffers * buffer_size)?;
-                    let r = RecvData::new(pool, buffer_size, (buffers, multi_recv), 0, capacity);
-                    for b in 0..buffers {
-                        r.post_buffer(&ep, b)?;
-                    }
-                    SideData::Recv(r)
+                // On shm (scalar sides here are shm's) one plain receive per credit: a
+                // scalar or packet matched into a multi-receive buffer costs shm about 160
+                // more instructions, all between its arrival and the application's reply,
+                // and a second completion when the buffer is full. An emptied slot is
+                // posted again off that path (`repost_slots`). Elsewhere packets share
+                // multi-receive buffers.
+                let n = capacity as usize;
+                let (buffer_size, buffers, plain_slots) = match kind {
+                    ChannelKind::Scalar => (SCALAR_SLOT, 0, n),
+                    ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, n, 0),
+                    ChannelKind::Packet => (payload.max(SCALAR_SLOT), n, n),
+                };
+                let pool = MemoryRegion::new(domain, n * buffer_size)?;
+                let r = RecvData::new(pool, buffer_size, buffers, plain_slots, capacity);
+                for b in 0..n {
+                    r.post(&ep, b)?;
                 }
+                SideData::Recv(r)
             }
         };
         Ok(SideIo {
@@ -1707,13 +1701,9 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
-            Direction::Receive => SideData::Recv(RecvData::new(
-                hub.pool().clone(),
-                8,
-                (0, false),
-                0,
-                capacity,
-            )),
+            Direction::Receive => {
+                SideData::Recv(RecvData::new(hub.pool().clone(), 8, 0, 0, capacity))
+            }
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),
