@@ -977,8 +977,9 @@ fn hundred_bytes(i: usize) -> Vec<u8> {
     (0..100).map(|k| (k * 3 + i * 11 + 1) as u8).collect()
 }
 
-/// A 0-byte packet takes no room in its pool buffer, so the packet after it is received at
-/// the same address: each release of that address gives back one of the packets held there
+/// A 0-byte packet takes no room in a multi-receive buffer (tcp), so the packet after it is
+/// received at the same address (on shm every packet has a buffer of its own): each
+/// release of an address gives back one of the packets held there
 /// (`MCAPI_SUCCESS` as many times as packets are held, then `MCAPI_ERR_BUF_INVALID`), and
 /// every release returns its credit. Before the fix the receiver kept held packets in a set
 /// by address: the second release was `MCAPI_ERR_BUF_INVALID` and its credit leaked, so with

@@ -7,11 +7,12 @@
 //! connections: they have endpoints of their own there). The channel data path never takes
 //! the node's state lock:
 //!
-//! - the receive side posts its pool, `NUM_RECV_BUFFERS` buffers of
-//!   `max payload + POOL_SLACK` bytes, as `FI_MULTI_RECV` receives; `pktchan_recv` hands out a
-//!   pointer into the pool, and a buffer is posted again once the provider has released it
-//!   and every packet in it has been released by the application
-//!   ([`PoolBuffers`]);
+//! - the receive side posts its pool, `NUM_RECV_BUFFERS` buffers: on shm each a plain
+//!   receive of one max-size packet, elsewhere `max payload + POOL_SLACK` bytes posted as an
+//!   `FI_MULTI_RECV` receive that small packets share; `pktchan_recv` hands out a pointer
+//!   into the pool, and a buffer is posted again once the provider has released it and every
+//!   packet in it has been released by the application ([`PoolBuffers`]; on shm while the
+//!   side is idle or before credits go back, [`PlainSlots`]);
 //! - (scalars on the hub: its shared pool; a scalar is copied out on arrival, and a receive
 //!   side takes `NUM_RECV_BUFFERS` of them before its sender waits for credits);
 //! - the sender holds one credit per pool buffer ([`SendCredits`]): a held packet pins at most
@@ -40,7 +41,8 @@ use std::sync::atomic::AtomicU32;
 pub const MAX_PKT_SIZE: usize = 4 << 20;
 /// Channel sides one node can have open at once.
 pub(super) const MAX_SIDES: usize = 256;
-/// Extra bytes per pool buffer, so small packets share a buffer (fewer re-posts).
+/// Extra bytes per multi-receive pool buffer, so small packets share a buffer (fewer
+/// re-posts).
 const POOL_SLACK: usize = 8 * 1024;
 /// A scalar receive slot: one posted receive of the widest scalar.
 const SCALAR_SLOT: usize = 8;
@@ -899,6 +901,17 @@ impl Side {
     /// Whether a received item waits in the FIFO (taken without reading the CQ first).
     fn has_queued_item(&self) -> bool {
         matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if !r.fifo.is_empty())
+    }
+
+    /// Posts the packet buffers released since the last receive call (shm), before this
+    /// one reads the CQ: a ping-pong has sent its reply by now, and a stream posts each
+    /// buffer one call after its release.
+    fn post_released(&mut self) {
+        if let Some(io) = &mut self.io {
+            if matches!(&io.data, SideData::Recv(r) if r.slots.any_to_post()) {
+                io.repost_slots();
+            }
+        }
     }
 
     /// Whether the sender closed announcing items that have not all arrived.
@@ -3013,6 +3026,7 @@ impl Node {
                     .side(handle, ChannelKind::Packet, Direction::Receive)?;
                 let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 side.check_usable()?;
+                side.post_released();
                 if side.has_queued_item() {
                     if let Some(p) = take_item(side)? {
                         return Ok(Some(p));
