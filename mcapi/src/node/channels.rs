@@ -11,8 +11,8 @@
 //!   receive of one max-size packet, elsewhere `max payload + POOL_SLACK` bytes posted as an
 //!   `FI_MULTI_RECV` receive that small packets share; `pktchan_recv` hands out a pointer
 //!   into the pool, and a buffer is posted again once the provider has released it and every
-//!   packet in it has been released by the application ([`PoolBuffers`]; on shm while the
-//!   side is idle or before credits go back, [`PlainSlots`]);
+//!   packet in it has been released by the application ([`PoolBuffers`]; on shm by the next
+//!   `pktchan_recv`, or while the side is idle, or before credits go back: [`PlainSlots`]);
 //! - (scalars on the hub: its shared pool; a scalar is copied out on arrival, and a receive
 //!   side takes `NUM_RECV_BUFFERS` of them before its sender waits for credits);
 //! - the sender holds one credit per pool buffer ([`SendCredits`]): a held packet pins at most
@@ -655,7 +655,7 @@ impl PlainSlots {
 }
 
 /// The packets the application holds, by pool offset. Counted: an empty packet takes no
-/// room in the pool, so the next packet starts at the same offset.
+/// room in a multi-receive buffer, so the next packet starts at the same offset.
 #[derive(Default)]
 struct HeldPackets(rustc_hash::FxHashMap<usize, u32>);
 
@@ -714,7 +714,8 @@ impl RecvData {
         }
     }
 
-    /// Whether the packet buffers are multi-receives (else plain receives).
+    /// Whether the packet buffers are multi-receives (else plain receives; a side without
+    /// buffers posts nothing either way).
     fn multi_recv(&self) -> bool {
         self.slots.count == 0
     }
@@ -1142,8 +1143,9 @@ impl SideIo {
     /// Posts a shm receive side's listed slots again. Before any credit return, so the
     /// sender never has more scalars or packets on their way than receives are posted (none
     /// arrives unexpected, to be buffered by the provider outside the channel's bound); and,
-    /// for latency only, whenever the side is idle. `false` if some could not be posted
-    /// now: they stay listed, and credits wait for them.
+    /// for latency only, whenever the side is idle and (packets) when `pktchan_recv` starts.
+    /// `false` if some could not be posted now: they stay listed, and credits wait for
+    /// them.
     #[inline(never)]
     fn repost_slots(&mut self) -> bool {
         let (SideData::Recv(r), Some(ep)) = (&mut self.data, &self.ep) else {
@@ -1344,7 +1346,8 @@ fn post_staged(
 
 /// Packet buffer `b` is free (the provider and the application are done with it): a
 /// multi-receive is posted again now, a plain receive listed (`SideIo::repost_slots` posts
-/// it while the side is idle or before credits go back, off a ping-pong's reply path).
+/// it off a ping-pong's reply path: by the next `pktchan_recv`, while the side is idle, or
+/// before credits go back).
 fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
     if !r.multi_recv() {
         r.slots.list(b as u32);
@@ -1793,10 +1796,12 @@ impl NodeInner {
             // An empty message, which the receiver ignores (it carries no CQ data), makes
             // the provider set up its connection while the open completes: rxm connects on
             // a first send, in several steps 10 ms apart (its CM progress interval), which
-            // the first packet would wait for. Not to a scalar receiver's slots (shm only:
-            // elsewhere scalars use the hub), where it would take one without a credit.
+            // the first packet would wait for. Not on shm, which has no connections, and
+            // where the receiver's plain receives would take one for it without a credit.
             if let (Some(ep), None, ChannelKind::Packet) = (&io.ep, &io.hub, kind) {
-                let _ = ep.inject(&[], io.dest);
+                if !self.is_shm() {
+                    let _ = ep.inject(&[], io.dest);
+                }
             }
         }
         Ok(())

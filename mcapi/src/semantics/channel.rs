@@ -396,15 +396,15 @@ impl CreditReturn {
     }
 }
 
-/// Which multi-receive buffers of a pool hold packets the application has not released,
-/// and which the provider still owns, so a buffer is posted again exactly when both are done
-/// with it.
+/// Which buffers of a packet pool hold packets the application has not released, and which
+/// the provider still owns, so a buffer is posted again exactly when both are done with it.
+/// The provider releases a multi-receive buffer with `FI_MULTI_RECV`, a plain receive's
+/// buffer with its completion.
 #[derive(Debug)]
 pub struct PoolBuffers {
     /// Packets in each buffer that arrived and were not released yet.
     held: Vec<u32>,
-    /// Whether the provider owns the buffer (posted and not yet released with
-    /// `FI_MULTI_RECV`).
+    /// Whether the provider owns the buffer (posted and not yet released).
     posted: Vec<bool>,
 }
 
@@ -422,14 +422,14 @@ impl PoolBuffers {
         self.held[b] += 1;
     }
 
-    /// The provider released buffer `b` (`FI_MULTI_RECV`); `true`: post it again now.
+    /// The provider released buffer `b`; `true`: it is free to be posted again.
     pub fn provider_released(&mut self, b: usize) -> bool {
         self.posted[b] = false;
         self.held[b] == 0
     }
 
     /// A packet of buffer `b` was released (by the application, or discarded);
-    /// `true`: post the buffer again now.
+    /// `true`: the buffer is free to be posted again.
     pub fn packet_released(&mut self, b: usize) -> bool {
         self.held[b] = self.held[b].saturating_sub(1);
         self.held[b] == 0 && !self.posted[b]
