@@ -597,9 +597,9 @@ struct RecvData {
     reorder: SeqReorder<u8, Item>,
     fifo: VecDeque<Item>,
     returns: CreditReturn,
-    /// A shm receive side's plain receives: its scalar slots or packet buffers (none
-    /// elsewhere: packet buffers are multi-receives there, and scalars use the hub).
-    slots: PlainSlots,
+    posting: Posting,
+    /// Scalar slots and packet buffers free to be posted again.
+    slots: RepostList,
     /// Packets the application holds.
     held: HeldPackets,
     received: u32,
@@ -609,20 +609,32 @@ struct RecvData {
     pending: VecDeque<RequestHandle>,
 }
 
-/// The plain receives of a shm receive side, one per scalar slot or packet buffer: each is
-/// posted, or listed to be posted again (a scalar slot once its scalar is copied out, a
-/// packet buffer once its packet is released, either once its receive failed). Never more
-/// are listed than there are slots, so listing allocates nothing.
-struct PlainSlots {
+/// How a receive side's pool is posted to the fabric.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Posting {
+    /// Packet buffers, each an `FI_MULTI_RECV` receive that small packets share.
+    MultiRecv,
+    /// One plain receive per scalar slot or packet buffer (shm).
+    Plain,
+    /// Nothing of its own: the scalar hub's pool.
+    Hub,
+}
+
+/// The scalar slots and packet buffers of a receive side that are free to be posted again
+/// (a plain receive's slot once its scalar is copied out or its packet released, a
+/// multi-receive buffer whose post failed, either once its receive failed); the others are
+/// posted or in use. Never more are listed than there are slots, so listing allocates
+/// nothing.
+struct RepostList {
     to_post: Vec<u32>,
     /// Slots in all: those not listed are posted.
     count: usize,
 }
 
-impl PlainSlots {
+impl RepostList {
     /// `n` slots, all posted.
-    fn new(n: usize) -> PlainSlots {
-        PlainSlots {
+    fn new(n: usize) -> RepostList {
+        RepostList {
             to_post: Vec::with_capacity(n),
             count: n,
         }
@@ -644,7 +656,7 @@ impl PlainSlots {
         !self.to_post.is_empty()
     }
 
-    /// The next slot to post again; [`PlainSlots::posted_again`] once it is.
+    /// The next slot to post again; [`RepostList::posted_again`] once it is.
     fn next_to_post(&self) -> Option<u32> {
         self.to_post.last().copied()
     }
@@ -689,24 +701,24 @@ impl HeldPackets {
 }
 
 impl RecvData {
-    /// A receive side taking `capacity` items into `pool`: `buffers` packet buffers and
-    /// `plain_slots` plain receives, each `buffer_size` bytes. Packet buffers without plain
-    /// receives are multi-receives.
+    /// A receive side taking `capacity` items into `pool`, `n` scalar slots or packet
+    /// buffers of `buffer_size` bytes each, posted as `posting` says.
     fn new(
         pool: MemoryRegion,
         buffer_size: usize,
-        buffers: usize,
-        plain_slots: usize,
+        n: usize,
+        posting: Posting,
         capacity: u32,
     ) -> RecvData {
         RecvData {
             pool,
             buffer_size,
-            buffers: PoolBuffers::new(buffers),
+            posting,
+            buffers: PoolBuffers::new(n),
             reorder: SeqReorder::new(1, capacity.max(1) * 2),
             fifo: VecDeque::with_capacity(capacity as usize),
             returns: CreditReturn::new(capacity),
-            slots: PlainSlots::new(plain_slots),
+            slots: RepostList::new(n),
             held: HeldPackets::default(),
             received: 0,
             peer_sent: None,
@@ -714,10 +726,8 @@ impl RecvData {
         }
     }
 
-    /// Whether the packet buffers are multi-receives (else plain receives; a side without
-    /// buffers posts nothing either way).
     fn multi_recv(&self) -> bool {
-        self.slots.count == 0
+        self.posting == Posting::MultiRecv
     }
 
     /// Posts buffer or slot `b` to `ep`.
@@ -732,30 +742,36 @@ impl RecvData {
 
     /// Takes item number `seq` of the sender's stream; those now in order go to the FIFO.
     /// Returns the credits to give back now, if any.
+    ///
+    /// # Errors
+    /// The item, dropped: a duplicate or a number beyond the window (no sender of ours
+    /// sends one).
     #[inline(always)]
-    fn accept(&mut self, seq: u32, item: Item) -> Option<u32> {
+    fn accept(&mut self, seq: u32, item: Item) -> std::result::Result<Option<u32>, Item> {
         if self.reorder.pass_in_order(0, seq) {
             // The common case: next in order with nothing waiting before it.
             self.fifo.push_back(item);
             self.received += 1;
-            return self.returns.arrived();
+            return Ok(self.returns.arrived());
         }
         self.accept_reordered(seq, item)
     }
 
     #[inline(never)]
-    fn accept_reordered(&mut self, seq: u32, item: Item) -> Option<u32> {
+    fn accept_reordered(&mut self, seq: u32, item: Item) -> std::result::Result<Option<u32>, Item> {
+        let ready = self
+            .reorder
+            .accept(0, seq, item)
+            .map_err(crate::semantics::queue::Rejected::into_inner)?;
         let mut due = None;
-        if let Ok(ready) = self.reorder.accept(0, seq, item) {
-            for i in ready {
-                self.fifo.push_back(i);
-                self.received += 1;
-                if let Some(n) = self.returns.arrived() {
-                    due = Some(due.unwrap_or(0) + n);
-                }
+        for i in ready {
+            self.fifo.push_back(i);
+            self.received += 1;
+            if let Some(n) = self.returns.arrived() {
+                due = Some(due.unwrap_or(0) + n);
             }
         }
-        due
+        Ok(due)
     }
 
     /// Whether nothing more will come from a sender that closed or died: all it announced
@@ -1071,7 +1087,7 @@ impl SideIo {
                         value: it.value,
                     };
                     let seq = super::driver::widen(r.received, it.seq);
-                    credits_due += r.accept(seq, item).unwrap_or(0);
+                    credits_due += r.accept(seq, item).ok().flatten().unwrap_or(0);
                 }
                 _ => {}
             }
@@ -1107,7 +1123,8 @@ impl SideIo {
                         len,
                         value: r.pool.read_le(offset, len.min(SCALAR_SLOT)),
                     };
-                    credits_due = r.accept(c.data() as u32, item);
+                    // (A rejected scalar's slot is listed already.)
+                    credits_due = r.accept(c.data() as u32, item).ok().flatten();
                 }
             }
             SideData::Recv(r) => {
@@ -1125,7 +1142,14 @@ impl SideIo {
                         value: 0,
                     };
                     r.buffers.arrived(b);
-                    credits_due = r.accept(c.data() as u32, item);
+                    match r.accept(c.data() as u32, item) {
+                        Ok(due) => credits_due = due,
+                        Err(_) => {
+                            if r.buffers.packet_released(b) {
+                                repost(&self.ep, r, b);
+                            }
+                        }
+                    }
                 }
                 // A plain receive is done with its buffer at once (whatever arrived: the
                 // empty message a connect may send too).
@@ -1140,12 +1164,12 @@ impl SideIo {
         }
     }
 
-    /// Posts a shm receive side's listed slots again. Before any credit return, so the
-    /// sender never has more scalars or packets on their way than receives are posted (none
-    /// arrives unexpected, to be buffered by the provider outside the channel's bound); and,
-    /// for latency only, whenever the side is idle and (packets) when `pktchan_recv` starts.
-    /// `false` if some could not be posted now: they stay listed, and credits wait for
-    /// them.
+    /// Posts a receive side's listed slots and buffers again. Before any credit return, so
+    /// the sender never has more scalars or packets on their way than receives are posted
+    /// (none arrives unexpected, to be buffered by the provider outside the channel's
+    /// bound); and, for latency only, whenever the side is idle and (packets) when
+    /// `pktchan_recv` starts. `false` if some could not be posted now: they stay listed, and
+    /// credits wait for them.
     #[inline(never)]
     fn repost_slots(&mut self) -> bool {
         let (SideData::Recv(r), Some(ep)) = (&mut self.data, &self.ep) else {
@@ -1157,9 +1181,7 @@ impl SideIo {
                 return false;
             }
             r.slots.posted_again();
-            if r.buffers.holds(slot.into()) {
-                r.buffers.reposted(slot as usize);
-            }
+            r.buffers.reposted(slot as usize);
         }
         true
     }
@@ -1347,15 +1369,15 @@ fn post_staged(
 /// Packet buffer `b` is free (the provider and the application are done with it): a
 /// multi-receive is posted again now, a plain receive listed (`SideIo::repost_slots` posts
 /// it off a ping-pong's reply path: by the next `pktchan_recv`, while the side is idle, or
-/// before credits go back).
+/// before credits go back), and so is a multi-receive that cannot be posted now.
 fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
-    if !r.multi_recv() {
-        r.slots.list(b as u32);
-    } else if let Some(ep) = ep {
+    if let (Some(ep), true) = (ep, r.multi_recv()) {
         if r.post(ep, b).is_ok() {
             r.buffers.reposted(b);
+            return;
         }
     }
+    r.slots.list(b as u32);
 }
 
 impl NodeInner {
@@ -1663,13 +1685,13 @@ impl NodeInner {
                 // posted again off that path (`repost_slots`). Elsewhere packets share
                 // multi-receive buffers.
                 let n = capacity as usize;
-                let (buffer_size, buffers, plain_slots) = match kind {
-                    ChannelKind::Scalar => (SCALAR_SLOT, 0, n),
-                    ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, n, 0),
-                    ChannelKind::Packet => (payload.max(SCALAR_SLOT), n, n),
+                let (buffer_size, posting) = match kind {
+                    ChannelKind::Scalar => (SCALAR_SLOT, Posting::Plain),
+                    ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, Posting::MultiRecv),
+                    ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
                 let pool = MemoryRegion::new(domain, n * buffer_size)?;
-                let r = RecvData::new(pool, buffer_size, buffers, plain_slots, capacity);
+                let r = RecvData::new(pool, buffer_size, n, posting, capacity);
                 for b in 0..n {
                     r.post(&ep, b)?;
                 }
@@ -1717,9 +1739,13 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
-            Direction::Receive => {
-                SideData::Recv(RecvData::new(hub.pool().clone(), 8, 0, 0, capacity))
-            }
+            Direction::Receive => SideData::Recv(RecvData::new(
+                hub.pool().clone(),
+                8,
+                0,
+                Posting::Hub,
+                capacity,
+            )),
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),
