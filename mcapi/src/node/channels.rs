@@ -731,6 +731,7 @@ impl RecvData {
     }
 
     /// Posts buffer or slot `b` to `ep`.
+    #[inline(always)]
     fn post(&self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
         let buf = self.pool.slice(b * self.buffer_size, self.buffer_size)?;
         if self.multi_recv() {
