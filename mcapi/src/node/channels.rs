@@ -12,7 +12,7 @@
 //!   `FI_MULTI_RECV` receive that small packets share; `pktchan_recv` hands out a pointer
 //!   into the pool, and a buffer is posted again once the provider has released it and every
 //!   packet in it has been released by the application ([`PoolBuffers`]; on shm by the next
-//!   `pktchan_recv`, or while the side is idle, or before credits go back: [`PlainSlots`]);
+//!   `pktchan_recv`, or while the side is idle, or before credits go back: [`RepostList`]);
 //! - (scalars on the hub: its shared pool; a scalar is copied out on arrival, and a receive
 //!   side takes `NUM_RECV_BUFFERS` of them before its sender waits for credits);
 //! - the sender holds one credit per pool buffer ([`SendCredits`]): a held packet pins at most
@@ -921,9 +921,9 @@ impl Side {
         matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if !r.fifo.is_empty())
     }
 
-    /// Posts the packet buffers released since the last receive call (shm), before this
-    /// one reads the CQ: a ping-pong has sent its reply by now, and a stream posts each
-    /// buffer one call after its release.
+    /// Posts the listed packet buffers (shm: those released since the last receive call)
+    /// before this call reads the CQ: a ping-pong has sent its reply by now, and a stream
+    /// posts each buffer one call after its release.
     fn post_released(&mut self) {
         if let Some(io) = &mut self.io {
             if matches!(&io.data, SideData::Recv(r) if r.slots.any_to_post()) {
