@@ -1112,8 +1112,7 @@ impl SideIo {
                 }
             }
             SideData::Recv(r) if kind == ChannelKind::Scalar => {
-                // Whatever arrived used up slot `ctx` (the empty message a connect may
-                // send too): it is listed to be posted again.
+                // Whatever arrived used up slot `ctx`: it is listed to be posted again.
                 let slot = ctx as u32;
                 r.slots.list(slot);
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
@@ -1152,8 +1151,7 @@ impl SideIo {
                         }
                     }
                 }
-                // A plain receive is done with its buffer at once (whatever arrived: the
-                // empty message a connect may send too).
+                // A plain receive is done with its buffer at once, whatever arrived.
                 let released = !r.multi_recv() || c.flags() & flags::MULTI_RECV != 0;
                 if released && r.buffers.provider_released(b) {
                     repost(&self.ep, r, b);
