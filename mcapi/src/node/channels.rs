@@ -627,27 +627,18 @@ enum Posting {
 /// nothing.
 struct RepostList {
     to_post: Vec<u32>,
-    /// Slots in all: those not listed are posted.
-    count: usize,
 }
 
 impl RepostList {
-    /// `n` slots, all posted.
+    /// Room for `n` slots, all posted.
     fn new(n: usize) -> RepostList {
         RepostList {
             to_post: Vec::with_capacity(n),
-            count: n,
         }
-    }
-
-    /// Whether `slot` (a completion context) names one of the slots.
-    fn holds(&self, slot: u64) -> bool {
-        slot < self.count as u64
     }
 
     /// Slot `slot` is free to be posted again.
     fn list(&mut self, slot: u32) {
-        debug_assert!(self.holds(slot.into()), "slot {slot} out of range");
         debug_assert!(!self.to_post.contains(&slot), "slot {slot} listed twice");
         self.to_post.push(slot);
     }
@@ -925,10 +916,8 @@ impl Side {
     /// before this call reads the CQ: a ping-pong has sent its reply by now, and a stream
     /// posts each buffer one call after its release.
     fn post_released(&mut self) {
-        if let Some(io) = &mut self.io {
-            if matches!(&io.data, SideData::Recv(r) if r.slots.any_to_post()) {
-                io.repost_slots();
-            }
+        if let Some(io) = self.io.as_mut().filter(|io| io.slots_listed()) {
+            io.repost_slots();
         }
     }
 
@@ -1008,7 +997,7 @@ impl SideIo {
                     }
                 }
                 Err(e) => {
-                    if !self.read_failed(e, kind) {
+                    if !self.read_failed(e) {
                         break;
                     }
                 }
@@ -1020,26 +1009,16 @@ impl SideIo {
     /// An error completion (handled; read on) or a failing CQ (`false`: stop reading).
     #[cold]
     #[inline(never)]
-    fn read_failed(&mut self, e: OfiError, kind: ChannelKind) -> bool {
+    fn read_failed(&mut self, e: OfiError) -> bool {
         match e {
             OfiError::Completion(e) => {
                 match &mut self.data {
                     SideData::Send(s) => {
                         s.event(e.context, false);
                     }
-                    // A scalar slot whose receive failed (say, truncated): usable again.
-                    SideData::Recv(r)
-                        if kind == ChannelKind::Scalar && r.slots.holds(e.context) =>
-                    {
-                        r.slots.list(e.context as u32);
-                    }
-                    // A plain packet receive that failed (say, truncated): its buffer is
-                    // free again.
-                    SideData::Recv(r)
-                        if kind == ChannelKind::Packet
-                            && !r.multi_recv()
-                            && r.buffers.holds(e.context) =>
-                    {
+                    // A plain receive that failed (say, truncated): its scalar slot or packet
+                    // buffer is free again (a scalar slot never holds a packet).
+                    SideData::Recv(r) if !r.multi_recv() && r.buffers.holds(e.context) => {
                         let b = e.context as usize;
                         if r.buffers.provider_released(b) {
                             repost(&self.ep, r, b);
@@ -1161,6 +1140,12 @@ impl SideIo {
         if let Some(n) = credits_due {
             self.return_credits(n);
         }
+    }
+
+    /// Whether a receive side has slots or buffers listed to be posted again.
+    #[inline]
+    fn slots_listed(&self) -> bool {
+        matches!(&self.data, SideData::Recv(r) if r.slots.any_to_post())
     }
 
     /// Posts a receive side's listed slots and buffers again. Before any credit return, so
@@ -1305,8 +1290,7 @@ impl SideIo {
     /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
     fn return_credits(&mut self, n: u32) {
         // The credits let the sender fill emptied slots: they are posted first.
-        let slots_listed = matches!(&self.data, SideData::Recv(r) if r.slots.any_to_post());
-        let slots_posted = !slots_listed || self.repost_slots();
+        let slots_posted = !self.slots_listed() || self.repost_slots();
         let SideData::Recv(r) = &mut self.data else {
             return;
         };
