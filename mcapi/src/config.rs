@@ -9,6 +9,7 @@
 //! | `MCAPI_RUNTIME_DIR` | `runtime_dir` | `$XDG_RUNTIME_DIR/mcapi`, else `/tmp/mcapi-<uid>` |
 //! | `MCAPI_REQUESTS` | `request_table_size` | 1024 |
 //! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 |
+//! | `MCAPI_SPIN_US` | `spin` | 50: a blocked call polls for 50 µs before it yields the core (then sleeps); large values busy-poll, 0 yields at once |
 //!
 //! libfabric's own `FI_PROVIDER` restricts what libfabric offers at all (read once per
 //! process); `MCAPI_PROVIDER` chooses among what is offered.
@@ -16,11 +17,14 @@
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Default number of request slots (`MCAPI_REQUESTS`).
 pub const DEFAULT_REQUESTS: usize = 1024;
 /// Default receive buffers per endpoint (`MCAPI_RECV_BUFFERS`).
 pub const DEFAULT_RECV_BUFFERS: usize = 64;
+/// Default time a blocked call polls before it yields (`MCAPI_SPIN_US`).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// TCP port of the control plane of node `n` when the topology gives none: `BASE + n`.
 pub const DEFAULT_CONTROL_PORT_BASE: u16 = 47000;
 
@@ -41,6 +45,11 @@ pub struct Config {
     pub request_table_size: usize,
     /// Receive buffers of a new endpoint.
     pub recv_buffers: usize,
+    /// How long a blocked call polls back to back before it yields the core between polls
+    /// (for 500 µs) and then sleeps: long enough to catch a reply without a context switch.
+    /// A job with a core per node can poll for as long as it waits (MPI-style busy polling)
+    /// with a large value; `ZERO` yields at once.
+    pub spin: Duration,
 }
 
 /// A configuration value that could not be used.
@@ -66,6 +75,7 @@ impl Config {
             runtime_dir: default_runtime_dir(None),
             request_table_size: DEFAULT_REQUESTS,
             recv_buffers: DEFAULT_RECV_BUFFERS,
+            spin: DEFAULT_SPIN,
         }
     }
 
@@ -107,6 +117,12 @@ impl Config {
         }
         if let Some(n) = var("MCAPI_RECV_BUFFERS") {
             c.recv_buffers = parse_count("MCAPI_RECV_BUFFERS", &n)?;
+        }
+        if let Some(us) = var("MCAPI_SPIN_US") {
+            let us = us.trim().parse().map_err(|_| {
+                ConfigError(format!("MCAPI_SPIN_US={us}: not a number of microseconds"))
+            })?;
+            c.spin = Duration::from_micros(us);
         }
         Ok(c)
     }
@@ -313,12 +329,19 @@ mod tests {
             ("XDG_RUNTIME_DIR", "/run/user/5"),
             ("MCAPI_REQUESTS", "16"),
             ("MCAPI_RECV_BUFFERS", "8"),
+            ("MCAPI_SPIN_US", "0"),
         ]))
         .unwrap();
         assert_eq!((c.job.as_str(), c.tcp_iface.as_deref()), ("j1", Some("lo")));
         assert_eq!(c.provider_candidates(), vec!["tcp".to_string()]);
         assert_eq!(c.runtime_dir, PathBuf::from("/run/user/5/mcapi"));
         assert_eq!((c.request_table_size, c.recv_buffers), (16, 8));
+        assert_eq!(c.spin, Duration::ZERO);
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().spin, DEFAULT_SPIN);
+        let c = Config::from_vars(vars(&[("MCAPI_SPIN_US", "1000000")])).unwrap();
+        assert_eq!(c.spin, Duration::from_secs(1));
+        assert!(Config::from_vars(vars(&[("MCAPI_SPIN_US", "-1")])).is_err());
+        assert!(Config::from_vars(vars(&[("MCAPI_SPIN_US", "50us")])).is_err());
 
         assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "0")])).is_err());
         assert!(Config::from_vars(vars(&[("MCAPI_TOPOLOGY", "/nonexistent/topo")])).is_err());

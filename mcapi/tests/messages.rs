@@ -1357,3 +1357,79 @@ fn a_receive_pending_on_a_deleted_endpoint_ends() {
     b.cancel(req).unwrap();
     b.finalize().unwrap();
 }
+
+/// CPU time the calling thread has run (the scheduler's count, in ns).
+fn thread_cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    let ns = stat.split_whitespace().next().unwrap().parse().unwrap();
+    Duration::from_nanos(ns)
+}
+
+/// `Config::spin` (`MCAPI_SPIN_US`) decides how a blocked call waits: a node set to spin
+/// for minutes keeps its core through a 200 ms wait (MPI-style busy polling), one with the
+/// default 50 µs sleeps through it. Blocked message receives, request waits and scalar
+/// receives each wait that way.
+#[test]
+fn the_configured_spin_decides_whether_a_blocked_call_keeps_its_core() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(&prov) = providers().first() else {
+        return;
+    };
+    for (spin, busy) in [
+        (Duration::from_secs(600), true),
+        (mcapi::config::DEFAULT_SPIN, false),
+    ] {
+        let cfg = config(prov, "spin");
+        let a = Node::initialize(0, 180, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 181, Config { spin, ..cfg }).unwrap();
+        let wait = Some(Duration::from_secs(10));
+        let (tx, rx) = (a.endpoint_create(1).unwrap(), b.endpoint_create(1).unwrap());
+        let to = a.endpoint_get(0, 181, 1, wait).unwrap();
+        let (scl_tx, scl_rx) = (a.endpoint_create(2).unwrap(), b.endpoint_create(2).unwrap());
+        let scl_to = a.endpoint_get(0, 181, 2, wait).unwrap();
+        let q = a.sclchan_connect_i(scl_tx, scl_to).unwrap();
+        a.wait(q, None, wait).unwrap();
+        let (hs, qs) = a.sclchan_send_open_i(scl_tx).unwrap();
+        let (hr, qr) = b.sclchan_recv_open_i(scl_rx).unwrap();
+        b.wait(qr, None, wait).unwrap();
+        a.wait(qs, None, wait).unwrap();
+
+        let late = |send: Box<dyn FnOnce(&Node) + Send>| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                send(&a);
+            })
+        };
+        let calls: [(&str, &dyn Fn() -> u64); 3] = [
+            ("msg_recv", &|| {
+                b.msg_recv(rx, &mut [0u8; 4]).unwrap() as u64
+            }),
+            ("wait", &|| {
+                let req = b.msg_recv_i(rx).unwrap();
+                b.wait(req, Some(&mut [0u8; 4]), wait).unwrap() as u64
+            }),
+            ("sclchan_recv", &|| b.sclchan_recv(hr, 8).unwrap()),
+        ];
+        for (name, call) in calls {
+            let sender = if name == "sclchan_recv" {
+                late(Box::new(move |a: &Node| a.sclchan_send(hs, 7, 8).unwrap()))
+            } else {
+                late(Box::new(move |a: &Node| {
+                    a.msg_send(tx, to, &[1], 1).unwrap()
+                }))
+            };
+            let (cpu, start) = (thread_cpu_time(), std::time::Instant::now());
+            call();
+            let (cpu, waited) = (thread_cpu_time() - cpu, start.elapsed());
+            sender.join().unwrap();
+            assert_eq!(
+                cpu >= waited / 2,
+                busy,
+                "{name} with a spin of {spin:?}: {cpu:?} on the CPU in {waited:?}"
+            );
+        }
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}

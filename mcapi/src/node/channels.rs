@@ -1879,9 +1879,9 @@ struct ChannelWait {
 const OTHERS_EVERY: u32 = 8;
 
 impl ChannelWait {
-    fn new(timeout: Option<Duration>) -> ChannelWait {
+    fn new(timeout: Option<Duration>, spin: Duration) -> ChannelWait {
         ChannelWait {
-            backoff: Backoff::new(),
+            backoff: Backoff::new(spin),
             deadline: timeout.map(|t| Instant::now() + t),
             backoffs: 0,
         }
@@ -2697,7 +2697,7 @@ impl Node {
             }
         }
         let timeout = side.timeout;
-        wait.get_or_insert_with(|| ChannelWait::new(timeout));
+        wait.get_or_insert_with(|| ChannelWait::new(timeout, self.inner.config.spin));
         Ok(false)
     }
 
@@ -2735,10 +2735,10 @@ impl Node {
             s.zero_copy_failed = false;
             let cq = io.cq.clone();
             let deadline = wait
-                .get_or_insert_with(|| ChannelWait::new(timeout))
+                .get_or_insert_with(|| ChannelWait::new(timeout, self.inner.config.spin))
                 .deadline;
             let mut polls = 0u32;
-            let mut backoff = Backoff::new();
+            let mut backoff = self.inner.backoff();
             let mut outcome = Ok(());
             let (back, result) = ep.send_unregistered(data, seq, io.dest, CTX_ZERO_COPY, |_| {
                 let mut buf = [Completion::default(); 16];
@@ -3017,7 +3017,7 @@ impl Node {
                     _ => false,
                 })
         };
-        let mut backoff = Backoff::new();
+        let mut backoff = self.inner.backoff();
         while in_flight() {
             self.progress_side(handle);
             let _ = backoff.wait(None);
@@ -3054,7 +3054,7 @@ impl Node {
                     burst.poll(&self.inner.channels);
                 }
                 let timeout = side.timeout;
-                wait.get_or_insert_with(|| ChannelWait::new(timeout));
+                wait.get_or_insert_with(|| ChannelWait::new(timeout, self.inner.config.spin));
                 Ok(None)
             })();
             self.end_burst(&burst, wait.as_mut());
@@ -3282,7 +3282,7 @@ impl Node {
                 side.check_usable()?;
                 let timeout = side.timeout;
                 side.progress();
-                wait.get_or_insert_with(|| ChannelWait::new(timeout));
+                wait.get_or_insert_with(|| ChannelWait::new(timeout, self.inner.config.spin));
             }
             if self.sclchan_try_send(handle, value, width)? {
                 return Ok(());
@@ -3345,7 +3345,7 @@ impl Node {
                     burst.poll(&self.inner.channels);
                 }
                 let timeout = side.timeout;
-                wait.get_or_insert_with(|| ChannelWait::new(timeout));
+                wait.get_or_insert_with(|| ChannelWait::new(timeout, self.inner.config.spin));
                 Ok(None)
             })();
             self.end_burst(&burst, wait.as_mut());

@@ -47,6 +47,11 @@ impl NodeInner {
         Ok(st)
     }
 
+    /// The wait of a blocked call: it polls for the node's configured spin first.
+    pub(super) fn backoff(&self) -> Backoff {
+        Backoff::new(self.config.spin)
+    }
+
     /// What a blocked message call sleeps on: the node's CQ where it has an fd wait object,
     /// else nothing (the sleeps are timed).
     pub(super) fn node_sleep_cqs(&self) -> Vec<CompletionQueue> {

@@ -98,7 +98,7 @@ impl Node {
             }
         };
         let key = (peer, to.port());
-        let mut backoff = Backoff::new();
+        let mut backoff = self.inner.backoff();
         let mut progressed = false;
         loop {
             if !st.peers[peer as usize].alive {
@@ -199,7 +199,7 @@ impl Node {
         data: &[u8],
         deadline: &mut Deadline,
     ) -> Result<()> {
-        let mut backoff = Backoff::new();
+        let mut backoff = self.inner.backoff();
         let h = loop {
             let mut st = self.inner.live_state()?;
             match self.inner.queue_send(&mut st, key, priority, data) {
@@ -258,7 +258,7 @@ impl Node {
             return Ok(n);
         }
         let mut deadline = Deadline::new(timeout);
-        let mut backoff = Backoff::new();
+        let mut backoff = self.inner.backoff();
         loop {
             self.inner.progress(&mut st);
             if let Some(n) = self.inner.take_message(&mut st, port, buf)? {

@@ -636,7 +636,7 @@ impl Node {
         let id = EndpointId::encode(domain, node, port)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         if (domain, node) == (self.inner.domain_id, self.inner.node_id) {
-            let mut backoff = Backoff::new();
+            let mut backoff = self.inner.backoff();
             loop {
                 if self.inner.live_state()?.endpoints.contains_key(&port) {
                     return Ok(id);
@@ -653,7 +653,7 @@ impl Node {
     fn resolve_remote(&self, id: EndpointId, deadline: Option<Instant>) -> Result<u16> {
         let port = id.port();
         let peer = self.inner.connect_peer(id.domain(), id.node(), deadline)?;
-        let mut backoff = Backoff::new();
+        let mut backoff = self.inner.backoff();
         loop {
             match self.inner.control_call(peer, &Frame::Lookup { port })? {
                 Frame::Value(_) => break,

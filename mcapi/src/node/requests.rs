@@ -75,7 +75,7 @@ impl Node {
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
         let look_once = timeout == Some(Duration::ZERO);
         let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
-        let mut backoff = Backoff::new();
+        let mut backoff = self.inner.backoff();
         let mut own_side = None;
         let mut st = self.inner.live_state()?;
         st.requests.begin_wait(request)?;
@@ -164,7 +164,7 @@ impl Node {
         timeout: Option<Duration>,
     ) -> Result<(usize, Result<usize>)> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut backoff = Backoff::new();
+        let mut backoff = self.inner.backoff();
         let own_sides = self.transfer_sides(requests);
         loop {
             for &r in requests {

@@ -201,6 +201,8 @@ pub(super) fn interface_address(name: &str) -> Option<String> {
 /// The sleeps are on the CQs' fd wait objects where the provider has them (a completion
 /// ends the sleep at once), else timed.
 pub(super) struct Backoff {
+    /// How long to poll back to back before yielding (the node's `Config::spin`).
+    spin: Duration,
     /// When the first wait happened (set then, so a call that never waits reads no clock).
     start: Option<Instant>,
     spins: u32,
@@ -222,10 +224,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(1);
 /// A wait that went back to spinning again and again is slow after this long all the same.
 const SLOW_AFTER: Duration = Duration::from_millis(20);
 
-/// How long a blocked call polls the CQ back to back: long enough to catch a reply over
-/// shm or tcp on this host without a context switch.
-const SPIN: Duration = Duration::from_micros(50);
-/// Then it yields the core between polls for this long, before sleeping.
+/// After its spin (`Config::spin`), a blocked call yields the core between polls for this long, before sleeping.
 const YIELD: Duration = Duration::from_micros(500);
 /// Spinning, the clock is read on the first call and every this many calls.
 const CLOCK_EVERY: u32 = 16;
@@ -259,8 +258,10 @@ pub(super) fn open_node_cq(
 }
 
 impl Backoff {
-    pub(super) fn new() -> Backoff {
+    /// A wait that polls back to back for `spin` first.
+    pub(super) fn new(spin: Duration) -> Backoff {
         Backoff {
+            spin,
             start: None,
             spins: 0,
             spinning: true,
@@ -280,7 +281,7 @@ impl Backoff {
             first: self.first,
             long: self.long,
             last_check: self.last_check,
-            ..Backoff::new()
+            ..Backoff::new(self.spin)
         };
     }
 
@@ -308,7 +309,7 @@ impl Backoff {
         self.sleep > FIRST_SLEEP
     }
 
-    /// True once the spinning phase is over (the caller has waited at least `SPIN`).
+    /// True once the spinning phase is over (the caller has waited at least its spin).
     pub(super) fn spun(&self) -> bool {
         !self.spinning
     }
@@ -348,9 +349,9 @@ impl Backoff {
         }
         self.long = self.long || now - *self.first.get_or_insert(now) >= SLOW_AFTER;
         let waited = now - *self.start.get_or_insert(now);
-        if waited < SPIN {
+        if waited < self.spin {
             std::hint::spin_loop();
-        } else if waited < SPIN + YIELD {
+        } else if waited < self.spin.saturating_add(YIELD) {
             self.spinning = false;
             std::thread::yield_now();
         } else {
@@ -372,10 +373,40 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_SPIN;
+
+    /// Waits on `b` until `d` has passed.
+    fn wait_for(b: &mut Backoff, d: Duration) {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            b.wait(None).expect("no deadline");
+        }
+    }
+
+    #[test]
+    fn the_spin_sets_how_long_a_wait_polls() {
+        let mut b = Backoff::new(Duration::ZERO);
+        b.wait(None).expect("no deadline");
+        assert!(b.spun(), "a zero spin yields at the first wait");
+
+        let mut b = Backoff::new(DEFAULT_SPIN);
+        wait_for(&mut b, Duration::from_millis(2));
+        assert!(b.spun(), "the default spin is over after 2 ms");
+
+        let mut b = Backoff::new(Duration::from_secs(600));
+        wait_for(&mut b, Duration::from_millis(2));
+        assert!(
+            !b.spun() && !b.sleeping(),
+            "a long spin still polls after 2 ms"
+        );
+        b.restart();
+        wait_for(&mut b, Duration::from_millis(2));
+        assert!(!b.spun(), "a restart keeps the spin");
+    }
 
     #[test]
     fn restart_takes_a_sleeping_backoff_back_to_spinning() {
-        let mut b = Backoff::new();
+        let mut b = Backoff::new(DEFAULT_SPIN);
         let give_up = Instant::now() + Duration::from_secs(10);
         while !b.sleeping() {
             b.wait(None).expect("no deadline");
@@ -390,7 +421,7 @@ mod tests {
 
     #[test]
     fn a_wait_restarted_again_and_again_still_gets_slow() {
-        let mut b = Backoff::new();
+        let mut b = Backoff::new(DEFAULT_SPIN);
         let give_up = Instant::now() + Duration::from_secs(10);
         while !b.slow_check_due() {
             b.wait(None).expect("no deadline");
@@ -403,7 +434,7 @@ mod tests {
 
     #[test]
     fn a_deadline_survives_restarts() {
-        let mut b = Backoff::new();
+        let mut b = Backoff::new(DEFAULT_SPIN);
         let deadline = Some(Instant::now() + Duration::from_millis(5));
         let give_up = Instant::now() + Duration::from_secs(10);
         let status = loop {
