@@ -2,15 +2,25 @@
 //! node in its own mount namespace (private /tmp and /dev/shm, so nothing passes through
 //! shared files), talking over tcp through an `MCAPI_TOPOLOGY` file. Addresses come from
 //! the documentation range 198.51.100.0/24. Skipped, with the reason printed, without
-//! CAP_NET_ADMIN.
+//! CAP_NET_ADMIN. Messages, then a packet and a scalar channel between the two hosts.
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use mcapi::config::Config;
-use mcapi::Node;
+use mcapi::{Node, MAX_PKT_SIZE};
 use std::process::Command;
 use std::time::Duration;
 
 const MESSAGES: u32 = 2000;
+const WAIT: Option<Duration> = Some(Duration::from_secs(60));
+const ATTR_MAX_PAYLOAD: u32 = 1;
+const ATTR_STATUS: u32 = 8;
+/// Packet sizes sent across: empty, tiny, around tcp's inject size, 64 KiB and the maximum
+/// payload.
+const SIZES: [usize; 8] = [0, 1, 8, 4095, 4097, 64 * 1024, 1024 * 1024, MAX_PKT_SIZE];
+/// Rounds of `SIZES`, then small numbered packets and scalars of each width: enough to run
+/// through the receive pool and the credits several times.
+const ROUNDS: usize = 3;
+const STREAM: u64 = 5000;
 const NS: [&str; 2] = ["mcapi-host-a", "mcapi-host-b"];
 const ADDR: [&str; 2] = ["198.51.100.1", "198.51.100.2"];
 
@@ -21,15 +31,23 @@ fn main() {
     }
     let mut args = Arguments::from_args();
     args.test_threads = Some(1);
-    let trial = Trial::test("tcp_between_two_network_namespaces", two_hosts);
-    let trial = match setup_reason() {
-        None => trial,
-        Some(why) => {
-            eprintln!("skipping two_hosts: {why}");
-            trial.with_ignored_flag(true)
-        }
-    };
-    libtest_mimic::run(&args, vec![trial]).exit();
+    let why = setup_reason();
+    if let Some(why) = &why {
+        eprintln!("skipping two_hosts: {why}");
+    }
+    let trials = vec![
+        Trial::test("tcp_between_two_network_namespaces", || {
+            two_hosts(["receiver", "sender"])
+        }),
+        Trial::test("channels_between_two_network_namespaces", || {
+            two_hosts(["chan-receiver", "chan-sender"])
+        }),
+    ];
+    let trials = trials
+        .into_iter()
+        .map(|t| t.with_ignored_flag(why.is_some()))
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
 }
 
 fn sh(args: &[&str]) -> Result<(), String> {
@@ -114,7 +132,8 @@ impl Drop for Namespaces {
     }
 }
 
-fn two_hosts() -> Result<(), Failed> {
+/// Runs `roles[0]` as node 0 on host a and `roles[1]` as node 1 on host b.
+fn two_hosts(roles: [&str; 2]) -> Result<(), Failed> {
     let _ns = Namespaces::create()?;
     let topology = format!(
         "# two hosts\n0 0 {}:47700\n0 1 {}:47701\n",
@@ -148,8 +167,8 @@ fn two_hosts() -> Result<(), Failed> {
             .env("MCAPI_JOB", format!("two-hosts-{}", std::process::id()))
             .spawn()
     };
-    let mut receiver = spawn(0, "receiver")?;
-    let mut sender = spawn(1, "sender")?;
+    let mut receiver = spawn(0, roles[0])?;
+    let mut sender = spawn(1, roles[1])?;
     let (r, s) = (receiver.wait()?, sender.wait()?);
     if !r.success() || !s.success() {
         return Err(format!("receiver {r}, sender {s}").into());
@@ -197,6 +216,130 @@ fn child(role: &str) {
             }
             node.finalize().unwrap();
         }
+        "chan-receiver" => chan_receiver(config),
+        "chan-sender" => chan_sender(config),
         other => panic!("unknown role {other}"),
     }
+}
+
+fn pattern(n: usize, salt: usize) -> Vec<u8> {
+    (0..n).map(|k| (k * 31 + salt) as u8).collect()
+}
+
+fn scalar(i: u64, width: usize) -> u64 {
+    let v = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    if width == 8 {
+        v
+    } else {
+        v & ((1 << (8 * width)) - 1)
+    }
+}
+
+/// Channel node 0 (host a): receives both channels. It connects the packet channel itself
+/// (the receiving host, not the sender, connects); the sender connects the scalar one.
+fn chan_receiver(mut config: Config) {
+    // 16 buffers of the 4 MiB maximum payload (+ 8 KiB) keep the pool at 64 MiB.
+    config.recv_buffers = 16;
+    let node = Node::initialize(0, 0, config).expect("initialize");
+    assert!(node.provider().starts_with("tcp"));
+    let rx = node.endpoint_create(2).unwrap();
+    node.endpoint_set_attribute(rx, ATTR_MAX_PAYLOAD, MAX_PKT_SIZE as u64)
+        .unwrap();
+    node.set_endpoint_timeout(rx, WAIT).unwrap();
+    let srx = node.endpoint_create(4).unwrap();
+    node.set_endpoint_timeout(srx, WAIT).unwrap();
+    // The sender creates port 3 only after port 1's attributes are final: connecting then
+    // cannot freeze them half set.
+    node.endpoint_get(0, 1, 3, WAIT).unwrap();
+    let tx = node.endpoint_get(0, 1, 1, WAIT).unwrap();
+    let c = node.pktchan_connect_i(tx, rx).unwrap();
+    node.wait(c, None, WAIT).unwrap();
+    let (hr, qr) = node.pktchan_recv_open_i(rx).unwrap();
+    let (sr, qsr) = node.sclchan_recv_open_i(srx).unwrap();
+    node.wait(qr, None, WAIT).unwrap();
+    node.wait(qsr, None, WAIT).unwrap();
+    let pool = node.pktchan_pool_range(hr).unwrap();
+    let mut k = 0;
+    for _ in 0..ROUNDS {
+        for &size in &SIZES {
+            let pkt = node.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.len(), size, "packet {k}: its size, in order");
+            assert!(
+                pkt.to_vec() == pattern(size, k),
+                "packet {k} of {size} B damaged"
+            );
+            assert!(
+                pool.contains(&pkt.addr()),
+                "packet {k} is not inside the registered pool"
+            );
+            node.pktchan_release(pkt.addr()).unwrap();
+            k += 1;
+        }
+    }
+    let mut b = [0u8; 8];
+    for i in 0..STREAM {
+        let pkt = node.pktchan_recv(hr).unwrap();
+        assert_eq!(pkt.len(), 8);
+        pkt.copy_to(&mut b);
+        assert_eq!(
+            u64::from_le_bytes(b),
+            i,
+            "stream packet lost or out of order"
+        );
+        node.pktchan_release(pkt.addr()).unwrap();
+    }
+    for width in [1, 2, 4, 8] {
+        for i in 0..STREAM {
+            let v = node.sclchan_recv(sr, width).unwrap();
+            assert_eq!(v, scalar(i, width), "scalar {i} of width {width}");
+        }
+    }
+    let q = node.pktchan_recv_close_i(hr).unwrap();
+    node.wait(q, None, WAIT).unwrap();
+    let q = node.sclchan_recv_close_i(sr).unwrap();
+    node.wait(q, None, WAIT).unwrap();
+    // Both sides closed: the endpoints are unconnected again.
+    assert_eq!(node.endpoint_get_attribute(rx, ATTR_STATUS).unwrap(), 0);
+    assert_eq!(node.endpoint_get_attribute(srx, ATTR_STATUS).unwrap(), 0);
+    node.finalize().unwrap();
+}
+
+/// Channel node 1 (host b): sends on both channels and connects the scalar one.
+fn chan_sender(config: Config) {
+    let node = Node::initialize(0, 1, config).expect("initialize");
+    let tx = node.endpoint_create(1).unwrap();
+    node.endpoint_set_attribute(tx, ATTR_MAX_PAYLOAD, MAX_PKT_SIZE as u64)
+        .unwrap();
+    node.set_endpoint_timeout(tx, WAIT).unwrap();
+    let stx = node.endpoint_create(3).unwrap();
+    node.set_endpoint_timeout(stx, WAIT).unwrap();
+    let srx = node.endpoint_get(0, 0, 4, WAIT).unwrap();
+    let c = node.sclchan_connect_i(stx, srx).unwrap();
+    node.wait(c, None, WAIT).unwrap();
+    let (hs, qs) = node.pktchan_send_open_i(tx).unwrap();
+    let (ss, qss) = node.sclchan_send_open_i(stx).unwrap();
+    node.wait(qs, None, WAIT).unwrap();
+    node.wait(qss, None, WAIT).unwrap();
+    let mut k = 0;
+    for _ in 0..ROUNDS {
+        for &size in &SIZES {
+            node.pktchan_send(hs, &pattern(size, k)).unwrap();
+            k += 1;
+        }
+    }
+    for i in 0..STREAM {
+        node.pktchan_send(hs, &i.to_le_bytes()).unwrap();
+    }
+    for width in [1, 2, 4, 8] {
+        for i in 0..STREAM {
+            node.sclchan_send(ss, scalar(i, width), width).unwrap();
+        }
+    }
+    let q = node.pktchan_send_close_i(hs).unwrap();
+    node.wait(q, None, WAIT).unwrap();
+    let q = node.sclchan_send_close_i(ss).unwrap();
+    node.wait(q, None, WAIT).unwrap();
+    assert_eq!(node.endpoint_get_attribute(tx, ATTR_STATUS).unwrap(), 0);
+    assert_eq!(node.endpoint_get_attribute(stx, ATTR_STATUS).unwrap(), 0);
+    node.finalize().unwrap();
 }
