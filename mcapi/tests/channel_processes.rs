@@ -400,9 +400,10 @@ fn receiver_killed(prov: &str, kind: Kind) -> Result<(), Failed> {
     Ok(())
 }
 
-/// The sending process is killed with the channel open and its last items on their way: the
-/// receiver gets everything that arrived, in order, then an error instead of a hang; a pending receive request completes
-/// with the error too; the close completes and the endpoint is usable.
+/// The sending process is killed with the channel open after its last sends completed: the
+/// receiver gets every item those sends carried, in order, then an error instead of a hang;
+/// a pending receive request completes with the error too; the close completes and the
+/// endpoint is usable.
 fn sender_killed(prov: &str, kind: Kind) -> Result<(), Failed> {
     let job = format!("killtx-{prov}-{}-{}", kind.name(), std::process::id());
     let node = Node::initialize(0, 70, config(prov, &job))?;
@@ -428,8 +429,12 @@ fn sender_killed(prov: &str, kind: Kind) -> Result<(), Failed> {
     if err != kind.peer_lost() {
         return Err(format!("receive from a dead sender returned {err} after {took:?}").into());
     }
-    if next > STREAMED {
-        return Err(format!("{next} items received, {STREAMED} sent").into());
+    // The sender said "sent" once all STREAMED sends had returned (completed): none of
+    // them may be lost to its death, nor anything invented.
+    if next != STREAMED {
+        return Err(
+            format!("{next} items received before the error, {STREAMED} sends completed").into(),
+        );
     }
     if kind == Kind::Packet {
         let q = node.pktchan_recv_i(h)?;
@@ -490,8 +495,9 @@ fn stuck_receiver(prov: &str, job: &str, kind: Kind) -> Result<(), Failed> {
     }
 }
 
-/// Opens its side, sends numbered items, says "sent" after `STREAMED` of them and waits to
-/// be killed with the channel open. It is not killed inside a send: libfabric 1.17's shm
+/// Opens its side, sends numbered items, says "sent" once `STREAMED` blocking sends have
+/// returned (so the parent knows exactly what must arrive) and waits to be killed with the
+/// channel open. It is not killed inside a send: libfabric 1.17's shm
 /// provider does not survive a process that dies holding the lock of a peer's region (the
 /// peer spins on it forever; see docs/providers.md).
 fn streaming_sender(prov: &str, job: &str, kind: Kind) -> Result<(), Failed> {
