@@ -4,7 +4,8 @@
 use mcapi::config::Config;
 use mcapi::semantics::channel::status_flags as flag;
 use mcapi::{ChannelHandle, EndpointId, Node, RequestHandle, Status};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 static FABRIC: Mutex<()> = Mutex::new(());
@@ -511,13 +512,29 @@ fn scalars_through_a_few_receive_slots_lose_nothing() {
             p.b.set_endpoint_timeout(p.rx, STALL).unwrap();
             let (hs, hr) = open(&p, true, false);
             let a = p.a.clone();
+            let sent = Arc::new(AtomicU64::new(0));
+            let count = sent.clone();
             let sender = std::thread::spawn(move || {
-                (0..COUNT).try_for_each(|i| a.sclchan_send(hs, scalar_value(slots, i), 8))
+                (0..COUNT).try_for_each(|i| {
+                    a.sclchan_send(hs, scalar_value(slots, i), 8)?;
+                    count.fetch_add(1, Ordering::Release);
+                    Ok::<(), Status>(())
+                })
             });
             for i in 0..COUNT {
+                // A credit per slot, given back once received: never more ahead than that.
+                let ahead = sent.load(Ordering::Acquire);
+                assert!(
+                    ahead <= i + slots,
+                    "{prov}, {slots} slots: {ahead} sent, {i} received"
+                );
                 if i % 2000 == 1000 {
                     // Behind: the sender fills every slot and blocks for credits.
-                    std::thread::sleep(Duration::from_millis(5));
+                    stalls_at(
+                        &sent,
+                        i + slots,
+                        &format!("{prov}, {slots} slots: scalar {i}"),
+                    );
                 }
                 assert_eq!(
                     p.b.sclchan_recv(hr, 8),
@@ -526,6 +543,70 @@ fn scalars_through_a_few_receive_slots_lose_nothing() {
                 );
             }
             assert_eq!(sender.join().unwrap(), Ok(()), "{prov}, {slots} slots");
+            close(&p, hs, hr, true);
+            p.finalize();
+        }
+    }
+}
+
+/// Waits until the sender thread has completed `bound` sends (while the receiver makes no
+/// call), then checks that it stays there: it is blocked, not merely slow. The credits of
+/// everything received are back by then: the last ones go back as soon as the receiver
+/// holds every credit (docs/implementation-defined.md, "Credit returns").
+fn stalls_at(sent: &AtomicU64, bound: u64, what: &str) {
+    let start = Instant::now();
+    while sent.load(Ordering::Acquire) < bound {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: the sender reached only {} of {bound} sends",
+            sent.load(Ordering::Acquire)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        sent.load(Ordering::Acquire),
+        bound,
+        "{what}: the sender did not block"
+    );
+}
+
+/// A scalar sender blocks when the channel FIFO (`NUM_RECV_BUFFERS` scalars, one credit
+/// each) is full (spec 4.5.4): with the receiver making no call it completes exactly that
+/// many sends and stays there; then everything arrives in order and the sender finishes.
+#[test]
+fn a_scalar_sender_blocks_exactly_when_the_fifo_is_full() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        for capacity in [5u64, 16] {
+            let mut cfg = config(prov, &format!("sclfull{capacity}"));
+            cfg.recv_buffers = capacity as usize;
+            let p = Pair::with_config(cfg, 230);
+            let (hs, hr) = open(&p, true, true);
+            let total = 3 * capacity + 1;
+            let a = p.a.clone();
+            let sent = Arc::new(AtomicU64::new(0));
+            let count = sent.clone();
+            let sender = std::thread::spawn(move || {
+                (0..total).try_for_each(|i| {
+                    a.sclchan_send(hs, scalar_value(capacity, i), 8)?;
+                    count.fetch_add(1, Ordering::Release);
+                    Ok::<(), Status>(())
+                })
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            stalls_at(&sent, capacity, &format!("{prov}, FIFO of {capacity}"));
+            assert!(!sender.is_finished(), "{prov}: FIFO of {capacity}");
+            assert_eq!(p.b.sclchan_available(hr), Ok(capacity as usize), "{prov}");
+            for i in 0..total {
+                assert_eq!(
+                    p.b.sclchan_recv(hr, 8),
+                    Ok(scalar_value(capacity, i)),
+                    "{prov}, FIFO of {capacity}: scalar {i}"
+                );
+            }
+            assert_eq!(sender.join().unwrap(), Ok(()), "{prov}: FIFO of {capacity}");
+            assert_eq!(sent.load(Ordering::Acquire), total);
             close(&p, hs, hr, true);
             p.finalize();
         }
@@ -551,14 +632,33 @@ fn packets_through_a_few_receive_buffers_lose_nothing() {
             p.b.set_endpoint_timeout(p.rx, STALL).unwrap();
             let (hs, hr) = open(&p, false, true);
             let a = p.a.clone();
+            let sent = Arc::new(AtomicU64::new(0));
+            let count = sent.clone();
             let sender = std::thread::spawn(move || {
-                (0..COUNT).try_for_each(|i| a.pktchan_send(hs, &packet(i)))
+                (0..COUNT).try_for_each(|i| {
+                    a.pktchan_send(hs, &packet(i))?;
+                    count.fetch_add(1, Ordering::Release);
+                    Ok::<(), Status>(())
+                })
             });
             let mut held = None;
+            let mut released = 0;
             for i in 0..COUNT {
+                // A credit per buffer, given back on release: never more ahead than that.
+                let ahead = sent.load(Ordering::Acquire);
+                let bound = (released + buffers) as u64;
+                assert!(
+                    ahead <= bound,
+                    "{prov}, {buffers} buffers: {ahead} sent, {released} released"
+                );
                 if i % 1000 == 500 {
-                    // Behind: the sender uses every credit and blocks.
-                    std::thread::sleep(Duration::from_millis(5));
+                    // Behind: the sender uses every credit and blocks (none held here).
+                    assert!(held.is_none());
+                    stalls_at(
+                        &sent,
+                        bound,
+                        &format!("{prov}, {buffers} buffers: packet {i}"),
+                    );
                 }
                 let pkt =
                     p.b.pktchan_recv(hr)
@@ -574,8 +674,10 @@ fn packets_through_a_few_receive_buffers_lose_nothing() {
                     continue;
                 }
                 p.b.pktchan_release(pkt.addr()).unwrap();
+                released += 1;
                 if let Some(old) = held.take() {
                     p.b.pktchan_release(old.addr()).unwrap();
+                    released += 1;
                 }
             }
             if let Some(old) = held.take() {
