@@ -1429,6 +1429,116 @@ fn discarded_scalars_never_reach_the_next_channel() {
     }
 }
 
+/// Packet `i` of `round`: 4 to 103 bytes that say which it is.
+fn numbered_packet(round: u32, i: u32) -> Vec<u8> {
+    let mut v = (round << 16 | i).to_le_bytes().to_vec();
+    v.extend((0..i % 100).map(|k| (k ^ round) as u8));
+    v
+}
+
+/// The packet counterpart of `discarded_scalars_never_reach_the_next_channel`: packets sent
+/// but not received when the receiver closes are discarded (spec 4.4.11), whether they were
+/// queued at the receiver already (even rounds) or still on their way (odd rounds: the
+/// sender goes on until it learns of the close), and none reaches the next channel between
+/// the same endpoints; a packet held across the close stays valid until released. Pending
+/// `pktchan_recv_i` requests end with `MCAPI_ERR_REQUEST_CANCELLED`, one already served
+/// keeps its packet.
+#[test]
+fn discarded_packets_never_reach_the_next_channel() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "pktdiscard", 235);
+        let credits = config(prov, "x").recv_buffers as u32;
+        for round in 0..10u32 {
+            let (hs, hr) = open(&p, false, round % 2 == 0);
+            let a = p.a.clone();
+            let sender = std::thread::spawn(move || {
+                let mut i = 0;
+                while (round % 2 == 1 || i < credits)
+                    && a.pktchan_send(hs, &numbered_packet(round, i)).is_ok()
+                {
+                    i += 1;
+                }
+                i
+            });
+            let mut held = None;
+            for i in 0..credits / 2 {
+                let pkt = p.b.pktchan_recv(hr).unwrap();
+                assert_eq!(
+                    pkt.to_vec(),
+                    numbered_packet(round, i),
+                    "{prov}: round {round}"
+                );
+                if let Some(old) = held.replace(pkt) {
+                    p.b.pktchan_release(old.addr()).unwrap();
+                }
+            }
+            if round % 2 == 0 {
+                let start = Instant::now();
+                while p.b.pktchan_available(hr) != Ok((credits - credits / 2) as usize) {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(10),
+                        "{prov}: round {round}"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            let qr = p.b.pktchan_recv_close_i(hr).unwrap();
+            let sent = sender.join().unwrap();
+            assert!(sent >= credits, "{prov}: round {round}: {sent} sent");
+            let qs = p.a.pktchan_send_close_i(hs).unwrap();
+            p.b.wait(qr, None, WAIT).unwrap();
+            p.a.wait(qs, None, WAIT).unwrap();
+            let held = held.unwrap();
+            assert_eq!(
+                held.to_vec(),
+                numbered_packet(round, credits / 2 - 1),
+                "{prov}: round {round}: held across the close"
+            );
+            p.b.pktchan_release(held.addr()).unwrap();
+        }
+
+        // Receives pending at the close: one served first keeps its packet.
+        let (hs, hr) = open(&p, false, true);
+        let pending: Vec<RequestHandle> = (0..3).map(|_| p.b.pktchan_recv_i(hr).unwrap()).collect();
+        p.a.pktchan_send(hs, &numbered_packet(50, 0)).unwrap();
+        assert_eq!(p.b.wait(pending[0], None, WAIT), Ok(4), "{prov}");
+        let served = p.b.received_packet(pending[0]).unwrap();
+        for &r in &pending[1..] {
+            assert_eq!(p.b.test(r, None), Ok(None), "{prov}: nothing more was sent");
+        }
+        let qr = p.b.pktchan_recv_close_i(hr).unwrap();
+        for &r in &pending[1..] {
+            assert_eq!(
+                p.b.wait(r, None, WAIT),
+                Err(Status::MCAPI_ERR_REQUEST_CANCELLED),
+                "{prov}: a receive pending at the close"
+            );
+        }
+        let qs = p.a.pktchan_send_close_i(hs).unwrap();
+        p.b.wait(qr, None, WAIT).unwrap();
+        p.a.wait(qs, None, WAIT).unwrap();
+        p.b.pktchan_release(served).unwrap();
+
+        // The next channel carries its own packets only, well past its credits.
+        let (hs, hr) = open(&p, false, true);
+        let a = p.a.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..3 * credits {
+                a.pktchan_send(hs, &numbered_packet(99, i)).unwrap();
+            }
+        });
+        for i in 0..3 * credits {
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.to_vec(), numbered_packet(99, i), "{prov}: next channel");
+            p.b.pktchan_release(pkt.addr()).unwrap();
+        }
+        sender.join().unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
 /// A node that finalizes with a channel open to a node of the same process, right after a
 /// credit return: the other side fails cleanly (shm gives endpoints of one process each
 /// other's mappings, which closing an endpoint unmaps).
