@@ -690,28 +690,74 @@ fn packets_through_a_few_receive_buffers_lose_nothing() {
     }
 }
 
+/// The exact `MCAPI_ENDP_ATTR_STATUS` flags (spec 3.16.13.8) of both endpoints at each step
+/// of a channel's life, for packet and scalar channels, closed sender first and receiver
+/// first: connected, one side open (open pending there), both open, one side closed (close
+/// pending there, the other side unchanged even once it learnt of the close), both closed
+/// (0: a message endpoint again), then reconnected.
 #[test]
 fn close_reconnect_and_status_flags_at_each_step() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
     for prov in providers() {
         let p = Pair::new(prov, "cycle", 50);
         assert_eq!(p.b.endpoint_get_attribute(p.rx, ATTR_STATUS).unwrap(), 0);
-        for round in 0..2 {
-            let scalar = round == 1;
-            let (hs, hr) = open(&p, scalar, round == 0);
+        for round in 0..4 {
+            let scalar = round >= 2;
+            let sender_closes_first = round % 2 == 0;
+            let receiver_opens_first = round % 2 == 0;
             let kind = if scalar { flag::SCLCHAN } else { flag::PKTCHAN };
-            assert_eq!(
-                p.b.endpoint_get_attribute(p.rx, ATTR_STATUS).unwrap(),
-                flag::CONNECTED | flag::OPEN | flag::RECEIVE | kind
-            );
-            assert_eq!(
-                p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(),
-                flag::CONNECTED | flag::OPEN | flag::SEND | kind
-            );
+            let tx_base = flag::CONNECTED | flag::SEND | kind;
+            let rx_base = flag::CONNECTED | flag::RECEIVE | kind;
+            let step = |what: &str, tx: u64, rx: u64| {
+                let got = (
+                    p.a.endpoint_get_attribute(p.tx, ATTR_STATUS),
+                    p.b.endpoint_get_attribute(p.rx, ATTR_STATUS),
+                );
+                assert_eq!(got, (Ok(tx), Ok(rx)), "{prov}, round {round}: {what}");
+            };
+
+            connect(&p, scalar);
+            step("connected", tx_base, rx_base);
+            let (hs, qs, hr, qr) = if receiver_opens_first {
+                let (hr, qr) = if scalar {
+                    p.b.sclchan_recv_open_i(p.rx)
+                } else {
+                    p.b.pktchan_recv_open_i(p.rx)
+                }
+                .unwrap();
+                step("receiver opened", tx_base, rx_base | flag::OPEN_PENDING);
+                let (hs, qs) = if scalar {
+                    p.a.sclchan_send_open_i(p.tx)
+                } else {
+                    p.a.pktchan_send_open_i(p.tx)
+                }
+                .unwrap();
+                (hs, qs, hr, qr)
+            } else {
+                let (hs, qs) = if scalar {
+                    p.a.sclchan_send_open_i(p.tx)
+                } else {
+                    p.a.pktchan_send_open_i(p.tx)
+                }
+                .unwrap();
+                step("sender opened", tx_base | flag::OPEN_PENDING, rx_base);
+                let (hr, qr) = if scalar {
+                    p.b.sclchan_recv_open_i(p.rx)
+                } else {
+                    p.b.pktchan_recv_open_i(p.rx)
+                }
+                .unwrap();
+                (hs, qs, hr, qr)
+            };
+            let a = p.a.clone();
+            let waiter = std::thread::spawn(move || a.wait(qs, None, WAIT));
+            p.b.wait(qr, None, WAIT).unwrap();
+            waiter.join().unwrap().unwrap();
+            step("both open", tx_base | flag::OPEN, rx_base | flag::OPEN);
             // From another node too.
             assert_eq!(
                 p.third.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(),
-                flag::CONNECTED | flag::OPEN | flag::SEND | kind
+                tx_base | flag::OPEN
             );
             assert_eq!(
                 p.b.endpoint_delete(p.rx),
@@ -721,26 +767,78 @@ fn close_reconnect_and_status_flags_at_each_step() {
                 p.b.endpoint_set_attribute(p.rx, ATTR_PRIORITY, 1),
                 Err(Status::MCAPI_ERR_CHAN_CONNECTED)
             );
-            // Sender closes first: close pending until the receiver closes.
-            let qs = if scalar {
-                p.a.sclchan_send_close_i(hs)
+
+            let (qs, qr) = if sender_closes_first {
+                let qs = if scalar {
+                    p.a.sclchan_send_close_i(hs)
+                } else {
+                    p.a.pktchan_send_close_i(hs)
+                }
+                .unwrap();
+                assert_eq!(p.a.test(qs, None).unwrap(), None);
+                let pending = tx_base | flag::OPEN | flag::CLOSE_PENDING;
+                step("sender closed", pending, rx_base | flag::OPEN);
+                // The receiver learns of it (nothing more comes): its flags stay.
+                let end = if scalar {
+                    p.b.sclchan_recv(hr, 8).map(drop)
+                } else {
+                    p.b.pktchan_recv(hr).map(drop)
+                };
+                let gone = if scalar {
+                    Status::MCAPI_ERR_GENERAL
+                } else {
+                    Status::MCAPI_ERR_TRANSMISSION
+                };
+                assert_eq!(end, Err(gone), "{prov}, round {round}");
+                step("sender closed, seen", pending, rx_base | flag::OPEN);
+                let qr = if scalar {
+                    p.b.sclchan_recv_close_i(hr)
+                } else {
+                    p.b.pktchan_recv_close_i(hr)
+                }
+                .unwrap();
+                (qs, qr)
             } else {
-                p.a.pktchan_send_close_i(hs)
-            }
-            .unwrap();
-            assert_eq!(p.a.test(qs, None).unwrap(), None);
-            let f = p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap();
-            assert_eq!(f & flag::CLOSE_PENDING, flag::CLOSE_PENDING);
-            let qr = if scalar {
-                p.b.sclchan_recv_close_i(hr)
-            } else {
-                p.b.pktchan_recv_close_i(hr)
-            }
-            .unwrap();
+                let qr = if scalar {
+                    p.b.sclchan_recv_close_i(hr)
+                } else {
+                    p.b.pktchan_recv_close_i(hr)
+                }
+                .unwrap();
+                assert_eq!(p.b.test(qr, None).unwrap(), None);
+                let pending = rx_base | flag::OPEN | flag::CLOSE_PENDING;
+                step("receiver closed", tx_base | flag::OPEN, pending);
+                // The sender learns of it (its sends fail): its flags stay.
+                let start = Instant::now();
+                let refused = loop {
+                    let r = if scalar {
+                        p.a.sclchan_send(hs, 1, 8)
+                    } else {
+                        p.a.pktchan_send(hs, b"x")
+                    };
+                    match r {
+                        Ok(()) => assert!(start.elapsed() < Duration::from_secs(10), "{prov}"),
+                        Err(e) => break e,
+                    }
+                };
+                let gone = if scalar {
+                    Status::MCAPI_ERR_GENERAL
+                } else {
+                    Status::MCAPI_ERR_TRANSMISSION
+                };
+                assert_eq!(refused, gone, "{prov}, round {round}");
+                step("receiver closed, seen", tx_base | flag::OPEN, pending);
+                let qs = if scalar {
+                    p.a.sclchan_send_close_i(hs)
+                } else {
+                    p.a.pktchan_send_close_i(hs)
+                }
+                .unwrap();
+                (qs, qr)
+            };
             p.b.wait(qr, None, WAIT).unwrap();
             p.a.wait(qs, None, WAIT).unwrap();
-            assert_eq!(p.b.endpoint_get_attribute(p.rx, ATTR_STATUS).unwrap(), 0);
-            assert_eq!(p.a.endpoint_get_attribute(p.tx, ATTR_STATUS).unwrap(), 0);
+            step("both closed", 0, 0);
             assert_eq!(
                 p.a.pktchan_send(hs, b"x"),
                 Err(Status::MCAPI_ERR_CHAN_INVALID),
