@@ -34,6 +34,7 @@ use super::*;
 use crate::semantics::channel::{
     Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
 };
+use arrayvec::ArrayVec;
 use mcapi_ofi::{SendBuffer, SendWait};
 use std::sync::atomic::AtomicU32;
 
@@ -2129,27 +2130,29 @@ impl Node {
 
     /// The CQs whose completions may finish `requests`: the node's, and those of the
     /// channel sides that channel sends and receives among them wait on.
-    /// Empty where the node's CQs have no fd wait object (the sleeps are timed then).
-    pub(super) fn request_cqs(&self, requests: &[RequestHandle]) -> Vec<CompletionQueue> {
+    /// Empty where the node's CQs have no fd wait object, or when they are more than one
+    /// sleep can watch (the sleeps are timed then).
+    pub(super) fn request_cqs(&self, requests: &[RequestHandle]) -> SleepCqs {
         let mut cqs = self.inner.node_sleep_cqs();
         if cqs.is_empty() {
             return cqs;
         }
-        let handles: Vec<ChannelHandle> = match self.inner.live_state() {
-            Ok(st) => requests
-                .iter()
-                .filter_map(|&r| match st.requests.get(r) {
-                    Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) => {
-                        Some(*handle)
+        // Gathered under the state lock, looked up once it is released.
+        let mut handles = ArrayVec::<ChannelHandle, { CompletionQueue::MAX_SLEEP_CQS }>::new();
+        if let Ok(st) = self.inner.live_state() {
+            for &r in requests {
+                if let Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) =
+                    st.requests.get(r)
+                {
+                    if handles.try_push(*handle).is_err() {
+                        return SleepCqs::new();
                     }
-                    _ => None,
-                })
-                .collect(),
-            Err(_) => Vec::new(),
-        };
+                }
+            }
+        }
         for cq in handles.into_iter().filter_map(|h| self.side_cq(h)) {
-            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
-                cqs.push(cq);
+            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) && cqs.try_push(cq).is_err() {
+                return SleepCqs::new();
             }
         }
         cqs
@@ -2769,7 +2772,7 @@ impl Node {
                     return SendWait::Abandon;
                 }
                 self.progress_busy_sides(&SideSet::default(), &mut backoff);
-                if let Err(e) = backoff.wait_on(deadline, || vec![cq.clone()]) {
+                if let Err(e) = backoff.wait_on(deadline, || SleepCqs::from_iter([cq.clone()])) {
                     outcome = Err(e);
                     return SendWait::Abandon;
                 }

@@ -54,11 +54,12 @@ impl NodeInner {
 
     /// What a blocked message call sleeps on: the node's CQ where it has an fd wait object,
     /// else nothing (the sleeps are timed).
-    pub(super) fn node_sleep_cqs(&self) -> Vec<CompletionQueue> {
-        match self.fab.cq_wait {
-            WaitObject::Fd => vec![self.fab.cq.clone()],
-            _ => Vec::new(),
+    pub(super) fn node_sleep_cqs(&self) -> SleepCqs {
+        let mut cqs = SleepCqs::new();
+        if self.fab.cq_wait == WaitObject::Fd {
+            cqs.push(self.fab.cq.clone());
         }
+        cqs
     }
 
     pub(super) fn post_recv_slot(

@@ -58,7 +58,7 @@ mod service;
 
 use channels::{ChanReq, ChannelTable, EndpointChannel};
 pub use channels::{ChannelHandle, Packet, MAX_PKT_SIZE};
-use service::{background_progress, open_fabric, Backoff, ControlHandler};
+use service::{background_progress, open_fabric, Backoff, ControlHandler, SleepCqs};
 
 type Result<T> = std::result::Result<T, Status>;
 

@@ -2,6 +2,7 @@
 //! progress, opening the fabric, and the blocking-call backoff.
 
 use super::*;
+use arrayvec::ArrayVec;
 
 /// Answers other nodes on the control plane.
 pub(super) struct ControlHandler(pub(super) Weak<NodeInner>);
@@ -209,7 +210,7 @@ pub(super) struct Backoff {
     spinning: bool,
     sleep: Duration,
     /// The CQs to sleep on, asked for once when the first sleep comes.
-    sleep_on: Option<Vec<CompletionQueue>>,
+    sleep_on: Option<SleepCqs>,
     /// When the very first wait happened, and whether [`SLOW_AFTER`] has passed since
     /// (both kept by [`Backoff::restart`], so slow-path checks still come).
     first: Option<Instant>,
@@ -217,6 +218,10 @@ pub(super) struct Backoff {
     /// When [`Backoff::slow_check_due`] last said yes (kept by a restart too).
     last_check: Option<Instant>,
 }
+
+/// The CQs a blocked call sleeps on: at most what one `ppoll` watches, kept inline so that
+/// even a call that sleeps allocates nothing (an empty set sleeps timed).
+pub(super) type SleepCqs = ArrayVec<CompletionQueue, { CompletionQueue::MAX_SLEEP_CQS }>;
 
 /// Slow-path checks come at most this often.
 const CHECK_EVERY: Duration = Duration::from_millis(1);
@@ -316,7 +321,7 @@ impl Backoff {
 
     /// One wait between two looks at whatever the caller waits for; sleeps timed.
     pub(super) fn wait(&mut self, deadline: Option<Instant>) -> Result<()> {
-        self.wait_on(deadline, Vec::new)
+        self.wait_on(deadline, SleepCqs::new)
     }
 
     /// One wait; once it sleeps, it sleeps on the CQs `cqs` names (called once) until one
@@ -324,7 +329,7 @@ impl Backoff {
     pub(super) fn wait_on(
         &mut self,
         deadline: Option<Instant>,
-        cqs: impl FnOnce() -> Vec<CompletionQueue>,
+        cqs: impl FnOnce() -> SleepCqs,
     ) -> Result<()> {
         self.wait_on_unless(deadline, cqs, || false)
     }
@@ -334,7 +339,7 @@ impl Backoff {
     pub(super) fn wait_on_unless(
         &mut self,
         deadline: Option<Instant>,
-        cqs: impl FnOnce() -> Vec<CompletionQueue>,
+        cqs: impl FnOnce() -> SleepCqs,
         pending: impl FnOnce() -> bool,
     ) -> Result<()> {
         let first = self.spins == 0;
