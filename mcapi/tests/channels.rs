@@ -126,6 +126,9 @@ fn close(p: &Pair, hs: ChannelHandle, hr: ChannelHandle, scalar: bool) {
     p.a.wait(qs, None, WAIT).unwrap();
 }
 
+/// Packets of 0 and 1 byte, around the inject size of the provider in use (the last one
+/// injected and the first one sent; shm 4096 bytes, tcp;ofi_rxm 64) and up to the maximum
+/// payload arrive intact, received in place in the pool.
 #[test]
 fn packets_of_every_size_arrive_in_order_zero_copy() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
@@ -133,7 +136,22 @@ fn packets_of_every_size_arrive_in_order_zero_copy() {
         let p = Pair::new(prov, "pkt", 10);
         let (hs, hr) = open(&p, false, true);
         let pool = p.b.pktchan_pool_range(hr).unwrap();
-        let sizes = [0usize, 1, 64, 4096, 64 * 1024 - 1, 64 * 1024];
+        let inject = p.a.inject_size();
+        assert!(
+            0 < inject && inject < 64 * 1024,
+            "{prov}: inject size {inject}"
+        );
+        eprintln!("{prov}: inject size {inject}");
+        let sizes = [
+            0usize,
+            1,
+            64,
+            inject - 1,
+            inject,
+            inject + 1,
+            64 * 1024 - 1,
+            64 * 1024,
+        ];
         for (i, &n) in sizes.iter().enumerate() {
             let data: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
             p.a.pktchan_send(hs, &data).unwrap();
@@ -1064,12 +1082,14 @@ fn leaked_packet(i: usize, len: usize) -> &'static [u8] {
 fn zero_copy_send_i_in_order_with_copying_and_blocking_sends() {
     use mcapi::SendBuffer;
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
-    // Above every provider's inject size here (shm 4 KiB, tcp;ofi_rxm 16 KiB), and below.
+    // Above the inject size (shm 4096 bytes, tcp;ofi_rxm 64): zero-copy where asked.
     const BIG: usize = 60_000;
     const SMALL: usize = 100;
     for prov in providers() {
         let p = Pair::new(prov, "zcopy", 90);
         let (hs, hr) = open(&p, false, true);
+        let inject = p.a.inject_size();
+        assert!(BIG > inject, "{prov}: inject size {inject}");
 
         // The receiver holds all 16 credits' packets: a zero-copy send_i then stays pending
         // until one is released, and completes after.
@@ -1104,11 +1124,19 @@ fn zero_copy_send_i_in_order_with_copying_and_blocking_sends() {
         assert_eq!(pkt.to_vec(), first[16], "{prov}: the pending packet");
         p.b.pktchan_release(pkt.addr()).unwrap();
 
-        // Zero-copy send_i above and below the inject size, copying send_i and blocking
-        // sends, interleaved: one FIFO.
+        // Zero-copy send_i above and at or below the inject size (1 to `inject` bytes: sent
+        // by inject even when asked for zero copy), copying send_i and blocking sends,
+        // interleaved: one FIFO.
         let count = 150;
         let packets: Vec<&'static [u8]> = (0..count)
-            .map(|i| leaked_packet(i, if i % 2 == 0 { BIG } else { SMALL + i }))
+            .map(|i| {
+                let len = if i % 2 == 0 {
+                    BIG
+                } else {
+                    1 + (SMALL + i) % inject
+                };
+                leaked_packet(i, len)
+            })
             .collect();
         let a = p.a.clone();
         let sent = packets.clone();

@@ -513,6 +513,14 @@ impl Node {
         &self.inner.fab.provider
     }
 
+    /// The provider's inject size (`fi_info.tx_attr->inject_size`): messages, packets and
+    /// scalars up to this many bytes go out by inject, larger packets by a send that the
+    /// provider completes later (docs/implementation-defined.md, "When `pktchan_send`
+    /// completes").
+    pub fn inject_size(&self) -> usize {
+        self.inner.fab.inject_size
+    }
+
     /// `mcapi_endpoint_create`: a local endpoint on `port` (`PORT_ANY`: a free port).
     ///
     /// # Errors
