@@ -13,6 +13,7 @@
 //! alive: end-of-file on it means the process died or finalized.
 
 use crate::config::Config;
+use smallvec::SmallVec;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -27,6 +28,11 @@ type Connections = Arc<Mutex<Vec<(Stream, JoinHandle<()>)>>>;
 
 /// Largest frame accepted (fabric addresses and attribute lists are small).
 const MAX_FRAME: usize = 64 * 1024;
+
+/// A frame's bytes, inline up to 64 (every frame but those that carry a fabric address or
+/// channel bytes): a sender out of credits asks the receiver's control plane for more, and
+/// that call allocates nothing.
+type FrameBytes = SmallVec<[u8; 64]>;
 
 /// Where a node's control socket is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,10 +149,10 @@ impl Stream {
     /// # Errors
     /// The peer is gone.
     pub fn send(&mut self, frame: &Frame) -> io::Result<()> {
-        let body = frame.encode();
-        let mut buf = Vec::with_capacity(4 + body.len());
-        buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&body);
+        let mut buf = FrameBytes::from_slice(&[0; 4]);
+        frame.encode_into(&mut buf);
+        let len = (buf.len() - 4) as u32;
+        buf[..4].copy_from_slice(&len.to_le_bytes());
         self.write_all(&buf)?;
         self.flush()
     }
@@ -165,7 +171,7 @@ impl Stream {
                 "oversized control frame",
             ));
         }
-        let mut body = vec![0u8; len];
+        let mut body = FrameBytes::from_elem(0, len);
         self.read_exact(&mut body)?;
         Frame::decode(&body)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed control frame"))
@@ -284,8 +290,8 @@ pub enum Frame {
 }
 
 impl Frame {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16);
+    /// Appends the frame's body to `out`.
+    fn encode_into(&self, out: &mut FrameBytes) {
         let mut put = |v: u64| out.extend_from_slice(&v.to_le_bytes());
         match self {
             Frame::Hello {
@@ -358,7 +364,6 @@ impl Frame {
                 out.extend_from_slice(bytes);
             }
         }
-        out
     }
 
     fn decode(b: &[u8]) -> Option<Frame> {
@@ -688,7 +693,9 @@ mod tests {
             },
             Frame::NodeAttribute { attribute: 1 },
         ] {
-            assert_eq!(Frame::decode(&f.encode()), Some(f));
+            let mut body = FrameBytes::new();
+            f.encode_into(&mut body);
+            assert_eq!(Frame::decode(&body), Some(f));
         }
         for junk in [
             &[][..],

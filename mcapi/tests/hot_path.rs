@@ -1,4 +1,5 @@
-//! The channel hot path allocates nothing (issue 4: "no allocation per packet or scalar"):
+//! The channel hot path allocates nothing (issue 4: "no allocation per packet or scalar"),
+//! and neither does the message path:
 //! a global allocator counts the allocations made by a sending and a receiving thread while
 //! they stream packets (injected, zero copy from the caller's buffer, blocking and
 //! `pktchan_send_i`, received blocking and by `pktchan_recv_i`) and scalars of every width
@@ -234,4 +235,60 @@ fn the_counter_sees_an_allocation() {
         std::hint::black_box(vec![1u8; 10]);
     });
     assert!(n >= 1);
+}
+
+/// Messages too: blocking sends of small (injected) and large messages, `msg_send_i`, and
+/// blocking and `msg_recv_i` receives, one sending and one receiving thread.
+#[test]
+fn message_sends_and_receives_allocate_nothing() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let large: Vec<u8> = (0..LARGE).map(|i| i as u8).collect();
+    for prov in providers() {
+        let cfg = config(prov);
+        let a = Node::initialize(0, 62, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 63, cfg).unwrap();
+        let from = a.endpoint_create(30).unwrap();
+        let rx = b.endpoint_create(31).unwrap();
+        let to = a.endpoint_get(0, 63, 31, WAIT).unwrap();
+        let sizes = [8, 100, LARGE];
+        let send_rounds = |rounds: u32| {
+            for _ in 0..rounds {
+                for len in sizes {
+                    a.msg_send(from, to, &large[..len], 1).unwrap();
+                }
+                let q = a.msg_send_i(from, to, &large[..8], 1).unwrap();
+                a.wait(q, None, WAIT).unwrap();
+            }
+        };
+        let receive_rounds = |scratch: &mut [u8], rounds: u32| {
+            for _ in 0..rounds {
+                for len in sizes {
+                    assert_eq!(b.msg_recv(rx, scratch).unwrap(), len);
+                    assert!(scratch[..len] == large[..len]);
+                }
+                let q = b.msg_recv_i(rx).unwrap();
+                assert_eq!(b.wait(q, Some(&mut scratch[..]), WAIT).unwrap(), 8);
+            }
+        };
+        let (warm, counted) = (200, 2_000);
+        let (sent, received) = std::thread::scope(|s| {
+            let sender = s.spawn(|| {
+                park_once();
+                send_rounds(warm);
+                allocations_during(|| send_rounds(counted))
+            });
+            park_once();
+            let mut scratch = vec![0u8; LARGE];
+            receive_rounds(&mut scratch, warm);
+            let received = allocations_during(|| receive_rounds(&mut scratch, counted));
+            (sender.join().unwrap(), received)
+        });
+        assert_eq!(
+            (sent, received),
+            (0, 0),
+            "{prov}: allocations (sender, receiver) in {counted} rounds of 4 messages"
+        );
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
 }
