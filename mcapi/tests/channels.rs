@@ -1705,8 +1705,15 @@ fn finalize_right_after_a_credit_return_leaves_the_other_side_failing_cleanly() 
                     Err(e) => panic!("{prov}: send after the receiver finalized: {e}"),
                 }
             }
+            // The finalize closed the receiver's side as a close would: the sender's close
+            // completes normally (docs/implementation-defined.md, "The other side closed").
             let q = p.a.pktchan_send_close_i(hs).unwrap();
-            let _ = p.a.wait(q, None, WAIT);
+            assert_eq!(p.a.wait(q, None, WAIT), Ok(0), "{prov}: round {round}");
+            assert_eq!(
+                p.a.endpoint_get_attribute(p.tx, ATTR_STATUS),
+                Ok(0),
+                "{prov}: round {round}: unconnected after the close"
+            );
             p.a.finalize().unwrap();
             p.third.finalize().unwrap();
         }
