@@ -20,6 +20,9 @@ const ATTR_MAX_PAYLOAD: u32 = 1;
 const ATTR_STATUS: u32 = 8;
 /// Packets the receiver holds at once, released out of order (below NUM_RECV_BUFFERS).
 const HELD: usize = 12;
+/// The slow receiver's naps per stream, whatever its length, and how long each lasts.
+const NAPS: u64 = 10;
+const NAP: Duration = Duration::from_millis(50);
 
 fn main() {
     common::run(child, |prov| {
@@ -120,7 +123,8 @@ fn scalar(i: u64, width: usize) -> u64 {
 /// A third process gets both endpoints of two other processes and connects a packet and a
 /// scalar channel between them (spec 7.1); the two open, exchange packets of every size and
 /// a volume with a slow receiver that holds packets and releases them out of order, then
-/// scalars of every width, and close.
+/// scalars of every width, and close. The receiver's naps fill the channel: the sender must
+/// have found it full (a `pktchan_send_i` left pending) and lost nothing.
 fn third_party(prov: &str) -> Result<(), Failed> {
     let job = format!("chan3-{prov}-{}", std::process::id());
     let node = Node::initialize(0, 50, config(prov, &job))?;
@@ -142,11 +146,20 @@ fn third_party(prov: &str) -> Result<(), Failed> {
     );
     let start = Instant::now();
     receiver.finish()?;
+    let report = sender.line()?;
     sender.finish()?;
+    let full: u64 = report
+        .strip_prefix("full ")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("sender reported {report:?}"))?;
     eprintln!(
-        "  {prov}: {count} packets and 4 x {count} scalars in {:.1?}",
+        "  {prov}: {count} packets and 4 x {count} scalars in {:.1?}; the sender found the \
+         channel full {full} times",
         start.elapsed()
     );
+    if full == 0 {
+        return Err("the sender never found the channel full: the receiver was never slow".into());
+    }
     node.finalize()?;
     Ok(())
 }
@@ -166,9 +179,25 @@ fn sender_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
     for (i, &size) in SIZES.iter().enumerate() {
         n.pktchan_send(hs, &pattern(size, i))?;
     }
+    // Blocking sends and `pktchan_send_i`s alternate (one FIFO); a `send_i` still pending
+    // when tested at once could not go: no credit (the receiver's pool was full), or the
+    // provider pushed back.
+    let mut full = 0u64;
     let mut buf = vec![0u8; 4096];
     for i in 0..count {
-        n.pktchan_send(hs, stream_packet(i, &mut buf))?;
+        let pkt = stream_packet(i, &mut buf);
+        if i % 2 == 0 {
+            n.pktchan_send(hs, pkt)?;
+        } else {
+            let q = n.pktchan_send_i(hs, pkt)?;
+            if n.test(q, None)?.is_none() {
+                full += 1;
+            }
+            // Waited on either way: the close below needs a request slot, and open/close
+            // refuse with MCAPI_ERR_REQUEST_LIMIT while tested-complete requests fill the
+            // table (their pre-check counts them; alloc alone would reclaim them).
+            n.wait(q, None, WAIT)?;
+        }
     }
     for width in [1, 2, 4, 8] {
         for i in 0..count {
@@ -179,6 +208,7 @@ fn sender_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
     n.wait(q, None, WAIT)?;
     let q = n.sclchan_send_close_i(ss)?;
     n.wait(q, None, WAIT)?;
+    println!("full {full}");
     n.finalize()?;
     Ok(())
 }
@@ -213,7 +243,9 @@ fn receiver_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
         n.pktchan_release(pkt.addr())?;
     }
     // The slow receiver: holds HELD packets, releases them in a scrambled order, and
-    // naps now and then so that the sender runs into a full channel.
+    // naps ten times during the stream (never after its last packet), each nap far longer
+    // than the sender needs to fill the channel.
+    let nap_every = (count / NAPS).max(1);
     let mut held = Vec::with_capacity(HELD);
     let mut expect = vec![0u8; 4096];
     for i in 0..count {
@@ -229,8 +261,8 @@ fn receiver_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
             }
             held.clear();
         }
-        if i % 100_000 == 99_999 {
-            std::thread::sleep(Duration::from_millis(50));
+        if i % nap_every == nap_every / 2 {
+            std::thread::sleep(NAP);
         }
     }
     for addr in held {

@@ -67,6 +67,14 @@ impl Peer {
         }
     }
 
+    /// Waits for the child's next line (a report such as `full 12`).
+    pub fn line(&mut self) -> Result<String, Failed> {
+        match self.lines.next() {
+            Some(Ok(line)) => Ok(line),
+            other => Err(format!("peer said {other:?}, expected a line").into()),
+        }
+    }
+
     /// Waits for the child to exit, for callers that report a failure their own way.
     pub fn wait(mut self) -> Result<ExitStatus, Failed> {
         Ok(self.child.wait()?)
