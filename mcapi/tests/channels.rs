@@ -1625,7 +1625,12 @@ fn discarded_packets_never_reach_the_next_channel() {
             }
             let qr = p.b.pktchan_recv_close_i(hr).unwrap();
             let sent = sender.join().unwrap();
-            assert!(sent >= credits, "{prov}: round {round}: {sent} sent");
+            // Even rounds: all sent before the close; odd: at least what was received.
+            if round % 2 == 0 {
+                assert_eq!(sent, credits, "{prov}: round {round}");
+            } else {
+                assert!(sent >= credits / 2, "{prov}: round {round}: {sent} sent");
+            }
             let qs = p.a.pktchan_send_close_i(hs).unwrap();
             p.b.wait(qr, None, WAIT).unwrap();
             p.a.wait(qs, None, WAIT).unwrap();
