@@ -645,7 +645,7 @@ fn packets_through_a_few_receive_buffers_lose_nothing() {
         for buffers in [1usize, 2, 8] {
             let mut cfg = config(prov, &format!("pktbuf{buffers}"));
             cfg.recv_buffers = buffers;
-            let p = Pair::with_config(cfg, 47);
+            let p = Pair::with_config(cfg, 240);
             p.a.set_endpoint_timeout(p.tx, STALL).unwrap();
             p.b.set_endpoint_timeout(p.rx, STALL).unwrap();
             let (hs, hr) = open(&p, false, true);
