@@ -1724,3 +1724,35 @@ fn finalize_right_after_a_credit_return_leaves_the_other_side_failing_cleanly() 
         }
     }
 }
+
+/// Requests that `mcapi_test` reported complete are reclaimable (the spec releases a
+/// request only in wait and cancel, but programs reuse them after a test): a request table
+/// full of them never refuses an open or a close with `MCAPI_ERR_REQUEST_LIMIT`.
+#[test]
+fn tested_requests_never_block_an_open_or_a_close() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    const TABLE: usize = 8;
+    for prov in providers() {
+        let mut cfg = config(prov, "reqfull");
+        cfg.request_table_size = TABLE;
+        let p = Pair::with_config(cfg, 250);
+        // The second round opens with both tables full of the first round's requests.
+        for round in 0..2 {
+            let (hs, hr) = open(&p, false, round == 0);
+            for i in 0..TABLE as u8 {
+                let r = p.b.pktchan_recv_i(hr).unwrap();
+                let s = p.a.pktchan_send_i(hs, &[i]).unwrap();
+                let until = Instant::now() + Duration::from_secs(20);
+                for (node, q) in [(&p.a, s), (&p.b, r)] {
+                    while node.test(q, None).unwrap().is_none() {
+                        assert!(Instant::now() < until, "{prov}: packet {i} stuck");
+                    }
+                }
+                let addr = p.b.received_packet(r).unwrap();
+                p.b.pktchan_release(addr).unwrap();
+            }
+            close(&p, hs, hr, false);
+        }
+        p.finalize();
+    }
+}

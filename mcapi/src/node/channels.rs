@@ -2036,7 +2036,7 @@ impl Node {
         let handle = self.inner.reserve_side(kind, dir, port)?;
         let opened = (|| {
             let mut st = self.inner.live_state()?;
-            if st.requests.len() >= st.requests.capacity() {
+            if !st.requests.has_room() {
                 return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
             }
             let ep = st
@@ -2393,7 +2393,7 @@ impl Node {
         };
         let (req, peer_id) = {
             let mut st = self.inner.live_state()?;
-            if st.requests.len() >= st.requests.capacity() {
+            if !st.requests.has_room() {
                 return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
             }
             let ep = st

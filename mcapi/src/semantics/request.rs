@@ -182,6 +182,16 @@ impl<T> RequestTable<T> {
         self.slots.len() - self.free.len()
     }
 
+    /// Whether [`alloc`](Self::alloc) would succeed now: a slot is free or reclaimable.
+    /// For callers that must know before they change anything else; reclaims nothing.
+    pub fn has_room(&self) -> bool {
+        !self.free.is_empty()
+            || self.reclaimable.iter().any(|&(i, stamp)| {
+                let slot = &self.slots[i as usize];
+                !slot.waiter && Self::is_reclaimable(slot, stamp)
+            })
+    }
+
     /// `true` if no slot is in use.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

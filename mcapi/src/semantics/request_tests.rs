@@ -67,9 +67,11 @@ fn limit_without_reclaimable_slots() {
     let mut t = RequestTable::new(2);
     let a = t.alloc(1).unwrap();
     let _b = t.alloc(2).unwrap();
+    assert!(!t.has_room());
     assert_eq!(t.alloc(3), Err(MCAPI_ERR_REQUEST_LIMIT));
     // Completed but not yet reported by test(): a wait may still come.
     t.complete(a, MCAPI_SUCCESS, 0).unwrap();
+    assert!(!t.has_room());
     assert_eq!(t.alloc(3), Err(MCAPI_ERR_REQUEST_LIMIT));
     assert_eq!(
         RequestTable::<()>::new(0).alloc(()),
@@ -85,6 +87,7 @@ fn reclaim_after_test_without_wait() {
     t.complete(a, MCAPI_SUCCESS, 10).unwrap();
     assert_eq!(t.test(a), Ok(Some((MCAPI_SUCCESS, 10))));
     // Full, but `a` was reported: it is recycled.
+    assert!(t.has_room());
     let c = t.alloc("c").unwrap();
     assert_ne!(a, c);
     assert_eq!(t.test(a), INVALID);
@@ -112,8 +115,10 @@ fn reclaim_takes_oldest_and_skips_waited() {
     assert!(t.test(h[2]).is_ok());
     t.alloc(10).unwrap(); // takes h[1]
     assert_eq!(t.test(h[1]), INVALID);
+    assert!(!t.has_room());
     assert_eq!(t.alloc(11), Err(MCAPI_ERR_REQUEST_LIMIT));
     t.end_wait(h[2]).unwrap();
+    assert!(t.has_room());
     t.alloc(11).unwrap(); // waiter gone: h[2] goes
     assert_eq!(t.test(h[2]), INVALID);
 }
