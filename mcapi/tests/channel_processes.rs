@@ -1,6 +1,6 @@
 //! Packet and scalar channels between MCAPI nodes in separate processes over real providers:
-//! a third process connects two others (spec 7.1), volumes with a slow receiver, and a peer
-//! killed mid-stream on each side. Runs one test at a time and re-executes itself as the
+//! a third process connects two others (spec 7.1), volumes with a slow receiver, a peer
+//! killed mid-stream on each side, and one killed between the connect and its open. Runs one test at a time and re-executes itself as the
 //! peers (`MCAPI_TEST_CHILD`, the harness in `common`).
 //!
 //! Volumes: `MCAPI_STRESS=1` runs the documented stress target (1,000,000 packets and
@@ -38,6 +38,10 @@ fn main() {
             t.push(Trial::test(
                 format!("{prov}::{}_sender_killed_mid_stream", kind.name()),
                 move || sender_killed(prov, kind),
+            ));
+            t.push(Trial::test(
+                format!("{prov}::{}_peer_killed_before_opening", kind.name()),
+                move || killed_before_open(prov, kind),
             ));
         }
         t
@@ -501,11 +505,84 @@ fn child(spec: &str) {
         "receiver" => receiver_child(prov, job, arg.parse().unwrap()),
         "stuck-receiver" => stuck_receiver(prov, job, Kind::parse(arg)),
         "streaming-sender" => streaming_sender(prov, job, Kind::parse(arg)),
+        "idle-endpoint" => idle_endpoint(prov, job, arg.parse().unwrap()),
         other => panic!("unknown role {other}"),
     };
     if let Err(e) = result {
         eprintln!("{role}: {e:?}");
         std::process::exit(1);
+    }
+}
+
+/// The other process is killed after the connect, before it opened its side: this side's
+/// open fails with `MCAPI_ERR_GENERAL` (the open calls' tables lack
+/// `MCAPI_ERR_TRANSMISSION`) instead of waiting forever, whether it was pending when the
+/// peer died or made afterwards, and the endpoint is unconnected again: it can be connected
+/// anew (with nothing to close against, it would otherwise stay connected to the dead
+/// process for good, refusing connects and `endpoint_delete`).
+fn killed_before_open(prov: &str, kind: Kind) -> Result<(), Failed> {
+    let job = format!("killopen-{prov}-{}-{}", kind.name(), std::process::id());
+    let node = Node::initialize(0, 90, config(prov, &job))?;
+    let tx = node.endpoint_create(1)?;
+    let open = || match kind {
+        Kind::Packet => node.pktchan_send_open_i(tx),
+        Kind::Scalar => node.sclchan_send_open_i(tx),
+    };
+    for (peer_node, open_first) in [(91, true), (92, false)] {
+        let mut peer = Peer::spawn(&format!("idle-endpoint:{peer_node}"), prov, &job)?;
+        peer.expect("ready")?;
+        let to = node.endpoint_get(0, peer_node, 2, WAIT)?;
+        let c = match kind {
+            Kind::Packet => node.pktchan_connect_i(tx, to)?,
+            Kind::Scalar => node.sclchan_connect_i(tx, to)?,
+        };
+        node.wait(c, None, WAIT)?;
+        let pending = if open_first {
+            let (_, q) = open()?;
+            assert_eq!(node.test(q, None)?, None, "opened without the peer");
+            Some(q)
+        } else {
+            None
+        };
+        peer.kill()?;
+        let q = match pending {
+            Some(q) => q,
+            None => open()?.1,
+        };
+        let what = format!(
+            "{prov} {}, open made {}",
+            kind.name(),
+            if open_first {
+                "before the death"
+            } else {
+                "after it"
+            }
+        );
+        assert_eq!(
+            node.wait(q, None, WAIT),
+            Err(Status::MCAPI_ERR_GENERAL),
+            "{what}"
+        );
+        assert_eq!(
+            node.endpoint_get_attribute(tx, ATTR_STATUS)?,
+            0,
+            "{what}: still connected to the dead process"
+        );
+    }
+    survivor_reconnects(&node, kind, tx, true)?;
+    node.endpoint_delete(tx)?;
+    node.finalize()?;
+    Ok(())
+}
+
+/// Creates endpoint 2 on node `node_id`, says "ready" and waits to be killed (it never
+/// opens a channel).
+fn idle_endpoint(prov: &str, job: &str, node_id: u32) -> Result<(), Failed> {
+    let n = Node::initialize(0, node_id, config(prov, job))?;
+    n.endpoint_create(2)?;
+    println!("ready");
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
     }
 }
 

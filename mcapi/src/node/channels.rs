@@ -2186,10 +2186,15 @@ impl Node {
 
     fn advance_open(&self, request: RequestHandle, port: u32, handle: ChannelHandle) -> Result<()> {
         let (slot, generation, kind, dir) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
-        let fail = |status: Status| -> Result<()> {
+        // `peer_gone`: the other node died or finalized, so the endpoint is unconnected
+        // again (there is nothing to close against).
+        let fail = |status: Status, peer_gone: bool| -> Result<()> {
             let mut st = self.inner.live_state()?;
             if let Some(ep) = st.endpoints.get_mut(&port) {
                 ep.channel.binding.abandon_open();
+                if peer_gone && ep.channel.binding.peer_lost_before_open() {
+                    ep.channel.peer = None;
+                }
                 ep.channel.side = None;
             }
             let _ = st.requests.complete(request, status, 0);
@@ -2202,13 +2207,13 @@ impl Node {
             let st = self.inner.live_state()?;
             let Some(ep) = st.endpoints.get(&port) else {
                 drop(st);
-                return fail(Status::MCAPI_ERR_ENDP_DELETED);
+                return fail(Status::MCAPI_ERR_ENDP_DELETED, false);
             };
             let b = &ep.channel.binding;
             match b.early_open_status(kind, dir) {
                 Err(e) => {
                     drop(st);
-                    return fail(e);
+                    return fail(e, false);
                 }
                 Ok(connected) => (
                     connected,
@@ -2244,7 +2249,7 @@ impl Node {
                     Ok(io) => io,
                     Err(_) => {
                         drop(g);
-                        return fail(Status::MCAPI_ERR_GENERAL);
+                        return fail(Status::MCAPI_ERR_GENERAL, false);
                     }
                 };
                 if let (SideData::Recv(r), ChannelKind::Packet) = (&io.data, kind) {
@@ -2285,17 +2290,21 @@ impl Node {
                 [credits | u64::from(route) << 32, max_payload as u64, me],
                 addr,
             ) {
-                return fail(match e {
-                    Status::MCAPI_ERR_TRANSMISSION | Status::MCAPI_TIMEOUT => {
-                        Status::MCAPI_ERR_GENERAL
-                    }
-                    e => e,
-                });
+                let peer_gone = e == Status::MCAPI_ERR_TRANSMISSION;
+                return fail(
+                    match e {
+                        Status::MCAPI_ERR_TRANSMISSION | Status::MCAPI_TIMEOUT => {
+                            Status::MCAPI_ERR_GENERAL
+                        }
+                        e => e,
+                    },
+                    peer_gone,
+                );
             }
         }
         let Some(info) = peer_info else {
             if peer.is_some() && !self.inner.peer_alive(peer) {
-                return fail(Status::MCAPI_ERR_GENERAL);
+                return fail(Status::MCAPI_ERR_GENERAL, true);
             }
             return Ok(());
         };
@@ -2319,7 +2328,7 @@ impl Node {
                 .is_err()
             {
                 drop(g);
-                return fail(Status::MCAPI_ERR_GENERAL);
+                return fail(Status::MCAPI_ERR_GENERAL, false);
             }
             side.ready = true;
         }

@@ -207,6 +207,18 @@ impl<T> Binding<T> {
         }
     }
 
+    /// The other endpoint's node died or finalized before the channel was open here (after
+    /// [`Binding::abandon_open`]): nothing is left to open or close against, so the endpoint
+    /// is unbound again, as after a close (`true`). An open channel keeps its binding until
+    /// its close.
+    pub fn peer_lost_before_open(&mut self) -> bool {
+        if self.connection.is_some() && self.phase == Phase::Connected {
+            *self = Binding::default();
+            return true;
+        }
+        false
+    }
+
     /// The other side opened and told us `info`.
     pub fn peer_opened(&mut self, info: T) {
         self.peer_open = Some(info);
@@ -486,6 +498,25 @@ mod tests {
         assert!(b.try_finish_close());
         assert_eq!(b.status_flags(), 0);
         b.check_connect(0).unwrap();
+    }
+
+    #[test]
+    fn a_peer_lost_before_the_open_unbinds_the_endpoint() {
+        let mut b: Binding<u32> = Binding::default();
+        b.connect(ChannelKind::Scalar, Direction::Send);
+        b.open(ChannelKind::Scalar, Direction::Send).unwrap();
+        assert!(!b.peer_lost_before_open(), "an open is under way");
+        b.abandon_open();
+        assert!(b.peer_lost_before_open());
+        assert_eq!(b.status_flags(), 0);
+        b.check_connect(0).unwrap();
+        // An open channel is left to its close.
+        b.connect(ChannelKind::Scalar, Direction::Send);
+        b.open(ChannelKind::Scalar, Direction::Send).unwrap();
+        b.peer_opened(1);
+        assert!(b.try_finish_open());
+        assert!(!b.peer_lost_before_open());
+        assert_eq!(b.check_connect(0), Err(Status::MCAPI_ERR_CHAN_CONNECTED));
     }
 
     #[test]
