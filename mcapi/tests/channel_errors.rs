@@ -6,10 +6,10 @@
 //! refused sends are drained at the end to prove that no refused packet or scalar went out.
 //!
 //! Nodes are threads of this process (as in `channels.rs`), on shm and on tcp (one test
-//! each, one at a time; every row behaves the same on both): A and B (the channels), T (a one-slot request table, kept full), D
-//! (finalized after its channels were opened: the `MCAPI_ERR_NODE_NOTINIT` rows, and the
-//! "other side's node finalized" rows on A; a peer that dies is in `channel_processes.rs`)
-//! and F (every channel side slot reserved).
+//! each, one at a time; every row behaves the same on both): A and B (the channels), T (a
+//! one-slot request table, kept full), D (finalized after its channels were opened: the
+//! `MCAPI_ERR_NODE_NOTINIT` rows, and the "other side's node finalized" rows on A; a peer
+//! that dies is in `channel_processes.rs`) and F (every channel side slot reserved).
 //!
 //! Rows NOT provokable through the Rust API, and why:
 //! - `MCAPI_ERR_PARAMETER` (connect, open, `pktchan_send_i`, `pktchan_send`,

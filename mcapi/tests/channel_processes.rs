@@ -1,7 +1,8 @@
 //! Packet and scalar channels between MCAPI nodes in separate processes over real providers:
 //! a third process connects two others (spec 7.1), volumes with a slow receiver, a peer
-//! killed mid-stream on each side, and one killed between the connect and its open. Runs one test at a time and re-executes itself as the
-//! peers (`MCAPI_TEST_CHILD`, the harness in `common`).
+//! killed mid-stream on each side, and one killed between the connect and its open. Runs
+//! one test at a time and re-executes itself as the peers (`MCAPI_TEST_CHILD`, the harness
+//! in `common`).
 //!
 //! Volumes: `MCAPI_STRESS=1` runs the documented stress target (1,000,000 packets and
 //! 1,000,000 scalars of each width on every provider); by default shm runs the full counts
@@ -197,9 +198,8 @@ fn sender_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
             if n.test(q, None)?.is_none() {
                 full += 1;
             }
-            // Waited on either way: the close below needs a request slot, and open/close
-            // refuse with MCAPI_ERR_REQUEST_LIMIT while tested-complete requests fill the
-            // table (their pre-check counts them; alloc alone would reclaim them).
+            // Waited on either way: a request still pending when tested would otherwise hold
+            // its slot, and hundreds of thousands of them would fill the table.
             n.wait(q, None, WAIT)?;
         }
     }
@@ -505,7 +505,7 @@ fn child(spec: &str) {
         "receiver" => receiver_child(prov, job, arg.parse().unwrap()),
         "stuck-receiver" => stuck_receiver(prov, job, Kind::parse(arg)),
         "streaming-sender" => streaming_sender(prov, job, Kind::parse(arg)),
-        "idle-endpoint" => idle_endpoint(prov, job, arg.parse().unwrap()),
+        "idle-endpoint" => idle_endpoint(prov, job, arg),
         other => panic!("unknown role {other}"),
     };
     if let Err(e) = result {
@@ -514,29 +514,62 @@ fn child(spec: &str) {
     }
 }
 
+/// Who connects the channel in [`killed_before_open`].
+#[derive(Clone, Copy, Debug)]
+enum Connector {
+    /// The surviving node: it holds a control connection to the other node.
+    Survivor,
+    /// The process that is then killed: the survivor only answered its calls.
+    Victim,
+    /// A third node (spec 7.1): the survivor never talked to the other node, so its open
+    /// finds the node unreachable only after the 10 s a control call tries for.
+    Third,
+}
+
 /// The other process is killed after the connect, before it opened its side: this side's
 /// open fails with `MCAPI_ERR_GENERAL` (the open calls' tables lack
 /// `MCAPI_ERR_TRANSMISSION`) instead of waiting forever, whether it was pending when the
-/// peer died or made afterwards, and the endpoint is unconnected again: it can be connected
-/// anew (with nothing to close against, it would otherwise stay connected to the dead
-/// process for good, refusing connects and `endpoint_delete`).
+/// peer died or made afterwards and whoever connected, and the endpoint is unconnected
+/// again: it can be connected anew and deleted (with nothing to close against, it would
+/// otherwise stay connected to the dead process for good).
 fn killed_before_open(prov: &str, kind: Kind) -> Result<(), Failed> {
     let job = format!("killopen-{prov}-{}-{}", kind.name(), std::process::id());
     let node = Node::initialize(0, 90, config(prov, &job))?;
+    let third = Node::initialize(0, 99, config(prov, &job))?;
     let tx = node.endpoint_create(1)?;
     let open = || match kind {
         Kind::Packet => node.pktchan_send_open_i(tx),
         Kind::Scalar => node.sclchan_send_open_i(tx),
     };
-    for (peer_node, open_first) in [(91, true), (92, false)] {
-        let mut peer = Peer::spawn(&format!("idle-endpoint:{peer_node}"), prov, &job)?;
-        peer.expect("ready")?;
-        let to = node.endpoint_get(0, peer_node, 2, WAIT)?;
-        let c = match kind {
-            Kind::Packet => node.pktchan_connect_i(tx, to)?,
-            Kind::Scalar => node.sclchan_connect_i(tx, to)?,
+    let cases = [
+        (91, Connector::Survivor, true),
+        (92, Connector::Survivor, false),
+        (93, Connector::Victim, false),
+        (94, Connector::Third, false),
+    ];
+    // The third-party case takes 10 s: once, on packet channels (scalar opens fail alike).
+    let cases = &cases[..if kind == Kind::Packet { 4 } else { 3 }];
+    for &(peer_node, connector, open_first) in cases {
+        let role = match connector {
+            Connector::Victim => format!("idle-endpoint:{peer_node},{}", kind.name()),
+            _ => format!("idle-endpoint:{peer_node}"),
         };
-        node.wait(c, None, WAIT)?;
+        let mut peer = Peer::spawn(&role, prov, &job)?;
+        peer.expect("ready")?;
+        let by = match connector {
+            Connector::Survivor => Some(&node),
+            Connector::Third => Some(&third),
+            Connector::Victim => None,
+        };
+        if let Some(by) = by {
+            let from = by.endpoint_get(0, 90, 1, WAIT)?;
+            let to = by.endpoint_get(0, peer_node, 2, WAIT)?;
+            let c = match kind {
+                Kind::Packet => by.pktchan_connect_i(from, to)?,
+                Kind::Scalar => by.sclchan_connect_i(from, to)?,
+            };
+            by.wait(c, None, WAIT)?;
+        }
         let pending = if open_first {
             let (_, q) = open()?;
             assert_eq!(node.test(q, None)?, None, "opened without the peer");
@@ -550,13 +583,9 @@ fn killed_before_open(prov: &str, kind: Kind) -> Result<(), Failed> {
             None => open()?.1,
         };
         let what = format!(
-            "{prov} {}, open made {}",
+            "{prov} {}, connected by {connector:?}, open made {} the death",
             kind.name(),
-            if open_first {
-                "before the death"
-            } else {
-                "after it"
-            }
+            if open_first { "before" } else { "after" }
         );
         assert_eq!(
             node.wait(q, None, WAIT),
@@ -571,15 +600,29 @@ fn killed_before_open(prov: &str, kind: Kind) -> Result<(), Failed> {
     }
     survivor_reconnects(&node, kind, tx, true)?;
     node.endpoint_delete(tx)?;
+    third.finalize()?;
     node.finalize()?;
     Ok(())
 }
 
-/// Creates endpoint 2 on node `node_id`, says "ready" and waits to be killed (it never
-/// opens a channel).
-fn idle_endpoint(prov: &str, job: &str, node_id: u32) -> Result<(), Failed> {
-    let n = Node::initialize(0, node_id, config(prov, job))?;
-    n.endpoint_create(2)?;
+/// Creates endpoint 2 on node `node_id` (`<node_id>` or `<node_id>,<kind>`: then it first
+/// connects endpoint 1 of node 90 to it, as a channel of that kind), says "ready" and waits
+/// to be killed (it never opens a channel).
+fn idle_endpoint(prov: &str, job: &str, arg: &str) -> Result<(), Failed> {
+    let (node_id, connect) = match arg.split_once(',') {
+        Some((id, kind)) => (id, Some(Kind::parse(kind))),
+        None => (arg, None),
+    };
+    let n = Node::initialize(0, node_id.parse()?, config(prov, job))?;
+    let rx = n.endpoint_create(2)?;
+    if let Some(kind) = connect {
+        let from = n.endpoint_get(0, 90, 1, WAIT)?;
+        let c = match kind {
+            Kind::Packet => n.pktchan_connect_i(from, rx)?,
+            Kind::Scalar => n.sclchan_connect_i(from, rx)?,
+        };
+        n.wait(c, None, WAIT)?;
+    }
     println!("ready");
     loop {
         std::thread::sleep(Duration::from_secs(1));

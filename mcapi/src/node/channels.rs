@@ -2144,7 +2144,7 @@ impl Node {
                 if let Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) =
                     st.requests.get(r)
                 {
-                    if handles.try_push(*handle).is_err() {
+                    if !handles.contains(handle) && handles.try_push(*handle).is_err() {
                         return SleepCqs::new();
                     }
                 }
@@ -2186,13 +2186,16 @@ impl Node {
 
     fn advance_open(&self, request: RequestHandle, port: u32, handle: ChannelHandle) -> Result<()> {
         let (slot, generation, kind, dir) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
-        // `peer_gone`: the other node died or finalized, so the endpoint is unconnected
-        // again (there is nothing to close against).
-        let fail = |status: Status, peer_gone: bool| -> Result<()> {
+        // `gone`: the other endpoint, whose node died or finalized; if this endpoint is
+        // still connected to it for this open, it is unconnected again (there is nothing
+        // to close against).
+        let fail = |status: Status, gone: Option<EndpointId>| -> Result<()> {
             let mut st = self.inner.live_state()?;
             if let Some(ep) = st.endpoints.get_mut(&port) {
                 ep.channel.binding.abandon_open();
-                if peer_gone && ep.channel.binding.peer_lost_before_open() {
+                let ours =
+                    gone.is_some() && ep.channel.peer == gone && ep.channel.side == Some(handle);
+                if ours && ep.channel.binding.peer_lost_before_open() {
                     ep.channel.peer = None;
                 }
                 ep.channel.side = None;
@@ -2207,13 +2210,13 @@ impl Node {
             let st = self.inner.live_state()?;
             let Some(ep) = st.endpoints.get(&port) else {
                 drop(st);
-                return fail(Status::MCAPI_ERR_ENDP_DELETED, false);
+                return fail(Status::MCAPI_ERR_ENDP_DELETED, None);
             };
             let b = &ep.channel.binding;
             match b.early_open_status(kind, dir) {
                 Err(e) => {
                     drop(st);
-                    return fail(e, false);
+                    return fail(e, None);
                 }
                 Ok(connected) => (
                     connected,
@@ -2249,7 +2252,7 @@ impl Node {
                     Ok(io) => io,
                     Err(_) => {
                         drop(g);
-                        return fail(Status::MCAPI_ERR_GENERAL, false);
+                        return fail(Status::MCAPI_ERR_GENERAL, None);
                     }
                 };
                 if let (SideData::Recv(r), ChannelKind::Packet) = (&io.data, kind) {
@@ -2278,6 +2281,10 @@ impl Node {
             }
         };
         if let Some((addr, route)) = announce {
+            if peer.is_some() && !self.inner.peer_alive(peer) {
+                // Known dead (its control connection closed): no 10 s of calling it first.
+                return fail(Status::MCAPI_ERR_GENERAL, Some(peer_id));
+            }
             let me = self.inner.endpoint_raw(port);
             let credits = match (dir, kind) {
                 (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u64,
@@ -2290,23 +2297,37 @@ impl Node {
                 [credits | u64::from(route) << 32, max_payload as u64, me],
                 addr,
             ) {
-                let peer_gone = e == Status::MCAPI_ERR_TRANSMISSION;
-                return fail(
-                    match e {
-                        Status::MCAPI_ERR_TRANSMISSION | Status::MCAPI_TIMEOUT => {
-                            Status::MCAPI_ERR_GENERAL
-                        }
-                        e => e,
-                    },
-                    peer_gone,
-                );
+                // Its node answered the connect, so one that cannot be reached now (the
+                // call's 10 s to reach it) is gone.
+                return match e {
+                    Status::MCAPI_ERR_TRANSMISSION | Status::MCAPI_TIMEOUT => {
+                        fail(Status::MCAPI_ERR_GENERAL, Some(peer_id))
+                    }
+                    e => fail(e, None),
+                };
             }
         }
-        let Some(info) = peer_info else {
-            if peer.is_some() && !self.inner.peer_alive(peer) {
-                return fail(Status::MCAPI_ERR_GENERAL, true);
+        let info = match peer_info {
+            Some(info) => info,
+            None if peer.is_some() && !self.inner.peer_alive(peer) => {
+                // It may have opened (and gone) since we looked: then the open completes
+                // and the data path reports the loss.
+                let opened = self
+                    .inner
+                    .live_state()?
+                    .endpoints
+                    .get(&port)
+                    .and_then(|ep| {
+                        (ep.channel.peer == Some(peer_id))
+                            .then(|| ep.channel.binding.peer_info().cloned())
+                            .flatten()
+                    });
+                match opened {
+                    Some(info) => info,
+                    None => return fail(Status::MCAPI_ERR_GENERAL, Some(peer_id)),
+                }
             }
-            return Ok(());
+            None => return Ok(()),
         };
         // Both sides open: finish the fabric part and complete.
         {
@@ -2328,7 +2349,7 @@ impl Node {
                 .is_err()
             {
                 drop(g);
-                return fail(Status::MCAPI_ERR_GENERAL, false);
+                return fail(Status::MCAPI_ERR_GENERAL, None);
             }
             side.ready = true;
         }
