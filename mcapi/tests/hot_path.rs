@@ -187,6 +187,33 @@ fn park_once() {
     });
 }
 
+/// Rounds before counting: request slots, FIFOs and maps reach their working size and the
+/// credits go round the pools several times.
+const WARM_ROUNDS: u32 = 200;
+/// Rounds counted.
+const COUNTED_ROUNDS: u32 = 2_000;
+
+/// Runs `send(rounds)` on a thread of its own and `receive(scratch, rounds)` on this one,
+/// first [`WARM_ROUNDS`], then [`COUNTED_ROUNDS`]: the allocations (sender's, receiver's)
+/// in the counted ones.
+fn allocations_in_rounds(
+    send: impl Fn(u32) + Sync,
+    receive: impl Fn(&mut [u8], u32),
+) -> (u64, u64) {
+    std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            park_once();
+            send(WARM_ROUNDS);
+            allocations_during(|| send(COUNTED_ROUNDS))
+        });
+        park_once();
+        let mut scratch = vec![0u8; LARGE];
+        receive(&mut scratch, WARM_ROUNDS);
+        let received = allocations_during(|| receive(&mut scratch, COUNTED_ROUNDS));
+        (sender.join().unwrap(), received)
+    })
+}
+
 #[test]
 fn channel_sends_and_receives_allocate_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
@@ -202,26 +229,14 @@ fn channel_sends_and_receives_allocate_nothing() {
             scalar_tx,
             scalar_rx,
         };
-        // A warm-up lets request slots, FIFOs and maps reach their working size and the
-        // credits go round the pools several times; then the same again, counted.
-        let (warm, counted) = (200, 2_000);
-        let (sent, received) = std::thread::scope(|s| {
-            let sender = s.spawn(|| {
-                park_once();
-                send_rounds(&a, &ends, large, warm);
-                allocations_during(|| send_rounds(&a, &ends, large, counted))
-            });
-            park_once();
-            let mut scratch = vec![0u8; LARGE];
-            receive_rounds(&b, &ends, large, &mut scratch, warm);
-            let received =
-                allocations_during(|| receive_rounds(&b, &ends, large, &mut scratch, counted));
-            (sender.join().unwrap(), received)
-        });
+        let (sent, received) = allocations_in_rounds(
+            |n| send_rounds(&a, &ends, large, n),
+            |scratch, n| receive_rounds(&b, &ends, large, scratch, n),
+        );
         assert_eq!(
             (sent, received),
             (0, 0),
-            "{prov}: allocations (sender, receiver) in {counted} rounds of 5 packets and 4 scalars"
+            "{prov}: allocations (sender, receiver) in {COUNTED_ROUNDS} rounds of 5 packets and 4 scalars"
         );
         a.finalize().unwrap();
         b.finalize().unwrap();
@@ -270,23 +285,11 @@ fn message_sends_and_receives_allocate_nothing() {
                 assert_eq!(b.wait(q, Some(&mut scratch[..]), WAIT).unwrap(), 8);
             }
         };
-        let (warm, counted) = (200, 2_000);
-        let (sent, received) = std::thread::scope(|s| {
-            let sender = s.spawn(|| {
-                park_once();
-                send_rounds(warm);
-                allocations_during(|| send_rounds(counted))
-            });
-            park_once();
-            let mut scratch = vec![0u8; LARGE];
-            receive_rounds(&mut scratch, warm);
-            let received = allocations_during(|| receive_rounds(&mut scratch, counted));
-            (sender.join().unwrap(), received)
-        });
+        let (sent, received) = allocations_in_rounds(send_rounds, receive_rounds);
         assert_eq!(
             (sent, received),
             (0, 0),
-            "{prov}: allocations (sender, receiver) in {counted} rounds of 4 messages"
+            "{prov}: allocations (sender, receiver) in {COUNTED_ROUNDS} rounds of 4 messages"
         );
         a.finalize().unwrap();
         b.finalize().unwrap();
