@@ -1,6 +1,7 @@
 //! Packet and scalar channels between MCAPI nodes in separate processes over real providers:
 //! a third process connects two others (spec 7.1), volumes with a slow receiver, a peer
-//! killed mid-stream on each side, and one killed between the connect and its open. Runs
+//! killed mid-stream on each side (between its calls, and on providers but shm inside them),
+//! and one killed between the connect and its open. Runs
 //! one test at a time and re-executes itself as the peers (`MCAPI_TEST_CHILD`, the harness
 //! in `common`).
 //!
@@ -44,6 +45,19 @@ fn main() {
                 format!("{prov}::{}_peer_killed_before_opening", kind.name()),
                 move || killed_before_open(prov, kind),
             ));
+            // Killed inside its calls: not on shm, whose provider (libfabric 1.17) leaves
+            // the survivor spinning forever on a lock the dead process held
+            // (docs/providers.md); the trials above kill shm peers between calls.
+            if prov != "shm" {
+                t.push(Trial::test(
+                    format!("{prov}::{}_sender_killed_while_sending", kind.name()),
+                    move || killed_while_busy(prov, kind, Side::Sender),
+                ));
+                t.push(Trial::test(
+                    format!("{prov}::{}_receiver_killed_while_receiving", kind.name()),
+                    move || killed_while_busy(prov, kind, Side::Receiver),
+                ));
+            }
         }
         t
     });
@@ -506,12 +520,111 @@ fn child(spec: &str) {
         "stuck-receiver" => stuck_receiver(prov, job, Kind::parse(arg)),
         "streaming-sender" => streaming_sender(prov, job, Kind::parse(arg)),
         "idle-endpoint" => idle_endpoint(prov, job, arg),
+        "busy-sender" => busy(prov, job, Kind::parse(arg), Side::Sender),
+        "busy-receiver" => busy(prov, job, Kind::parse(arg), Side::Receiver),
         other => panic!("unknown role {other}"),
     };
     if let Err(e) = result {
         eprintln!("{role}: {e:?}");
         std::process::exit(1);
     }
+}
+
+/// The side of a channel the peer process plays in [`killed_while_busy`].
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Side {
+    Sender,
+    Receiver,
+}
+
+/// The peer process is killed while it streams as fast as it can (inside its sends or
+/// receives, as it happens): the survivor's items stay in order with nothing invented, and
+/// its calls end with the documented error within the endpoint timeout (a timeout fails
+/// the test); later calls fail at once, the close completes with `MCAPI_ERR_GENERAL`, and
+/// the endpoint is usable again.
+fn killed_while_busy(prov: &str, kind: Kind, peer_side: Side) -> Result<(), Failed> {
+    let job = format!(
+        "busy-{prov}-{}-{peer_side:?}-{}",
+        kind.name(),
+        std::process::id()
+    );
+    let node = Node::initialize(0, 80, config(prov, &job))?;
+    let ep = node.endpoint_create(3)?;
+    node.set_endpoint_timeout(ep, Some(Duration::from_secs(60)))?;
+    let role = match peer_side {
+        Side::Sender => "busy-sender",
+        Side::Receiver => "busy-receiver",
+    };
+    let peer = Peer::spawn(&format!("{role}:{}", kind.name()), prov, &job)?;
+    let other = node.endpoint_get(0, 81, 4, WAIT)?;
+    let we_send = peer_side == Side::Receiver;
+    let h = if we_send {
+        connect_and_open(&node, kind, ep, other, true)?
+    } else {
+        connect_and_open(&node, kind, other, ep, false)?
+    };
+    const BEFORE_KILL: u64 = 2000;
+    let mut peer = Some(peer);
+    let start = Instant::now();
+    let mut next = 0;
+    let err = loop {
+        if next == BEFORE_KILL {
+            // The peer is busy in its loop right now: we just moved an item.
+            peer.take().ok_or("killed twice")?.kill()?;
+        }
+        let r = if we_send {
+            send_one(&node, kind, h, next).map(|()| next)
+        } else {
+            recv_one(&node, kind, h)
+        };
+        match r {
+            Ok(v) if v == next => next += 1,
+            Ok(v) => return Err(format!("got {v}, expected {next}").into()),
+            Err(e) => break e,
+        }
+    };
+    let took = start.elapsed();
+    if next < BEFORE_KILL || err != kind.peer_lost() {
+        return Err(format!("after {next} items: {err} ({took:?})").into());
+    }
+    let again = if we_send {
+        send_one(&node, kind, h, next)
+    } else {
+        recv_one(&node, kind, h).map(|_| ())
+    };
+    assert_eq!(again, Err(kind.peer_lost()), "a call after the error");
+    let closed = close(&node, kind, h, we_send)?;
+    if closed != Status::MCAPI_ERR_GENERAL {
+        return Err(format!("close after the peer died: {closed}").into());
+    }
+    survivor_reconnects(&node, kind, ep, we_send)?;
+    node.finalize()?;
+    eprintln!(
+        "  {prov} {}: {next} items, the dead {peer_side:?} reported {took:?} after the start",
+        kind.name()
+    );
+    Ok(())
+}
+
+/// The peer of [`killed_while_busy`]: node 81, endpoint 4, opens its side and sends
+/// numbered items, or receives and checks them, as fast as it can until killed.
+fn busy(prov: &str, job: &str, kind: Kind, side: Side) -> Result<(), Failed> {
+    let n = Node::initialize(0, 81, config(prov, job))?;
+    let ep = n.endpoint_create(4)?;
+    let (h, q) = match (kind, side) {
+        (Kind::Packet, Side::Sender) => n.pktchan_send_open_i(ep)?,
+        (Kind::Packet, Side::Receiver) => n.pktchan_recv_open_i(ep)?,
+        (Kind::Scalar, Side::Sender) => n.sclchan_send_open_i(ep)?,
+        (Kind::Scalar, Side::Receiver) => n.sclchan_recv_open_i(ep)?,
+    };
+    n.wait(q, None, WAIT)?;
+    for i in 0.. {
+        match side {
+            Side::Sender => send_one(&n, kind, h, i)?,
+            Side::Receiver => assert_eq!(recv_one(&n, kind, h)?, i),
+        }
+    }
+    Ok(())
 }
 
 /// Who connects the channel in [`killed_before_open`].
