@@ -1,9 +1,8 @@
 //! Packet and scalar channels between MCAPI nodes in separate processes over real providers:
 //! a third process connects two others (spec 7.1), volumes with a slow receiver, a peer
 //! killed mid-stream on each side (between its calls, and on providers but shm inside them),
-//! and one killed between the connect and its open. Runs
-//! one test at a time and re-executes itself as the peers (`MCAPI_TEST_CHILD`, the harness
-//! in `common`).
+//! and one killed between the connect and its open. Runs one test at a time and
+//! re-executes itself as the peers (`MCAPI_TEST_CHILD`, the harness in `common`).
 //!
 //! Volumes: `MCAPI_STRESS=1` runs the documented stress target (1,000,000 packets and
 //! 1,000,000 scalars of each width on every provider); by default shm runs the full counts
