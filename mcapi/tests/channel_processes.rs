@@ -631,10 +631,10 @@ fn busy(prov: &str, job: &str, kind: Kind, side: Side) -> Result<(), Failed> {
 enum Connector {
     /// The surviving node: it holds a control connection to the other node.
     Survivor,
-    /// The process that is then killed: the survivor only answered its calls.
-    Victim,
-    /// A third node (spec 7.1): the survivor never talked to the other node, so its open
+    /// The process that is then killed: the survivor only answered its calls, so its open
     /// finds the node unreachable only after the 10 s a control call tries for.
+    Victim,
+    /// A third node (spec 7.1): the survivor never talked to the other node (10 s too).
     Third,
 }
 
@@ -659,8 +659,8 @@ fn killed_before_open(prov: &str, kind: Kind) -> Result<(), Failed> {
         (93, Connector::Victim, false),
         (94, Connector::Third, false),
     ];
-    // The third-party case takes 10 s: once, on packet channels (scalar opens fail alike).
-    let cases = &cases[..if kind == Kind::Packet { 4 } else { 3 }];
+    // The last two cases take 10 s each: on packet channels only (scalar opens fail alike).
+    let cases = &cases[..if kind == Kind::Packet { 4 } else { 2 }];
     for &(peer_node, connector, open_first) in cases {
         let role = match connector {
             Connector::Victim => format!("idle-endpoint:{peer_node},{}", kind.name()),

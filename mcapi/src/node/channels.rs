@@ -2281,10 +2281,8 @@ impl Node {
             }
         };
         if let Some((addr, route)) = announce {
-            if peer.is_some() && !self.inner.peer_alive(peer) {
-                // Known dead (its control connection closed): no 10 s of calling it first.
-                return fail(Status::MCAPI_ERR_GENERAL, Some(peer_id));
-            }
+            // Called even when its node is marked dead: it may have restarted since, and
+            // the call reaches the new run.
             let me = self.inner.endpoint_raw(port);
             let credits = match (dir, kind) {
                 (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u64,
@@ -2298,9 +2296,11 @@ impl Node {
                 addr,
             ) {
                 // Its node answered the connect, so one that cannot be reached now (the
-                // call's 10 s to reach it) is gone.
+                // call's 10 s to reach it) or is finalizing is gone.
                 return match e {
-                    Status::MCAPI_ERR_TRANSMISSION | Status::MCAPI_TIMEOUT => {
+                    Status::MCAPI_ERR_TRANSMISSION
+                    | Status::MCAPI_TIMEOUT
+                    | Status::MCAPI_ERR_NODE_NOTINIT => {
                         fail(Status::MCAPI_ERR_GENERAL, Some(peer_id))
                     }
                     e => fail(e, None),

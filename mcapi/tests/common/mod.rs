@@ -88,12 +88,29 @@ impl Peer {
         Ok(())
     }
 
-    /// Kills the child and removes the shm provider's regions, which outlive a killed process.
+    /// Kills the child, which must still be running (one that exited early failed), and
+    /// removes the shm provider's regions, which outlive a killed process.
     pub fn kill(mut self) -> Result<(), Failed> {
         let pid = self.child.id();
+        if let Some(status) = self.child.try_wait()? {
+            return Err(format!("the peer exited before it was killed: {status}").into());
+        }
         self.child.kill()?;
         self.child.wait()?;
         mcapi_ofi::cleanup::remove_shm_regions(pid);
         Ok(())
+    }
+}
+
+impl Drop for Peer {
+    /// A test that failed before it waited for or killed its peer leaves no process behind
+    /// (a busy one would slow every later test on two cores).
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = self.child.id();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            mcapi_ofi::cleanup::remove_shm_regions(pid);
+        }
     }
 }
