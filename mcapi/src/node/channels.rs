@@ -2281,8 +2281,8 @@ impl Node {
             }
         };
         if let Some((addr, route)) = announce {
-            // Called even when its node is marked dead: it may have restarted since, and
-            // the call reaches the new run.
+            // No liveness pre-check: the call itself finds a dead node (its closed control
+            // connection, or 10 s unreachable), and a dead mark is not tied to one run.
             let me = self.inner.endpoint_raw(port);
             let credits = match (dir, kind) {
                 (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u64,
