@@ -418,8 +418,9 @@ impl Frame {
 pub trait Handler: Send + Sync + 'static {
     /// Answers one request from the peer `peer` (its Hello, once received).
     fn handle(&self, peer: Option<(u32, u32)>, request: &Frame) -> Frame;
-    /// The peer's connection ended: it died or finalized.
-    fn peer_gone(&self, peer: (u32, u32));
+    /// The connection of run `incarnation` of node `peer` ended: that run died or
+    /// finalized.
+    fn peer_gone(&self, peer: (u32, u32), incarnation: u64);
 }
 
 /// Why a control server could not start.
@@ -589,18 +590,29 @@ fn accept_loop(
 }
 
 fn serve(mut stream: Stream, handler: Arc<dyn Handler>) {
-    let mut peer = None;
+    // The node and run that introduced themselves, once welcomed: the end of this
+    // connection is news about that run only (a refused Hello names nobody).
+    let mut peer: Option<((u32, u32), u64)> = None;
     while let Ok(request) = stream.recv() {
-        if let Frame::Hello { domain, node, .. } = &request {
-            peer = Some((*domain, *node));
+        let answer = handler.handle(peer.map(|p| p.0), &request);
+        if let (
+            Frame::Hello {
+                domain,
+                node,
+                incarnation,
+                ..
+            },
+            Frame::Welcome { .. },
+        ) = (&request, &answer)
+        {
+            peer = Some(((*domain, *node), *incarnation));
         }
-        let answer = handler.handle(peer, &request);
         if stream.send(&answer).is_err() {
             break;
         }
     }
-    if let Some(p) = peer {
-        handler.peer_gone(p);
+    if let Some((node, incarnation)) = peer {
+        handler.peer_gone(node, incarnation);
     }
 }
 
@@ -644,7 +656,13 @@ mod tests {
     impl Handler for Ports {
         fn handle(&self, _peer: Option<(u32, u32)>, request: &Frame) -> Frame {
             match request {
-                Frame::Hello { .. } => Frame::Value(0),
+                // Node 2 is welcome; anyone else is refused.
+                Frame::Hello { node: 2, .. } => Frame::Welcome {
+                    peer: 0,
+                    incarnation: 9,
+                    fabric_addr: vec![],
+                },
+                Frame::Hello { .. } => Frame::Refused(99),
                 Frame::Lookup { port } if self.ports.contains(port) => Frame::Value(1),
                 Frame::GetAttribute { port, attribute } => {
                     Frame::Value(u64::from(port + attribute))
@@ -652,7 +670,8 @@ mod tests {
                 _ => Frame::Refused(99),
             }
         }
-        fn peer_gone(&self, _peer: (u32, u32)) {
+        fn peer_gone(&self, peer: (u32, u32), incarnation: u64) {
+            assert_eq!((peer, incarnation), ((0, 2), 1), "the welcomed run");
             self.gone.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -728,7 +747,18 @@ mod tests {
             incarnation: 1,
             fabric_addr: vec![1],
         };
-        assert_eq!(s.call(&hello).unwrap(), Frame::Value(0));
+        // A refused Hello names nobody: its connection's end reports no one gone.
+        let mut refused = connect_when_up(server.rendezvous(), None).unwrap().unwrap();
+        let stranger = Frame::Hello {
+            domain: 0,
+            node: 5,
+            peer: 0,
+            incarnation: 1,
+            fabric_addr: vec![1],
+        };
+        assert_eq!(refused.call(&stranger).unwrap(), Frame::Refused(99));
+        drop(refused);
+        assert!(matches!(s.call(&hello).unwrap(), Frame::Welcome { .. }));
         assert_eq!(s.call(&Frame::Lookup { port: 3 }).unwrap(), Frame::Value(1));
         assert_eq!(
             s.call(&Frame::Lookup { port: 4 }).unwrap(),
@@ -743,6 +773,11 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
+        assert_eq!(
+            handler.gone.load(Ordering::SeqCst),
+            1,
+            "only the welcomed one"
+        );
         drop(server);
         // The id is free again, and a stale socket file does not block a new server.
         let path = match Rendezvous::of(&c, 0, 1).unwrap() {

@@ -371,8 +371,9 @@ pub(super) struct Side {
     generation: u32,
     kind: ChannelKind,
     port: u32,
-    /// Index of the other endpoint's node among our peers (liveness); `None`: this node.
-    peer: Option<u16>,
+    /// The other endpoint's node among our peers and the run of it this side is bound to
+    /// (liveness: a later run of that node is another process); `None`: this node.
+    peer: Option<PeerRun>,
     /// Both sides open: data calls are allowed.
     ready: bool,
     /// Closed here: data calls are refused.
@@ -887,7 +888,7 @@ impl Side {
 
     /// The other node to check for liveness, at most every 20 ms while requests wait here
     /// and nothing moves (the slow path of waiting on a request).
-    fn liveness_check_due(&mut self, progressed: bool) -> Option<u16> {
+    fn liveness_check_due(&mut self, progressed: bool) -> Option<PeerRun> {
         if progressed || !self.has_waiting_requests() {
             return None;
         }
@@ -1383,6 +1384,7 @@ impl NodeInner {
         if k != kind || d != dir {
             return Err(invalid());
         }
+        self.check_working()?;
         let g = self.channels.sides[slot].lock();
         if g.as_ref().is_some_and(|s| s.generation == generation) {
             // An application call uses the side: the background thread keeps away (only a
@@ -1419,20 +1421,25 @@ impl NodeInner {
         });
     }
 
-    /// Tells `peer` that the side on local endpoint `port` closed after sending `sent` items.
-    fn send_closed(&self, peer: EndpointId, port: u32, sent: u32) {
+    /// Tells `peer` that the side on local endpoint `port` closed after sending `sent` items;
+    /// not if the run of its node that the side was bound to (`run`) is gone: a later run
+    /// never hears of an earlier run's channels.
+    fn send_closed(&self, peer: EndpointId, port: u32, sent: u32, run: Option<PeerRun>) {
+        if !self.peer_alive(run) {
+            return;
+        }
         let me = self.endpoint_raw(port);
         let _ = self.channel_call(peer, op::CLOSED, [u64::from(sent), me, 0], Vec::new());
     }
 
     /// A closed send side withdrew a queued packet: the receiver must not wait for it.
-    fn announce_close(&self, port: u32, sent: u32) {
+    fn announce_close(&self, port: u32, sent: u32, run: Option<PeerRun>) {
         let peer = self
             .live_state()
             .ok()
             .and_then(|st| st.endpoints.get(&port).and_then(|ep| ep.channel.peer));
         if let Some(peer) = peer {
-            self.send_closed(peer, port, sent);
+            self.send_closed(peer, port, sent, run);
         }
     }
 
@@ -1441,14 +1448,12 @@ impl NodeInner {
         EndpointId::encode(self.domain_id, self.node_id, port).map_or(0, |e| e.as_raw())
     }
 
-    /// Whether the node owning the other side is still there (slow path).
-    fn peer_alive(&self, peer: Option<u16>) -> bool {
-        let Some(p) = peer else { return true };
-        self.check_peer(p);
-        lock(&self.state)
-            .peers
-            .get(p as usize)
-            .is_some_and(|p| p.alive)
+    /// Whether the run of the other side's node that a side is bound to is still there, as
+    /// the liveness events received so far tell (no I/O: the watcher and the control server
+    /// push them). `None`: the other side is on this node.
+    fn peer_alive(&self, peer: Option<PeerRun>) -> bool {
+        let Some(run) = peer else { return true };
+        lock(&self.state).run_alive(run)
     }
 
     /// Handles a channel control frame addressed to local endpoint `port` (from the control
@@ -1595,6 +1600,12 @@ impl NodeInner {
     fn channel_call(&self, to: EndpointId, op: u32, args: [u64; 3], bytes: Vec<u8>) -> Result<u64> {
         if (to.domain(), to.node()) == (self.domain_id, self.node_id) {
             return self.channel_frame(op, to.port(), args, &bytes);
+        }
+        // Only a connect starts something new; every other frame is about a binding made
+        // with the run we knew, which a later run of the node never heard of: no waiting
+        // for one to start.
+        if op != op::CONNECT && self.live_state()?.run_lost(to.domain(), to.node()) {
+            return Err(Status::MCAPI_ERR_TRANSMISSION);
         }
         let peer = self.connect_peer(
             to.domain(),
@@ -2237,7 +2248,7 @@ impl Node {
             if local {
                 None
             } else {
-                st.peer_of.get(&(peer_id.domain(), peer_id.node())).copied()
+                st.peer_run(peer_id.domain(), peer_id.node())
             }
         };
         // First time: open our fabric part; then tell the other side (again if a connect
@@ -2440,12 +2451,14 @@ impl Node {
         };
         // Closed, and what was sent counted, at one moment: no send slips in after the
         // count, and a cancel of a queued packet from now on announces its own count.
-        let (cancelled, sent) = {
+        let (cancelled, sent, run) = {
             let mut g = self.inner.channels.sides[slot].lock();
             let mut cancelled = Vec::new();
             let mut sent = 0;
+            let mut run = None;
             if let Some(side) = g.as_mut() {
                 side.closed = true;
+                run = side.peer;
                 if let Some(SideIo {
                     data: SideData::Send(s),
                     ..
@@ -2471,7 +2484,7 @@ impl Node {
                     cancelled.extend(r.pending.drain(..));
                 }
             }
-            (cancelled, sent)
+            (cancelled, sent, run)
         };
         {
             let mut st = lock(&self.inner.state);
@@ -2483,7 +2496,7 @@ impl Node {
         }
         // A dead peer cannot answer: the close then completes with an error below.
         if let Some(peer_id) = peer_id {
-            self.inner.send_closed(peer_id, port, sent);
+            self.inner.send_closed(peer_id, port, sent, run);
         }
         self.advance_close(req, port, handle)?;
         Ok(req)
@@ -2573,20 +2586,23 @@ impl NodeInner {
             let Some((slot, generation, ..)) = handle.decode() else {
                 continue;
             };
-            let sent = match self.channels.sides[slot]
+            let (sent, run) = match self.channels.sides[slot]
                 .lock()
                 .as_ref()
                 .filter(|s| s.generation == generation && s.ready && !s.closed)
-                .and_then(|s| s.io.as_ref())
+                .and_then(|s| Some((s.io.as_ref()?, s.peer)))
             {
-                Some(SideIo {
-                    data: SideData::Send(s),
-                    ..
-                }) => s.next_seq,
-                Some(_) => 0,
+                Some((
+                    SideIo {
+                        data: SideData::Send(s),
+                        ..
+                    },
+                    run,
+                )) => (s.next_seq, run),
+                Some((_, run)) => (0, run),
                 None => continue,
             };
-            self.send_closed(peer, port, sent);
+            self.send_closed(peer, port, sent, run);
         }
     }
 
@@ -2983,7 +2999,9 @@ impl Node {
         let withdrawn = {
             let mut g = self.inner.channels.sides[slot].lock();
             let side = g.as_mut().filter(|s| s.generation == generation);
-            let (closed, port) = side.as_ref().map_or((false, 0), |s| (s.closed, s.port));
+            let (closed, port, run) = side
+                .as_ref()
+                .map_or((false, 0, None), |s| (s.closed, s.port, s.peer));
             match side.and_then(|s| s.io.as_mut()).map(|io| &mut io.data) {
                 Some(SideData::Recv(r)) => {
                     let before = r.pending.len();
@@ -2996,7 +3014,7 @@ impl Node {
                             s.staging_free.push(slot);
                         }
                         if closed {
-                            recount = Some((port, s.announced_count()));
+                            recount = Some((port, s.announced_count(), run));
                         }
                         true
                     }
@@ -3005,8 +3023,8 @@ impl Node {
                 _ => false,
             }
         };
-        if let Some((port, count)) = recount {
-            self.inner.announce_close(port, count);
+        if let Some((port, count, run)) = recount {
+            self.inner.announce_close(port, count, run);
         }
         if !withdrawn && matches!(c, ChanReq::Send { .. }) {
             self.settle_send(request, handle);

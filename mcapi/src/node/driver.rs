@@ -40,11 +40,39 @@ pub(super) fn control_tag(kind: Kind, port: u32, peer: u16) -> Tag {
 
 impl NodeInner {
     pub(super) fn live_state(&self) -> Result<MutexGuard<'_, State>> {
+        self.check_working()?;
         let st = lock(&self.state);
         if st.finalized {
             return Err(Status::MCAPI_ERR_NODE_NOTINIT);
         }
         Ok(st)
+    }
+
+    /// `MCAPI_ERR_GENERAL` once a background thread of the node panicked.
+    #[inline(always)]
+    pub(super) fn check_working(&self) -> Result<()> {
+        match self.broken.get() {
+            None => Ok(()),
+            Some(_) => Err(Status::MCAPI_ERR_GENERAL),
+        }
+    }
+
+    /// Records that a background thread panicked (`what` names it) and says so on
+    /// stderr: the node is unusable from now on, and the application is told why once.
+    pub(super) fn mark_broken(&self, what: &str, panic: &(dyn std::any::Any + Send)) {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let reason = format!("{what} panicked: {reason}");
+        if self.broken.set(reason.clone()).is_ok() {
+            eprintln!(
+                "mcapi: node <{}, {}>: {reason}; every later call on this node fails with \
+                 MCAPI_ERR_GENERAL",
+                self.domain_id, self.node_id
+            );
+        }
     }
 
     /// The wait of a blocked call: it polls for the node's configured spin first.
@@ -222,7 +250,7 @@ impl NodeInner {
             let peer = remote.0;
             let index = st.peers[peer as usize].index_at_peer;
             let dest = st.peers[peer as usize].addr;
-            let alive = st.peers[peer as usize].alive;
+            let alive = st.peers[peer as usize].is_alive();
             let Some(r) = st.remotes.get_mut(&remote) else {
                 let _ = st.requests.complete(h, Status::MCAPI_ERR_ENDP_INVALID, 0);
                 st.send_free.push(slot);
@@ -415,17 +443,14 @@ impl NodeInner {
                 if deadline.get().is_some_and(|d| Instant::now() >= d) {
                     return Err(Status::MCAPI_TIMEOUT);
                 }
-                // try_lock: the stream's owner may be in a call to that peer, whose answer
-                // can need this node's state lock, which we hold.
-                let closed = st.peers[peer as usize]
-                    .stream
-                    .as_ref()
-                    .is_some_and(|s| s.try_lock().is_ok_and(|s| s.is_closed()));
-                if closed || !st.peers[peer as usize].alive {
-                    if st.peers[peer as usize].alive {
-                        st.peers[peer as usize].alive = false;
-                        st.departed.push((peer, Instant::now() + DEPARTURE_GRACE));
-                    }
+                // The liveness watcher marks a dead peer's link closed without the state
+                // lock, which we hold; its loss is recorded here.
+                let p = &st.peers[peer as usize];
+                if let Some(link) = p.link.as_ref().filter(|l| l.is_closed()) {
+                    let run = link.incarnation;
+                    self.peer_event_locked(st, peer, PeerInput::Lost(run));
+                }
+                if !st.peers[peer as usize].is_alive() {
                     return Err(Status::MCAPI_ERR_TRANSMISSION);
                 }
                 std::thread::yield_now();
@@ -518,8 +543,8 @@ impl NodeInner {
         if !st.pending_sends.is_empty() {
             self.advance_sends(st);
         }
-        if !st.departed.is_empty() {
-            self.reclaim_departed(st);
+        if st.departing > 0 {
+            self.end_graces(st);
         }
         if !st.outbox.is_empty() {
             self.flush_outbox(st);
@@ -706,7 +731,7 @@ impl NodeInner {
                 st.outbox.pop_front();
                 continue;
             };
-            if !p.alive {
+            if !p.is_alive() {
                 st.outbox.pop_front();
                 continue;
             }
@@ -812,12 +837,12 @@ impl NodeInner {
         };
         let addr = self.fab.av.insert(&fabric_addr).map_err(ofi_status)?;
         let mut st = self.live_state()?;
-        self.meet_incarnation(&mut st, index, incarnation);
-        let p = &mut st.peers[index as usize];
-        p.addr = addr;
-        p.index_at_peer = peer as u16;
-        p.alive = true;
-        p.stream = Some(Arc::new(Mutex::new(stream)));
+        self.peer_met(&mut st, index, incarnation, addr, peer as u16);
+        st.peers[index as usize].link = Some(Arc::new(ControlLink {
+            stream: Mutex::new(stream),
+            incarnation,
+            closed: Default::default(),
+        }));
         Ok(index)
     }
 
@@ -835,75 +860,115 @@ impl NodeInner {
         st.peers.push(Peer {
             addr: addr.unwrap_or(FiAddr::UNSPEC),
             index_at_peer: 0,
-            alive: true,
-            stream: None,
-            incarnation: 0,
+            life: PeerLife::Unknown,
+            link: None,
         });
         st.peer_of.insert((domain, node), index);
         Ok(index)
     }
 
+    /// A request and its answer over our control connection to `peer`. A connection that
+    /// fails is closed for good: the run it talked to is lost, and the next contact makes a
+    /// new one (to a restarted run, if one answers).
     pub(super) fn control_call(&self, peer: u16, request: &Frame) -> Result<Frame> {
-        let stream = {
+        let link = {
             let st = self.live_state()?;
             st.peers[peer as usize]
-                .stream
+                .link
                 .clone()
                 .ok_or(Status::MCAPI_ERR_TRANSMISSION)?
         };
-        let answer = lock(&stream).call(request);
+        let answer = lock(&link.stream).call(request);
         answer.map_err(|_| {
-            self.peer_died(peer);
+            link.closed.store(true, Ordering::Release);
+            self.peer_event(peer, PeerInput::Lost(link.incarnation));
             Status::MCAPI_ERR_TRANSMISSION
         })
     }
 
-    /// Slow-path liveness check of a peer we hold a control connection to.
-    pub(super) fn check_peer(&self, peer: u16) {
-        let stream = match self.live_state() {
-            Ok(st) => st.peers[peer as usize].stream.clone(),
-            Err(_) => return,
+    /// The liveness watcher: finds our control connections whose other end closed (the
+    /// run died or finalized) and reports each run lost. Runs on the background thread,
+    /// so no application call ever probes a socket.
+    pub(super) fn watch_links(&self) {
+        let links: Vec<(u16, Arc<ControlLink>)> = {
+            let Some(st) = self.state.try_lock().ok() else {
+                return;
+            };
+            let start = self.watch_cursor.load(Ordering::Relaxed) % st.peers.len().max(1);
+            let order = (start..st.peers.len()).chain(0..start);
+            order
+                .filter_map(|i| {
+                    let l = st.peers[i].link.as_ref()?;
+                    (!l.is_closed() && st.peers[i].is_alive()).then(|| (i as u16, l.clone()))
+                })
+                .take(64)
+                .collect()
         };
-        if let Some(s) = stream {
-            if lock(&s).is_closed() {
-                self.peer_died(peer);
+        self.watch_cursor
+            .fetch_add(links.len().max(1), Ordering::Relaxed);
+        for (peer, link) in links {
+            // try_lock: a call in progress on the link will see its end itself.
+            let closed = link.stream.try_lock().is_ok_and(|s| s.is_closed());
+            if closed {
+                link.closed.store(true, Ordering::Release);
+                self.peer_event(peer, PeerInput::Lost(link.incarnation));
             }
         }
     }
 
-    /// A peer's control connection closed: it finalized or died. Sends to it fail from now
-    /// on. Its credits go back to the other senders only after a grace period: messages it
-    /// sent before a clean finalize may still be on their way (the fabric and the control
-    /// socket are different channels) and must be delivered, not refused.
-    pub(super) fn peer_died(&self, peer: u16) {
+    /// Feeds one liveness event about `peer` into its state machine and carries out what
+    /// comes back.
+    pub(super) fn peer_event(&self, peer: u16, input: PeerInput) {
         let mut st = lock(&self.state);
-        if let Some(p) = st.peers.get_mut(peer as usize) {
-            if p.alive {
-                p.alive = false;
-                st.departed.push((peer, Instant::now() + DEPARTURE_GRACE));
-            }
+        self.peer_event_locked(&mut st, peer, input);
+    }
+
+    pub(super) fn peer_event_locked(&self, st: &mut State, peer: u16, input: PeerInput) {
+        let Some(p) = st.peers.get_mut(peer as usize) else {
+            return;
+        };
+        let was_departing = p.life.is_departing();
+        let event = match input {
+            PeerInput::Met(run) => p.life.met(run),
+            PeerInput::Lost(run) => p.life.lost(run, Instant::now(), DEPARTURE_GRACE),
+        };
+        match (was_departing, p.life.is_departing()) {
+            (false, true) => st.departing += 1,
+            (true, false) => st.departing -= 1,
+            _ => {}
+        }
+        match event {
+            Some(PeerEvent::Restarted { .. }) => self.forget_run(st, peer),
+            Some(PeerEvent::Gone) => self.reclaim_run(st, peer),
+            Some(PeerEvent::Departed) | None => {}
         }
     }
 
-    /// Records which run of peer `index` we talk to. A new run (the node restarted with the
-    /// same id) starts from nothing: what we kept of the old one — its credits and queued
-    /// message accounting, the sequence numbers in both directions, our windows for its
-    /// endpoints and our control connection — is forgotten.
-    pub(super) fn meet_incarnation(&self, st: &mut State, index: u16, incarnation: u64) {
-        let known = std::mem::replace(&mut st.peers[index as usize].incarnation, incarnation);
-        if known == 0 || known == incarnation {
-            return;
+    /// A handshake with run `incarnation` of peer `index` completed: it is alive, at
+    /// `addr`, and numbers us `index_at_peer`.
+    pub(super) fn peer_met(
+        &self,
+        st: &mut State,
+        index: u16,
+        incarnation: u64,
+        addr: FiAddr,
+        index_at_peer: u16,
+    ) {
+        let p = &mut st.peers[index as usize];
+        p.addr = addr;
+        p.index_at_peer = index_at_peer;
+        self.peer_event_locked(st, index, PeerInput::Met(incarnation));
+    }
+
+    /// A new run of peer `index` replaced the old one, which starts from nothing: what we
+    /// kept of the old one — its credits and queued message accounting, the sequence
+    /// numbers in both directions, our windows for its endpoints and our control
+    /// connection — is forgotten.
+    fn forget_run(&self, st: &mut State, index: u16) {
+        if let Some(old) = st.peers[index as usize].link.take() {
+            old.closed.store(true, Ordering::Release);
         }
-        st.peers[index as usize].stream = None;
-        st.departed.retain(|&(p, _)| p != index);
-        forget_sequence(st, index);
-        let ports: Vec<u32> = st.endpoints.keys().copied().collect();
-        for port in ports {
-            if let Some(ep) = st.endpoints.get_mut(&port) {
-                ep.credits.sender_gone(SenderId(u32::from(index)));
-            }
-            self.collect_credit_controls(st, port);
-        }
+        self.reclaim_run(st, index);
         for ((peer, _), remote) in st.remotes.iter_mut() {
             if *peer == index {
                 remote.window.reset();
@@ -912,27 +977,37 @@ impl NodeInner {
         }
     }
 
-    /// Reclaims the credits of peers whose grace period is over.
-    fn reclaim_departed(&self, st: &mut State) {
-        let now = Instant::now();
-        let mut i = 0;
-        while i < st.departed.len() {
-            let (peer, when) = st.departed[i];
-            if now < when {
-                i += 1;
-                continue;
+    /// The credits and sequence state a lost run held at our endpoints go back.
+    fn reclaim_run(&self, st: &mut State, index: u16) {
+        forget_sequence(st, index);
+        let ports: Vec<u32> = st.endpoints.keys().copied().collect();
+        for port in ports {
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.credits.sender_gone(SenderId(u32::from(index)));
             }
-            st.departed.swap_remove(i);
-            forget_sequence(st, peer);
-            let ports: Vec<u32> = st.endpoints.keys().copied().collect();
-            for port in ports {
-                if let Some(ep) = st.endpoints.get_mut(&port) {
-                    ep.credits.sender_gone(SenderId(u32::from(peer)));
-                }
-                self.collect_credit_controls(st, port);
+            self.collect_credit_controls(st, port);
+        }
+    }
+
+    /// Ends the departure graces that are over.
+    fn end_graces(&self, st: &mut State) {
+        let now = Instant::now();
+        for i in 0..st.peers.len() {
+            if st.peers[i].life.tick(now) == Some(PeerEvent::Gone) {
+                st.departing -= 1;
+                self.reclaim_run(st, i as u16);
             }
         }
     }
+}
+
+/// A liveness event about one peer, with the run it is about.
+#[derive(Clone, Copy)]
+pub(super) enum PeerInput {
+    /// A handshake with this run completed.
+    Met(u64),
+    /// A connection to this run ended, or the fabric cannot reach it.
+    Lost(u64),
 }
 
 /// Forgets the sequence numbers of `peer`'s messages to every endpoint (it departed, or

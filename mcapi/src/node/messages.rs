@@ -58,7 +58,7 @@ impl Node {
             } = &mut *st;
             let p = &peers[peer as usize];
             if let (true, true, Some(remote)) = (
-                p.alive,
+                p.is_alive(),
                 pending_sends.is_empty(),
                 remotes.get_mut(&(peer, to.port())),
             ) {
@@ -101,7 +101,7 @@ impl Node {
         let mut backoff = self.inner.backoff();
         let mut progressed = false;
         loop {
-            if !st.peers[peer as usize].alive {
+            if !st.peers[peer as usize].is_alive() {
                 return Err(Status::MCAPI_ERR_TRANSMISSION);
             }
             if !st.pending_sends.is_empty() {
@@ -179,9 +179,6 @@ impl Node {
                 continue;
             }
             drop(st);
-            if backoff.slow_check_due() {
-                self.inner.check_peer(peer);
-            }
             self.progress_busy_sides(&SideSet::default(), &mut backoff);
             backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
             st = self.inner.live_state()?;

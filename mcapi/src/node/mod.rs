@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::control::{self, ControlServer, Frame, Handler, Rendezvous, StartError, Stream};
 use crate::semantics::credit::{Control, CreditPool, CreditWindow, SenderId};
 use crate::semantics::endpoint_id::{EndpointId, MAX_DOMAIN, MAX_NODE, PORT_ANY};
+use crate::semantics::peer::{PeerEvent, PeerLife};
 use crate::semantics::queue::{PriorityQueues, SeqReorder};
 use crate::semantics::request::{RequestHandle, RequestState, RequestTable};
 use crate::semantics::wire::{Context, Kind, Tag, MAX_PEERS, MAX_WIRE_PORT};
@@ -58,6 +59,7 @@ mod service;
 
 use channels::{ChanReq, ChannelTable, EndpointChannel};
 pub use channels::{ChannelHandle, Packet, MAX_PKT_SIZE};
+use driver::PeerInput;
 use service::{background_progress, open_fabric, Backoff, ControlHandler, SleepCqs};
 
 type Result<T> = std::result::Result<T, Status>;
@@ -86,6 +88,14 @@ struct NodeInner {
     /// must share one control connection (a second one replacing the first would close
     /// it, and the peer would take us for dead).
     contacting: Mutex<HashMap<(u32, u32), ContactLock>>,
+    /// Where the liveness watcher's next round starts among the peers.
+    watch_cursor: std::sync::atomic::AtomicUsize,
+    /// Why the node stopped working, once a background thread (progress, control server)
+    /// panicked: its state may be half-changed, so every later call fails.
+    broken: OnceLock<String>,
+    /// Makes the background thread panic once (tests of the guard).
+    #[cfg(test)]
+    panic_in_background: std::sync::atomic::AtomicBool,
 }
 
 /// Held while first contact with one node is made.
@@ -123,8 +133,9 @@ struct State {
     requests: RequestTable<Req>,
     /// Non-blocking sends waiting for credits, in the order they were made.
     pending_sends: VecDeque<RequestHandle>,
-    /// Peers gone (control connection closed) whose credits are reclaimed at the instant.
-    departed: Vec<(u16, Instant)>,
+    /// Peers in their departure grace ([`PeerLife::Departing`]): when none, the progress
+    /// loop skips looking for a grace that is over.
+    departing: u16,
     /// Where the CQ is read into (kept here so no read has to clear a fresh buffer).
     cq_buf: [Completion; CQ_BATCH],
     /// The receive slot of the message taken last, to be posted again (returning its
@@ -165,10 +176,39 @@ impl State {
         Some(self.retired_pools.swap_remove(i).pool)
     }
 
-    /// Our index of node `<domain, node>` while we hold a control connection to it.
+    /// Node `<domain, node>`'s peer index and the run of it alive now (0: none met yet),
+    /// for a channel side to bind to.
+    fn peer_run(&self, domain: u32, node: u32) -> Option<PeerRun> {
+        let p = *self.peer_of.get(&(domain, node))?;
+        let run = self.peers[p as usize].life.incarnation().unwrap_or(0);
+        Some((p, run))
+    }
+
+    /// Whether the run of node `<domain, node>` we knew was lost and no other has been met.
+    fn run_lost(&self, domain: u32, node: u32) -> bool {
+        self.peer_of.get(&(domain, node)).is_some_and(|&p| {
+            let life = &self.peers[p as usize].life;
+            life.incarnation().is_some() && !life.is_alive()
+        })
+    }
+
+    /// Whether run `run.1` of peer `run.0` is alive (0: whichever run is alive now).
+    fn run_alive(&self, (peer, run): PeerRun) -> bool {
+        self.peers.get(peer as usize).is_some_and(|p| match run {
+            0 => p.life.is_alive(),
+            run => p.life.is_alive_as(run),
+        })
+    }
+
+    /// Our index of node `<domain, node>` while we hold a control connection to it that
+    /// has not been seen closed.
     fn connected_peer(&self, domain: u32, node: u32) -> Option<u16> {
         let p = *self.peer_of.get(&(domain, node))?;
-        self.peers[p as usize].stream.is_some().then_some(p)
+        self.peers[p as usize]
+            .link
+            .as_ref()
+            .is_some_and(|l| !l.is_closed())
+            .then_some(p)
     }
 }
 
@@ -193,10 +233,35 @@ struct Peer {
     addr: FiAddr,
     /// How the peer numbers us: goes into the tags we send it.
     index_at_peer: u16,
-    alive: bool,
-    stream: Option<Arc<Mutex<Stream>>>,
-    /// The run of the peer node we know (0: none yet); another one is a restart.
+    /// Which run of the node we know, and whether it is alive (`semantics::peer`).
+    life: PeerLife,
+    /// Our control connection to the run in `life`, once made.
+    link: Option<Arc<ControlLink>>,
+}
+
+impl Peer {
+    fn is_alive(&self) -> bool {
+        self.life.is_alive()
+    }
+}
+
+/// A peer's index and one run of it (an incarnation; 0: whichever run is alive).
+type PeerRun = (u16, u64);
+
+/// A control connection we opened to one run of a peer node.
+struct ControlLink {
+    stream: Mutex<Stream>,
+    /// The run that answered its handshake: the one this connection's end is about.
     incarnation: u64,
+    /// Set once the connection is seen closed (by the liveness watcher or a failed call):
+    /// a sender spinning under the state lock reads it without a system call.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl ControlLink {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
 }
 
 /// A value no earlier run of a node with the same id had: the clock, the process and a
@@ -387,7 +452,7 @@ impl Node {
             outbox: VecDeque::with_capacity(256),
             requests: RequestTable::new(config.request_table_size),
             pending_sends: VecDeque::with_capacity(64),
-            departed: Vec::new(),
+            departing: 0,
             cq_buf: [Completion::default(); CQ_BATCH],
             taken: None,
             delivered: HashMap::default(),
@@ -407,6 +472,10 @@ impl Node {
             channels: ChannelTable::new(busy_every_poll),
             incarnation: new_incarnation(),
             contacting: Mutex::new(HashMap::default()),
+            watch_cursor: Default::default(),
+            broken: OnceLock::new(),
+            #[cfg(test)]
+            panic_in_background: Default::default(),
         });
         inner.post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
@@ -443,8 +512,8 @@ impl Node {
             st.endpoints.clear();
             st.delivered.clear();
             for p in &st.peers {
-                if let Some(s) = &p.stream {
-                    lock(s).shutdown();
+                if let Some(link) = &p.link {
+                    lock(&link.stream).shutdown();
                 }
             }
         }
@@ -656,18 +725,21 @@ impl Node {
         Ok(id)
     }
 
-    /// Connects to the endpoint's node, waits until the endpoint exists there and sets up
-    /// the credit window for sending to it. Returns the peer index.
+    /// Connects to the endpoint's node, waits until the endpoint exists there (in whichever
+    /// run of the node answers: one that dies meanwhile is waited past) and sets up the
+    /// credit window for sending to it. Returns the peer index.
     fn resolve_remote(&self, id: EndpointId, deadline: Option<Instant>) -> Result<u16> {
         let port = id.port();
-        let peer = self.inner.connect_peer(id.domain(), id.node(), deadline)?;
         let mut backoff = self.inner.backoff();
-        loop {
-            match self.inner.control_call(peer, &Frame::Lookup { port })? {
-                Frame::Value(_) => break,
-                _ => backoff.wait(deadline)?,
+        let peer = loop {
+            let peer = self.inner.connect_peer(id.domain(), id.node(), deadline)?;
+            match self.inner.control_call(peer, &Frame::Lookup { port }) {
+                Ok(Frame::Value(_)) => break peer,
+                // Not created yet; or the run we reached is gone: wait for the next one.
+                Ok(_) | Err(Status::MCAPI_ERR_TRANSMISSION) => backoff.wait(deadline)?,
+                Err(e) => return Err(e),
             }
-        }
+        };
         let mut st = self.inner.live_state()?;
         if let std::collections::hash_map::Entry::Vacant(e) = st.remotes.entry((peer, port)) {
             e.insert(Remote {

@@ -19,6 +19,7 @@
 pub mod channel;
 pub mod credit;
 pub mod endpoint_id;
+pub mod peer;
 pub mod queue;
 pub mod request;
 pub mod status;
