@@ -39,9 +39,9 @@ impl Target {
     unsafe fn slice<'a>(self) -> Option<&'a mut [u8]> {
         match self {
             Target::Message { len: 0, .. } => Some(&mut []),
-            // SAFETY: non-NULL (`mcapi_msg_recv_i` refuses NULL with a size) and writable
-            // for `len` bytes by the contract above.
             Target::Message { address, len } => {
+                // SAFETY: non-NULL (`mcapi_msg_recv_i` refuses NULL with a size) and writable
+                // for `len` bytes by the contract above.
                 Some(unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) })
             }
             Target::Packet { .. } => None,

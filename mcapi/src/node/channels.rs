@@ -34,8 +34,8 @@ use super::*;
 use crate::semantics::channel::{
     Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
 };
-use arrayvec::ArrayVec;
 use mcapi_ofi::{SendBuffer, SendWait};
+use smallvec::SmallVec;
 use std::sync::atomic::AtomicU32;
 
 /// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
@@ -2138,21 +2138,29 @@ impl Node {
             return cqs;
         }
         // Gathered under the state lock, looked up once it is released.
-        let mut handles = ArrayVec::<ChannelHandle, { CompletionQueue::MAX_SLEEP_CQS }>::new();
+        // Never more than a sleep can watch, so neither vector leaves its inline storage.
+        const MAX: usize = CompletionQueue::MAX_SLEEP_CQS;
+        let mut handles = SmallVec::<[ChannelHandle; MAX]>::new();
         if let Ok(st) = self.inner.live_state() {
             for &r in requests {
                 if let Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) =
                     st.requests.get(r)
                 {
-                    if !handles.contains(handle) && handles.try_push(*handle).is_err() {
-                        return SleepCqs::new();
+                    if !handles.contains(handle) {
+                        if handles.len() == MAX {
+                            return SleepCqs::new();
+                        }
+                        handles.push(*handle);
                     }
                 }
             }
         }
         for cq in handles.into_iter().filter_map(|h| self.side_cq(h)) {
-            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) && cqs.try_push(cq).is_err() {
-                return SleepCqs::new();
+            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
+                if cqs.len() == MAX {
+                    return SleepCqs::new();
+                }
+                cqs.push(cq);
             }
         }
         cqs
