@@ -57,7 +57,8 @@ impl Target {
         if let Target::Packet { out } = self {
             let address = node
                 .received_packet(request)
-                .ok_or(Status::MCAPI_ERR_GENERAL)?;
+                .ok_or(Status::MCAPI_ERR_GENERAL)?
+                .addr();
             // SAFETY: non-NULL (`mcapi_pktchan_recv_i` requires it) and writable by the
             // contract above; unaligned writes accept any pointer C computed.
             unsafe { (out as *mut *mut c_void).write_unaligned(address as *mut c_void) };

@@ -115,8 +115,12 @@ impl ChannelHandle {
 }
 
 /// A received packet: a view into the channel's registered receive pool (no copy). Give it
-/// back with [`Node::pktchan_release`].
-#[derive(Clone, Debug)]
+/// back with [`Node::pktchan_release`], which consumes it.
+///
+/// Not `Clone`: once released, its bytes may be posted to the fabric again and overwritten,
+/// so no handle that can still read them may survive the release. Dropping a packet without
+/// releasing it keeps its buffer held until the channel's pool goes.
+#[derive(Debug)]
 pub struct Packet {
     pool: MemoryRegion,
     offset: usize,
@@ -2664,8 +2668,12 @@ impl NodeInner {
                 break;
             };
             r.held.hold(item.offset);
-            let addr = r.pool.addr() + item.offset;
-            DELIVERED.with(|d| d.borrow_mut().push((req, addr)));
+            let packet = Packet {
+                pool: r.pool.clone(),
+                offset: item.offset,
+                len: item.len,
+            };
+            DELIVERED.with(|d| d.borrow_mut().push((req, packet)));
             COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, item.len)));
         }
         // The sender closed or died and everything it sent was received: nothing more comes.
@@ -2683,7 +2691,7 @@ impl NodeInner {
 thread_local! {
     /// Packets handed to completed `pktchan_recv_i` requests, moved into the node's table
     /// with the completions.
-    static DELIVERED: std::cell::RefCell<Vec<(RequestHandle, usize)>> =
+    static DELIVERED: std::cell::RefCell<Vec<(RequestHandle, Packet)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -3161,8 +3169,8 @@ impl Node {
         Ok(req)
     }
 
-    /// The address of the packet a completed `pktchan_recv_i` request received (once).
-    pub fn received_packet(&self, request: RequestHandle) -> Option<usize> {
+    /// The packet a completed `pktchan_recv_i` request received (once).
+    pub fn received_packet(&self, request: RequestHandle) -> Option<Packet> {
         lock(&self.inner.state).delivered.remove(&request)
     }
 
@@ -3201,7 +3209,17 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet this node holds.
-    pub fn pktchan_release(&self, addr: usize) -> Result<()> {
+    ///
+    /// Consumes the packet, so that nothing can read its bytes once they may be received
+    /// into again.
+    pub fn pktchan_release(&self, packet: Packet) -> Result<()> {
+        self.pktchan_release_addr(packet.addr())
+    }
+
+    /// [`Node::pktchan_release`] by address, for the C ABI (`mcapi_pktchan_release`), whose
+    /// contract is C's: the caller stops reading the packet once it is given back. Not public:
+    /// in Rust a [`Packet`] is the proof that a buffer is held.
+    pub(crate) fn pktchan_release_addr(&self, addr: usize) -> Result<()> {
         let (slot, mut g) = self.inner.pool_side(addr)?;
         let side = g.as_mut().ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
         let open = !side.closed;
