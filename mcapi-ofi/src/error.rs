@@ -10,10 +10,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Building an `Error` never allocates except for the rare variants that carry names, so the
 /// data path can return `-FI_EAGAIN` as an error without cost.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A libfabric call returned `-errno`.
+    #[error("{call} failed: {} (-{errno})", strerror(*.errno))]
     Call {
         /// The libfabric function (and, in parentheses, what it was doing).
         call: &'static str,
@@ -21,8 +22,13 @@ pub enum Error {
         errno: i32,
     },
     /// An operation completed with an error (`fi_cq_readerr`).
+    #[error(
+        "operation completed with error: {} (-{}), provider: {} ({}), {} bytes, {} truncated",
+        strerror(.0.err), .0.err, .0.prov_text, .0.prov_errno, .0.len, .0.olen
+    )]
     Completion(Box<CompletionError>),
     /// The requested provider is not offered on this machine.
+    #[error("{}", NotFound { requested, available, env_restriction })]
     ProviderNotFound {
         /// The name asked for.
         requested: String,
@@ -32,7 +38,33 @@ pub enum Error {
         env_restriction: Option<String>,
     },
     /// A bad argument caught before calling libfabric.
+    #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+}
+
+/// The text of [`Error::ProviderNotFound`], which depends on which fields are set.
+struct NotFound<'a> {
+    requested: &'a str,
+    available: &'a [String],
+    env_restriction: &'a Option<String>,
+}
+
+impl fmt::Display for NotFound<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "libfabric provider '{}' is not available here",
+            self.requested
+        )?;
+        if let Some(env) = self.env_restriction {
+            write!(f, " (FI_PROVIDER={env} restricts what libfabric offers)")?;
+        }
+        if self.available.is_empty() {
+            write!(f, "; no provider offers the required capabilities")
+        } else {
+            write!(f, "; available: {}", self.available.join(", "))
+        }
+    }
 }
 
 impl Error {
@@ -61,41 +93,3 @@ impl Error {
             || e == ofi_sys::FI_ENODATA as i32 || e == ofi_sys::FI_EOPNOTSUPP as i32)
     }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Call { call, errno } => {
-                write!(f, "{call} failed: {} (-{errno})", strerror(*errno))
-            }
-            Error::Completion(c) => write!(
-                f,
-                "operation completed with error: {} (-{}), provider: {} ({}), {} bytes, {} truncated",
-                strerror(c.err),
-                c.err,
-                c.prov_text,
-                c.prov_errno,
-                c.len,
-                c.olen
-            ),
-            Error::ProviderNotFound {
-                requested,
-                available,
-                env_restriction,
-            } => {
-                write!(f, "libfabric provider '{requested}' is not available here")?;
-                if let Some(env) = env_restriction {
-                    write!(f, " (FI_PROVIDER={env} restricts what libfabric offers)")?;
-                }
-                if available.is_empty() {
-                    write!(f, "; no provider offers the required capabilities")
-                } else {
-                    write!(f, "; available: {}", available.join(", "))
-                }
-            }
-            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}

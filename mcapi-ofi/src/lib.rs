@@ -36,6 +36,9 @@
 //! All of it is in the `raw` module, each block with a `// SAFETY:` comment.
 
 #![deny(missing_docs)]
+// Unsafe code is confined to `raw` (the FFI module), where each block states why it holds.
+#![deny(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod av;
 pub mod cleanup;
@@ -45,6 +48,7 @@ mod error;
 mod fabric;
 mod info;
 mod mr;
+#[allow(unsafe_code)]
 mod raw;
 
 pub use av::{AddressVector, FiAddr};

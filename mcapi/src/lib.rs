@@ -9,7 +9,12 @@
 //! Status: the semantic core is in place; the node, endpoint and message API over the
 //! transport is the subject of the messaging issue.
 
+// Unsafe code is confined to the C ABI (`capi`), where C hands us raw pointers.
+#![deny(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod attributes;
+#[allow(unsafe_code)]
 pub mod capi;
 pub mod config;
 pub mod control;

@@ -257,7 +257,7 @@ fn receiver_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
         if !pool.contains(&pkt.addr()) {
             return Err("the packet is not inside the registered pool".into());
         }
-        n.pktchan_release(pkt.addr())?;
+        n.pktchan_release(pkt)?;
     }
     // The slow receiver: holds HELD packets, releases them in a scrambled order, and
     // naps ten times during the stream (never after its last packet), each nap far longer
@@ -271,10 +271,10 @@ fn receiver_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
         if pkt.len() != want.len() || pkt.to_vec() != want {
             return Err(format!("packet {i} lost, out of order or damaged").into());
         }
-        held.push(pkt.addr());
+        held.push(Some(pkt));
         if held.len() == HELD {
             for k in [5, 0, 11, 3, 8, 1, 10, 6, 2, 9, 4, 7] {
-                n.pktchan_release(held[k])?;
+                n.pktchan_release(held[k].take().expect("released once"))?;
             }
             held.clear();
         }
@@ -282,8 +282,8 @@ fn receiver_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
             std::thread::sleep(NAP);
         }
     }
-    for addr in held {
-        n.pktchan_release(addr)?;
+    for pkt in held.into_iter().flatten() {
+        n.pktchan_release(pkt)?;
     }
     for width in [1, 2, 4, 8] {
         for i in 0..count {
@@ -339,7 +339,7 @@ fn recv_one(n: &Node, kind: Kind, h: ChannelHandle) -> Result<u64, Status> {
             let pkt = n.pktchan_recv(h)?;
             let mut b = [0u8; 8];
             pkt.copy_to(&mut b);
-            n.pktchan_release(pkt.addr())?;
+            n.pktchan_release(pkt)?;
             Ok(u64::from_le_bytes(b))
         }
         Kind::Scalar => n.sclchan_recv(h, 8),

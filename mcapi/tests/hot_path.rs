@@ -160,7 +160,7 @@ fn receive_rounds(b: &Node, e: &Ends, large: &[u8], scratch: &mut [u8], rounds: 
             assert_eq!(p.len(), len);
             p.copy_to(scratch);
             assert!(scratch[..len] == large[..len]);
-            b.pktchan_release(p.addr()).unwrap();
+            b.pktchan_release(p).unwrap();
         }
         let q = b.pktchan_recv_i(e.packet_rx).unwrap();
         assert_eq!(b.wait(q, None, WAIT).unwrap(), 1);

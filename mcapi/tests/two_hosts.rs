@@ -272,7 +272,7 @@ fn chan_receiver(mut config: Config) {
                 pool.contains(&pkt.addr()),
                 "packet {k} is not inside the registered pool"
             );
-            node.pktchan_release(pkt.addr()).unwrap();
+            node.pktchan_release(pkt).unwrap();
             k += 1;
         }
     }
@@ -286,7 +286,7 @@ fn chan_receiver(mut config: Config) {
             i,
             "stream packet lost or out of order"
         );
-        node.pktchan_release(pkt.addr()).unwrap();
+        node.pktchan_release(pkt).unwrap();
     }
     for width in [1, 2, 4, 8] {
         for i in 0..STREAM {

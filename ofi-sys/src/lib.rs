@@ -21,9 +21,16 @@
     dead_code
 )]
 #![allow(clippy::all)]
+// Hand-written modules document every unsafe block; bindgen's output is exempt below.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod generated {
-    #![allow(missing_docs, rustdoc::all, unsafe_op_in_unsafe_fn)]
+    #![allow(
+        missing_docs,
+        rustdoc::all,
+        unsafe_op_in_unsafe_fn,
+        clippy::undocumented_unsafe_blocks
+    )]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 pub use generated::*;

@@ -348,7 +348,8 @@ pub unsafe extern "C" fn mcapi_pktchan_available(
 /// (NULL, a pointer of the application's own, a packet released already).
 ///
 /// # Safety
-/// `status` is NULL or writable. `buffer` is only compared, never dereferenced.
+/// `status` is NULL or writable. `buffer` is only compared, never dereferenced; once the
+/// call succeeded, the caller reads the packet no more (its bytes may be received into).
 #[no_mangle]
 pub unsafe extern "C" fn mcapi_pktchan_release(buffer: *mut c_void, status: *mut mcapi_status_t) {
     // SAFETY: `status` is NULL or writable per this function's contract.
@@ -358,8 +359,23 @@ pub unsafe extern "C" fn mcapi_pktchan_release(buffer: *mut c_void, status: *mut
         if buffer.is_null() {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
         }
-        node.pktchan_release(buffer as usize)
+        // SAFETY: the caller stops reading the packet, per this function's contract.
+        unsafe { pktchan_release_at(&node, buffer as usize) }
     })
+}
+
+/// [`Node::pktchan_release`] by address, as C releases: what `mcapi_pktchan_release` does
+/// on `node`. Rust code holding the [`Packet`](crate::Packet) releases that instead.
+///
+/// # Errors
+/// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet `node` holds.
+///
+/// # Safety
+/// Nothing reads the packet at `addr` after a successful call: its buffer may be posted to
+/// the fabric again. In particular no [`Packet`](crate::Packet) for it is read or released
+/// afterwards.
+pub unsafe fn pktchan_release_at(node: &Node, addr: usize) -> Result<(), Status> {
+    node.pktchan_release_addr(addr)
 }
 
 /// `mcapi_pktchan_release_test` (4.4.10): `MCA_TRUE` (`MCAPI_SUCCESS`) once the packet at

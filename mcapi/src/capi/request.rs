@@ -39,9 +39,9 @@ impl Target {
     unsafe fn slice<'a>(self) -> Option<&'a mut [u8]> {
         match self {
             Target::Message { len: 0, .. } => Some(&mut []),
-            // SAFETY: non-NULL (`mcapi_msg_recv_i` refuses NULL with a size) and writable
-            // for `len` bytes by the contract above.
             Target::Message { address, len } => {
+                // SAFETY: non-NULL (`mcapi_msg_recv_i` refuses NULL with a size) and writable
+                // for `len` bytes by the contract above.
                 Some(unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) })
             }
             Target::Packet { .. } => None,
@@ -57,7 +57,8 @@ impl Target {
         if let Target::Packet { out } = self {
             let address = node
                 .received_packet(request)
-                .ok_or(Status::MCAPI_ERR_GENERAL)?;
+                .ok_or(Status::MCAPI_ERR_GENERAL)?
+                .addr();
             // SAFETY: non-NULL (`mcapi_pktchan_recv_i` requires it) and writable by the
             // contract above; unaligned writes accept any pointer C computed.
             unsafe { (out as *mut *mut c_void).write_unaligned(address as *mut c_void) };

@@ -34,8 +34,8 @@ use super::*;
 use crate::semantics::channel::{
     Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
 };
-use arrayvec::ArrayVec;
 use mcapi_ofi::{SendBuffer, SendWait};
+use smallvec::SmallVec;
 use std::sync::atomic::AtomicU32;
 
 /// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
@@ -115,8 +115,12 @@ impl ChannelHandle {
 }
 
 /// A received packet: a view into the channel's registered receive pool (no copy). Give it
-/// back with [`Node::pktchan_release`].
-#[derive(Clone, Debug)]
+/// back with [`Node::pktchan_release`], which consumes it.
+///
+/// Not `Clone`: once released, its bytes may be posted to the fabric again and overwritten,
+/// so no handle that can still read them may survive the release. Dropping a packet without
+/// releasing it keeps its buffer held until the channel's pool goes.
+#[derive(Debug)]
 pub struct Packet {
     pool: MemoryRegion,
     offset: usize,
@@ -2149,21 +2153,29 @@ impl Node {
             return cqs;
         }
         // Gathered under the state lock, looked up once it is released.
-        let mut handles = ArrayVec::<ChannelHandle, { CompletionQueue::MAX_SLEEP_CQS }>::new();
+        // Never more than a sleep can watch, so neither vector leaves its inline storage.
+        const MAX: usize = CompletionQueue::MAX_SLEEP_CQS;
+        let mut handles = SmallVec::<[ChannelHandle; MAX]>::new();
         if let Ok(st) = self.inner.live_state() {
             for &r in requests {
                 if let Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) =
                     st.requests.get(r)
                 {
-                    if !handles.contains(handle) && handles.try_push(*handle).is_err() {
-                        return SleepCqs::new();
+                    if !handles.contains(handle) {
+                        if handles.len() == MAX {
+                            return SleepCqs::new();
+                        }
+                        handles.push(*handle);
                     }
                 }
             }
         }
         for cq in handles.into_iter().filter_map(|h| self.side_cq(h)) {
-            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) && cqs.try_push(cq).is_err() {
-                return SleepCqs::new();
+            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
+                if cqs.len() == MAX {
+                    return SleepCqs::new();
+                }
+                cqs.push(cq);
             }
         }
         cqs
@@ -2672,8 +2684,12 @@ impl NodeInner {
                 break;
             };
             r.held.hold(item.offset);
-            let addr = r.pool.addr() + item.offset;
-            DELIVERED.with(|d| d.borrow_mut().push((req, addr)));
+            let packet = Packet {
+                pool: r.pool.clone(),
+                offset: item.offset,
+                len: item.len,
+            };
+            DELIVERED.with(|d| d.borrow_mut().push((req, packet)));
             COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, item.len)));
         }
         // The sender closed or died and everything it sent was received: nothing more comes.
@@ -2691,7 +2707,7 @@ impl NodeInner {
 thread_local! {
     /// Packets handed to completed `pktchan_recv_i` requests, moved into the node's table
     /// with the completions.
-    static DELIVERED: std::cell::RefCell<Vec<(RequestHandle, usize)>> =
+    static DELIVERED: std::cell::RefCell<Vec<(RequestHandle, Packet)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -3171,8 +3187,8 @@ impl Node {
         Ok(req)
     }
 
-    /// The address of the packet a completed `pktchan_recv_i` request received (once).
-    pub fn received_packet(&self, request: RequestHandle) -> Option<usize> {
+    /// The packet a completed `pktchan_recv_i` request received (once).
+    pub fn received_packet(&self, request: RequestHandle) -> Option<Packet> {
         lock(&self.inner.state).delivered.remove(&request)
     }
 
@@ -3211,7 +3227,17 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet this node holds.
-    pub fn pktchan_release(&self, addr: usize) -> Result<()> {
+    ///
+    /// Consumes the packet, so that nothing can read its bytes once they may be received
+    /// into again.
+    pub fn pktchan_release(&self, packet: Packet) -> Result<()> {
+        self.pktchan_release_addr(packet.addr())
+    }
+
+    /// [`Node::pktchan_release`] by address, for the C ABI (`mcapi_pktchan_release`), whose
+    /// contract is C's: the caller stops reading the packet once it is given back. Not public:
+    /// in Rust a [`Packet`] is the proof that a buffer is held.
+    pub(crate) fn pktchan_release_addr(&self, addr: usize) -> Result<()> {
         let (slot, mut g) = self.inner.pool_side(addr)?;
         let side = g.as_mut().ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
         let open = !side.closed;

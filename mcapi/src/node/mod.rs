@@ -142,8 +142,8 @@ struct State {
     /// sender's credit) by the next receive or CQ read: after the application's reply to
     /// it, not before (see [`NodeInner::repost_taken`]).
     taken: Option<TakenSlot>,
-    /// Packet addresses of completed `pktchan_recv_i` requests, until asked for.
-    delivered: HashMap<RequestHandle, usize>,
+    /// Packets of completed `pktchan_recv_i` requests, until asked for.
+    delivered: HashMap<RequestHandle, Packet>,
     finalized: bool,
 }
 

@@ -2,7 +2,7 @@
 //! progress, opening the fabric, and the blocking-call backoff.
 
 use super::*;
-use arrayvec::ArrayVec;
+use smallvec::SmallVec;
 
 /// Answers other nodes on the control plane.
 pub(super) struct ControlHandler(pub(super) Weak<NodeInner>);
@@ -257,7 +257,7 @@ pub(super) struct Backoff {
 
 /// The CQs a blocked call sleeps on: at most what one `ppoll` watches, kept inline so that
 /// even a call that sleeps allocates nothing (an empty set sleeps timed).
-pub(super) type SleepCqs = ArrayVec<CompletionQueue, { CompletionQueue::MAX_SLEEP_CQS }>;
+pub(super) type SleepCqs = SmallVec<[CompletionQueue; CompletionQueue::MAX_SLEEP_CQS]>;
 
 /// Slow-path checks come at most this often.
 const CHECK_EVERY: Duration = Duration::from_millis(1);

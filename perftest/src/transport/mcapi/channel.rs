@@ -305,9 +305,10 @@ impl Transport for PktTransport {
         let node = &self.chan.node;
         match node.pktchan_recv(rx) {
             Ok(p) => {
-                node.pktchan_release(p.addr())
+                let len = p.len();
+                node.pktchan_release(p)
                     .map_err(|s| failed("pktchan_release", s))?;
-                Ok(Some(p.len()))
+                Ok(Some(len))
             }
             Err(Status::MCAPI_TIMEOUT) => Ok(None),
             Err(s) => Err(failed("pktchan_recv", s)),
