@@ -152,7 +152,7 @@ fn one_run(prov: &str, job: &str, run: u32) -> Node {
         let p = n.pktchan_recv(pkt).unwrap();
         let mut b = [0u8; 4];
         p.copy_to(&mut b);
-        n.pktchan_release(p.addr()).unwrap();
+        n.pktchan_release(p).unwrap();
         assert_eq!(u32::from_le_bytes(b), run * 10_000 + i, "run {run}: packet");
     }
     let (scl, q) = n.sclchan_recv_open_i(scl_rx).unwrap();
