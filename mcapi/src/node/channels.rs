@@ -31,9 +31,8 @@
 
 use super::scalar_hub::{self, HubItem, ScalarHub};
 use super::*;
-use crate::semantics::channel::{
-    Binding, ChannelKind, CreditReturn, Direction, PoolBuffers, SendCredits,
-};
+use crate::semantics::channel::{Binding, ChannelKind, CreditReturn, Direction, SendCredits};
+use crate::semantics::channel_side::{Item, Posting, RecvSide, Repost};
 use mcapi_ofi::{SendBuffer, SendWait};
 use smallvec::SmallVec;
 use std::sync::atomic::AtomicU32;
@@ -589,200 +588,43 @@ impl SendData {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Item {
-    offset: usize,
-    len: usize,
-    value: u64,
-}
-
+/// A receive side's pool and its state machine (`semantics::channel_side`): the state
+/// machine decides, this only moves memory and posts.
 struct RecvData {
     pool: MemoryRegion,
-    buffer_size: usize,
-    buffers: PoolBuffers,
-    reorder: SeqReorder<u8, Item>,
-    fifo: VecDeque<Item>,
-    returns: CreditReturn,
-    posting: Posting,
-    /// Scalar slots and packet buffers free to be posted again.
-    slots: RepostList,
-    /// Packets the application holds.
-    held: HeldPackets,
-    received: u32,
-    /// How many the sender sent in all, once it closed.
-    peer_sent: Option<u32>,
-    /// `pktchan_recv_i` requests in the order they were made.
-    pending: VecDeque<RequestHandle>,
-}
-
-/// How a receive side's pool is posted to the fabric.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Posting {
-    /// Packet buffers, each an `FI_MULTI_RECV` receive that small packets share.
-    MultiRecv,
-    /// One plain receive per scalar slot or packet buffer (shm).
-    Plain,
-    /// Nothing of its own: the scalar hub's pool.
-    Hub,
-}
-
-/// The scalar slots and packet buffers of a receive side that are free to be posted again
-/// (a plain receive's slot once its scalar is copied out or its packet released, a
-/// multi-receive buffer whose post failed, either once its receive failed); the others are
-/// posted or in use. Never more are listed than there are slots, so listing allocates
-/// nothing.
-struct RepostList {
-    to_post: Vec<u32>,
-}
-
-impl RepostList {
-    /// Room for `n` slots, all posted.
-    fn new(n: usize) -> RepostList {
-        RepostList {
-            to_post: Vec::with_capacity(n),
-        }
-    }
-
-    /// Slot `slot` is free to be posted again.
-    fn list(&mut self, slot: u32) {
-        debug_assert!(!self.to_post.contains(&slot), "slot {slot} listed twice");
-        self.to_post.push(slot);
-    }
-
-    fn any_to_post(&self) -> bool {
-        !self.to_post.is_empty()
-    }
-
-    /// The next slot to post again; [`RepostList::posted_again`] once it is.
-    fn next_to_post(&self) -> Option<u32> {
-        self.to_post.last().copied()
-    }
-
-    fn posted_again(&mut self) {
-        self.to_post.pop();
-    }
-}
-
-/// The packets the application holds, by pool offset. Counted: an empty packet takes no
-/// room in a multi-receive buffer, so the next packet starts at the same offset.
-#[derive(Default)]
-struct HeldPackets(rustc_hash::FxHashMap<usize, u32>);
-
-impl HeldPackets {
-    fn hold(&mut self, offset: usize) {
-        *self.0.entry(offset).or_insert(0) += 1;
-    }
-
-    /// Gives back one packet held at `offset`; false if none is.
-    fn release(&mut self, offset: usize) -> bool {
-        match self.0.get_mut(&offset) {
-            Some(1) => {
-                self.0.remove(&offset);
-                true
-            }
-            Some(n) => {
-                *n -= 1;
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn contains(&self, offset: usize) -> bool {
-        self.0.contains_key(&offset)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
+    state: RecvSide,
 }
 
 impl RecvData {
-    /// A receive side taking `capacity` items into `pool`, `n` scalar slots or packet
-    /// buffers of `buffer_size` bytes each, posted as `posting` says.
-    fn new(
-        pool: MemoryRegion,
-        buffer_size: usize,
-        n: usize,
-        posting: Posting,
-        capacity: u32,
-    ) -> RecvData {
-        RecvData {
-            pool,
-            buffer_size,
-            posting,
-            buffers: PoolBuffers::new(n),
-            reorder: SeqReorder::new(1, capacity.max(1) * 2),
-            fifo: VecDeque::with_capacity(capacity as usize),
-            returns: CreditReturn::new(capacity),
-            slots: RepostList::new(n),
-            held: HeldPackets::default(),
-            received: 0,
-            peer_sent: None,
-            pending: VecDeque::with_capacity(16),
-        }
-    }
-
-    fn multi_recv(&self) -> bool {
-        self.posting == Posting::MultiRecv
-    }
-
     /// Posts buffer or slot `b` to `ep`.
     #[inline(always)]
     fn post(&self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
-        let buf = self.pool.slice(b * self.buffer_size, self.buffer_size)?;
-        if self.multi_recv() {
+        let size = self.state.buffer_size();
+        let buf = self.pool.slice(b * size, size)?;
+        if self.state.posting() == Posting::MultiRecv {
             ep.recv_multi(buf, b as u64)
         } else {
             ep.recv(buf, FiAddr::UNSPEC, b as u64)
         }
     }
 
-    /// Takes item number `seq` of the sender's stream; those now in order go to the FIFO.
-    /// Returns the credits to give back now, if any.
-    ///
-    /// # Errors
-    /// The item, dropped: a duplicate or a number beyond the window (no sender of ours
-    /// sends one).
+    /// Carries out what the state machine said about a buffer: a [`Repost::Now`] is posted
+    /// (listed for later if it cannot be, or the endpoint is closed).
     #[inline(always)]
-    fn accept(&mut self, seq: u32, item: Item) -> std::result::Result<Option<u32>, Item> {
-        if self.reorder.pass_in_order(0, seq) {
-            // The common case: next in order with nothing waiting before it.
-            self.fifo.push_back(item);
-            self.received += 1;
-            return Ok(self.returns.arrived());
+    fn repost(&mut self, ep: &Option<Endpoint>, what: Repost) {
+        if let Repost::Now(b) = what {
+            let ok = ep.as_ref().is_some_and(|ep| self.post(ep, b).is_ok());
+            self.state.posted(b, ok);
         }
-        self.accept_reordered(seq, item)
     }
 
-    #[inline(never)]
-    fn accept_reordered(&mut self, seq: u32, item: Item) -> std::result::Result<Option<u32>, Item> {
-        let ready = self
-            .reorder
-            .accept(0, seq, item)
-            .map_err(crate::semantics::queue::Rejected::into_inner)?;
-        let mut due = None;
-        for i in ready {
-            self.fifo.push_back(i);
-            self.received += 1;
-            if let Some(n) = self.returns.arrived() {
-                due = Some(due.unwrap_or(0) + n);
-            }
+    /// A packet handed to the application.
+    fn packet(&self, item: Item) -> Packet {
+        Packet {
+            pool: self.pool.clone(),
+            offset: item.offset,
+            len: item.len,
         }
-        Ok(due)
-    }
-
-    /// Whether nothing more will come from a sender that closed or died: all it announced
-    /// arrived (or more: a zero-copy packet it gave up on may have got through); `true`
-    /// while it is open.
-    fn sender_done(&self) -> bool {
-        self.peer_sent
-            .is_none_or(|sent| self.received.wrapping_sub(sent) < 1 << 31)
-    }
-
-    /// Whether a closed sender announced items that have not arrived.
-    fn awaits_announced(&self) -> bool {
-        self.peer_sent.is_some() && !self.sender_done()
     }
 }
 
@@ -877,7 +719,7 @@ impl Side {
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
-            }) => !r.pending.is_empty(),
+            }) => r.state.has_pending(),
             _ => false,
         }
     }
@@ -915,7 +757,7 @@ impl Side {
 
     /// Whether a received item waits in the FIFO (taken without reading the CQ first).
     fn has_queued_item(&self) -> bool {
-        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if !r.fifo.is_empty())
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.state.available() > 0)
     }
 
     /// Posts the listed packet buffers (shm: those released since the last receive call)
@@ -929,7 +771,8 @@ impl Side {
 
     /// Whether the sender closed announcing items that have not all arrived.
     fn awaits_announced(&self) -> bool {
-        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.awaits_announced())
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. })
+            if r.state.awaits_announced())
     }
 
     /// The other side's node is gone: data calls fail from now on (once what arrived is
@@ -941,8 +784,7 @@ impl Side {
             ..
         }) = &mut self.io
         {
-            // Nothing more is to come than what arrived.
-            r.peer_sent = Some(r.received);
+            r.state.sender_died();
         }
     }
 
@@ -971,9 +813,9 @@ impl SideIo {
             // (a blocking receive, a wait on a `pktchan_recv_i`, `pktchan_available`, the
             // background thread).
             SideData::Recv(r) => {
-                if let Some(n) = r.returns.flush() {
+                if let Some(n) = r.state.credits_to_flush() {
                     self.return_credits(n);
-                } else if seen == 0 && r.slots.any_to_post() {
+                } else if seen == 0 && r.state.any_to_post() {
                     // Idle: a ping-pong's receiver posts here while it waits for the
                     // reply, not between a scalar's arrival and its own reply.
                     self.repost_slots();
@@ -1024,11 +866,9 @@ impl SideIo {
                     }
                     // A plain receive that failed (say, truncated): its scalar slot or packet
                     // buffer is free again (a scalar slot never holds a packet).
-                    SideData::Recv(r) if !r.multi_recv() && r.buffers.holds(e.context) => {
-                        let b = e.context as usize;
-                        if r.buffers.provider_released(b) {
-                            repost(&self.ep, r, b);
-                        }
+                    SideData::Recv(r) => {
+                        let what = r.state.receive_failed(e.context as usize);
+                        r.repost(&self.ep, what);
                     }
                     _ => {}
                 }
@@ -1067,13 +907,11 @@ impl SideIo {
             match &mut self.data {
                 SideData::Send(s) if it.credit => s.credits.add(it.value as u32),
                 SideData::Recv(r) if !it.credit => {
-                    let item = Item {
-                        offset: 0,
-                        len: usize::from(it.len),
-                        value: it.value,
-                    };
-                    let seq = super::driver::widen(r.received, it.seq);
-                    credits_due += r.accept(seq, item).ok().flatten().unwrap_or(0);
+                    let seq = super::driver::widen(r.state.received(), it.seq);
+                    credits_due += r
+                        .state
+                        .hub_scalar_arrived(seq, it.value, usize::from(it.len))
+                        .unwrap_or(0);
                 }
                 _ => {}
             }
@@ -1097,49 +935,36 @@ impl SideIo {
                 }
             }
             SideData::Recv(r) if kind == ChannelKind::Scalar => {
-                // Whatever arrived used up slot `ctx`: it is listed to be posted again.
+                // Whatever arrived used up slot `ctx`, which is listed to be posted again.
                 let slot = ctx as u32;
-                r.slots.list(slot);
-                if c.flags() & flags::REMOTE_CQ_DATA != 0 {
-                    let offset = slot as usize * SCALAR_SLOT;
+                let scalar = (c.flags() & flags::REMOTE_CQ_DATA != 0).then(|| {
                     let len = c.len();
-                    let item = Item {
-                        offset,
-                        len,
-                        value: r.pool.read_le(offset, len.min(SCALAR_SLOT)),
-                    };
-                    // (A rejected scalar's slot is listed already.)
-                    credits_due = r.accept(c.data() as u32, item).ok().flatten();
-                }
+                    let value = r
+                        .pool
+                        .read_le(slot as usize * SCALAR_SLOT, len.min(SCALAR_SLOT));
+                    (c.data() as u32, value, len)
+                });
+                credits_due = r.state.scalar_arrived(slot, scalar);
             }
             SideData::Recv(r) => {
                 let b = ctx as usize;
+                let multi_recv = r.state.posting() == Posting::MultiRecv;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
-                    let offset = if r.multi_recv() {
+                    let offset = if multi_recv {
                         c.buf_addr().wrapping_sub(r.pool.addr())
                     } else {
                         // `buf` is defined for multi-receive completions only.
-                        b * r.buffer_size
+                        b * r.state.buffer_size()
                     };
-                    let item = Item {
-                        offset,
-                        len: c.len(),
-                        value: 0,
-                    };
-                    r.buffers.arrived(b);
-                    match r.accept(c.data() as u32, item) {
-                        Ok(due) => credits_due = due,
-                        Err(_) => {
-                            if r.buffers.packet_released(b) {
-                                repost(&self.ep, r, b);
-                            }
-                        }
-                    }
+                    let (due, dropped) =
+                        r.state.packet_arrived(b, offset, c.len(), c.data() as u32);
+                    credits_due = due;
+                    r.repost(&self.ep, dropped);
                 }
                 // A plain receive is done with its buffer at once, whatever arrived.
-                let released = !r.multi_recv() || c.flags() & flags::MULTI_RECV != 0;
-                if released && r.buffers.provider_released(b) {
-                    repost(&self.ep, r, b);
+                if !multi_recv || c.flags() & flags::MULTI_RECV != 0 {
+                    let what = r.state.buffer_done(b);
+                    r.repost(&self.ep, what);
                 }
             }
         }
@@ -1151,7 +976,7 @@ impl SideIo {
     /// Whether a receive side has slots or buffers listed to be posted again.
     #[inline]
     fn slots_listed(&self) -> bool {
-        matches!(&self.data, SideData::Recv(r) if r.slots.any_to_post())
+        matches!(&self.data, SideData::Recv(r) if r.state.any_to_post())
     }
 
     /// Posts a receive side's listed slots and buffers again. Before any credit return, so
@@ -1166,12 +991,11 @@ impl SideIo {
             // Closed: nothing more arrives.
             return true;
         };
-        while let Some(slot) = r.slots.next_to_post() {
+        while let Some(slot) = r.state.next_to_post() {
             if r.post(ep, slot as usize).is_err() {
                 return false;
             }
-            r.slots.posted_again();
-            r.buffers.reposted(slot as usize);
+            r.state.posted_again();
         }
         true
     }
@@ -1300,7 +1124,7 @@ impl SideIo {
         let SideData::Recv(r) = &mut self.data else {
             return;
         };
-        if r.peer_sent.is_some() && r.sender_done() {
+        if !r.state.sender_wants_credits() {
             // The sender closed (or died) and needs no more: its endpoint may be gone. While
             // packets it queued before closing are still to come, it needs the credits.
             return;
@@ -1312,7 +1136,7 @@ impl SideIo {
                 (Some(ep), None) => ep.inject(&u64::from(n).to_le_bytes(), self.dest).is_ok(),
             };
         if !sent {
-            r.returns.unflush(n);
+            r.state.credits_not_sent(n);
         }
     }
 }
@@ -1353,20 +1177,6 @@ fn post_staged(
         s.staging_free.push(slot);
     }
     Some(r)
-}
-
-/// Packet buffer `b` is free (the provider and the application are done with it): a
-/// multi-receive is posted again now, a plain receive listed (`SideIo::repost_slots` posts
-/// it off a ping-pong's reply path: by the next `pktchan_recv`, while the side is idle, or
-/// before credits go back), and so is a multi-receive that cannot be posted now.
-fn repost(ep: &Option<Endpoint>, r: &mut RecvData, b: usize) {
-    if let (Some(ep), true) = (ep, r.multi_recv()) {
-        if r.post(ep, b).is_ok() {
-            r.buffers.reposted(b);
-            return;
-        }
-    }
-    r.slots.list(b as u32);
 }
 
 impl NodeInner {
@@ -1583,14 +1393,7 @@ impl NodeInner {
                             ..
                         }) = &mut side.io
                         {
-                            // A cancel after the close announces a smaller count, and the
-                            // two may arrive in either order: keep the smaller.
-                            let new = args[0] as u32;
-                            let ahead = |n: u32| n.wrapping_sub(r.received);
-                            r.peer_sent = Some(match r.peer_sent {
-                                Some(old) if ahead(old) <= ahead(new) => old,
-                                _ => new,
-                            });
+                            r.state.sender_closed(args[0] as u32);
                         }
                     }
                 }
@@ -1690,7 +1493,10 @@ impl NodeInner {
                     ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
                 let pool = MemoryRegion::new(domain, n * buffer_size)?;
-                let r = RecvData::new(pool, buffer_size, n, posting, capacity);
+                let r = RecvData {
+                    pool,
+                    state: RecvSide::new(kind, posting, buffer_size, n, capacity),
+                };
                 for b in 0..n {
                     r.post(&ep, b)?;
                 }
@@ -1738,13 +1544,10 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
-            Direction::Receive => SideData::Recv(RecvData::new(
-                hub.pool().clone(),
-                8,
-                0,
-                Posting::Hub,
-                capacity,
-            )),
+            Direction::Receive => SideData::Recv(RecvData {
+                pool: hub.pool().clone(),
+                state: RecvSide::new(ChannelKind::Scalar, Posting::Hub, 8, 0, capacity),
+            }),
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),
@@ -2478,22 +2281,19 @@ impl Node {
                 {
                     sent = s.announced_count();
                 }
-                if let Some(SideIo {
-                    ep,
-                    data: SideData::Recv(r),
-                    ..
-                }) = &mut side.io
-                {
-                    // Packets not received yet are discarded.
-                    while let Some(item) = r.fifo.pop_front() {
-                        if kind == ChannelKind::Packet {
-                            let b = item.offset / r.buffer_size;
-                            if r.buffers.packet_released(b) {
-                                repost(ep, r, b);
-                            }
+                if let Some(io) = &mut side.io {
+                    if let SideData::Recv(r) = &mut io.data {
+                        // Packets not received yet are discarded; their buffers go back.
+                        r.state.close();
+                        while let Some(c) = r.state.take_completed() {
+                            cancelled.push(c.request);
+                        }
+                        // Multi-receive buffers go back at once, as they do when released;
+                        // plain slots wait to be posted as usual.
+                        if r.state.posting() == Posting::MultiRecv {
+                            io.repost_slots();
                         }
                     }
-                    cancelled.extend(r.pending.drain(..));
                 }
             }
             (cancelled, sent, run)
@@ -2650,7 +2450,7 @@ impl NodeInner {
                     self.channels.park(io.ep.take());
                 }
                 match &mut io.data {
-                    SideData::Recv(r) => !r.held.is_empty(),
+                    SideData::Recv(r) => r.state.holds_packets(),
                     SideData::Send(s) => {
                         // Sends the departed receiver can no longer take fail, not vanish.
                         s.fail_queued();
@@ -2679,27 +2479,14 @@ impl NodeInner {
         else {
             return;
         };
-        while !r.pending.is_empty() && !r.fifo.is_empty() {
-            let (Some(req), Some(item)) = (r.pending.pop_front(), r.fifo.pop_front()) else {
-                break;
-            };
-            r.held.hold(item.offset);
-            let packet = Packet {
-                pool: r.pool.clone(),
-                offset: item.offset,
-                len: item.len,
-            };
-            DELIVERED.with(|d| d.borrow_mut().push((req, packet)));
-            COMPLETED.with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, item.len)));
-        }
-        // The sender closed or died and everything it sent was received: nothing more comes.
-        if let Some(status) = side.peer_gone {
-            if r.fifo.is_empty() && r.sender_done() {
-                COMPLETED.with(|c| {
-                    let mut c = c.borrow_mut();
-                    c.extend(r.pending.drain(..).map(|req| (req, status, 0)));
-                });
+        // Once the sender closed or died and everything it sent was received, nothing more
+        // comes: the rest end with its loss.
+        r.state.serve_pending(side.peer_gone);
+        while let Some(c) = r.state.take_completed() {
+            if let Some(item) = c.item {
+                DELIVERED.with(|d| d.borrow_mut().push((c.request, r.packet(item))));
             }
+            COMPLETED.with(|d| d.borrow_mut().push((c.request, c.status, c.len)));
         }
     }
 }
@@ -3019,11 +2806,7 @@ impl Node {
                 .as_ref()
                 .map_or((false, 0, None), |s| (s.closed, s.port, s.peer));
             match side.and_then(|s| s.io.as_mut()).map(|io| &mut io.data) {
-                Some(SideData::Recv(r)) => {
-                    let before = r.pending.len();
-                    r.pending.retain(|&h| h != request);
-                    r.pending.len() < before
-                }
+                Some(SideData::Recv(r)) => r.state.withdraw(request),
                 Some(SideData::Send(s)) => match s.queued.iter().position(|q| q.0 == request) {
                     Some(i) => {
                         if let Some((_, Outgoing::Staged { slot, .. })) = s.queued.remove(i) {
@@ -3172,7 +2955,7 @@ impl Node {
             side.check_usable()?;
             match side.io.as_mut().map(|io| &mut io.data) {
                 Some(SideData::Recv(r)) => {
-                    r.pending.push_back(req);
+                    r.state.add_pending(req);
                     Ok(())
                 }
                 _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
@@ -3217,7 +3000,7 @@ impl Node {
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
-            }) => Ok(r.fifo.len()),
+            }) => Ok(r.state.available()),
             _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
         }
     }
@@ -3248,18 +3031,14 @@ impl Node {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
         };
         let offset = addr.wrapping_sub(r.pool.addr());
-        if !r.held.release(offset) {
-            return Err(Status::MCAPI_ERR_BUF_INVALID);
-        }
-        let b = offset / r.buffer_size;
-        if r.buffers.packet_released(b) {
-            repost(&io.ep, r, b);
-        }
+        let (what, credits) = r.state.release(offset)?;
+        r.repost(&io.ep, what);
+        let last = !r.state.holds_packets();
         if open {
-            if let Some(n) = r.returns.freed() {
+            if let Some(n) = credits {
                 io.return_credits(n);
             }
-        } else if r.held.is_empty() && io.ep.is_none() {
+        } else if last && io.ep.is_none() {
             // The last held packet of a disconnected channel: the pool goes now.
             self.inner.channels.vacate(&mut g, slot);
         }
@@ -3277,7 +3056,7 @@ impl Node {
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
-            }) => Ok(!r.held.contains(addr.wrapping_sub(r.pool.addr()))),
+            }) => Ok(!r.state.is_held(addr.wrapping_sub(r.pool.addr()))),
             _ => Ok(true),
         }
     }
@@ -3443,13 +3222,8 @@ fn take_scalar(side: &mut Side, width: usize) -> Result<Option<u64>> {
     let SideData::Recv(r) = &mut io.data else {
         return Err(Status::MCAPI_ERR_CHAN_INVALID);
     };
-    if let Some(item) = r.fifo.front() {
-        if item.len != width {
-            return Err(Status::MCAPI_ERR_GENERAL);
-        }
-        let v = item.value;
-        r.fifo.pop_front();
-        if let Some(n) = r.returns.freed() {
+    if let Some((v, credits)) = r.state.take_scalar(width)? {
+        if let Some(n) = credits {
             io.return_credits(n);
         }
         return Ok(Some(v));
@@ -3465,13 +3239,8 @@ fn take_item(side: &mut Side) -> Result<Option<Packet>> {
     let SideData::Recv(r) = &mut io.data else {
         return Err(Status::MCAPI_ERR_CHAN_INVALID);
     };
-    if let Some(item) = r.fifo.pop_front() {
-        r.held.hold(item.offset);
-        return Ok(Some(Packet {
-            pool: r.pool.clone(),
-            offset: item.offset,
-            len: item.len,
-        }));
+    if let Some(item) = r.state.take_packet() {
+        return Ok(Some(r.packet(item)));
     }
     io.nothing_received(gone)?;
     Ok(None)
@@ -3484,7 +3253,7 @@ impl SideIo {
         let SideData::Recv(r) = &self.data else {
             return Err(Status::MCAPI_ERR_CHAN_INVALID);
         };
-        match gone.filter(|_| r.sender_done()) {
+        match gone.filter(|_| r.state.sender_done()) {
             Some(status) => Err(status),
             None => Ok(()),
         }

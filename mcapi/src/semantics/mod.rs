@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod channel;
+pub mod channel_side;
 pub mod credit;
 pub mod endpoint_id;
 pub mod peer;
