@@ -17,8 +17,8 @@
 //! use std::time::Duration;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let cfg = Config::from_env()?;
-//! let a = Node::initialize(0, 1, cfg.clone())?;
+//! let cfg = Config::from_env()?;                // MCAPI_* environment variables, else defaults
+//! let a = Node::initialize(0, 1, cfg.clone())?; // two nodes in one process here
 //! let b = Node::initialize(0, 2, cfg)?;
 //! let rx = b.endpoint_create(7)?;
 //! let tx = a.endpoint_create(PORT_ANY)?;
