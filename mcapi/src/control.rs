@@ -1,7 +1,8 @@
 //! The control plane: how nodes find each other, answer lookups and notice dead peers.
 //!
-//! Each node serves one socket from a thread that sleeps in `accept`/`read`, so a node whose
-//! application is busy computing still answers, and the data path never waits on it.
+//! Each node serves one socket: a thread sleeps in `accept`, and a thread per connected peer
+//! in `read`, so a node whose application is busy computing still answers, and the data path
+//! never waits on them.
 //!
 //! - One host (no topology): a Unix socket `<runtime_dir>/<job>/d<domain>n<node>.sock`. The
 //!   socket file is the registry entry: a file left by a crashed process refuses connections

@@ -1,4 +1,4 @@
-//! The channel hot path allocates nothing (issue 4: "no allocation per packet or scalar"),
+//! The channel hot path allocates nothing (no allocation per packet or scalar),
 //! and neither does the message path:
 //! a global allocator counts the allocations made by a sending and a receiving thread while
 //! they stream packets (injected, zero copy from the caller's buffer, blocking and

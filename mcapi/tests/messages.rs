@@ -640,7 +640,7 @@ fn endpoint_get_i_completes_when_the_endpoint_appears() {
 }
 
 /// The provokable rows of the ERRORS tables of 4.1, 4.2, 4.3 and 4.6, one per line.
-/// (NULL-pointer rows belong to the C ABI; channel rows to the channels issue.)
+/// (NULL-pointer rows are tested through the C ABI, channel rows in the channel tests.)
 #[test]
 fn errors_tables() {
     use mcapi::attributes::EndpointAttribute as A;

@@ -217,7 +217,7 @@ pub(super) struct ChannelTable {
     /// Whether a blocked call polls the sides with transfers under way after every poll of
     /// its own ([`BusyBurst`]: providers under ofi_rxm, whose sends move only while their
     /// CQ is read) or once per burst (elsewhere: on shm the extra reads of a sender's CQ
-    /// slowed the receiver, 64 KiB pkt-bw 0.915x against 0.945x of raw).
+    /// slowed the receiver).
     busy_every_poll: bool,
 }
 
@@ -1480,9 +1480,9 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             Direction::Receive => {
-                // On shm (scalar sides here are shm's) one plain receive per credit: a
-                // scalar or packet matched into a multi-receive buffer costs shm about 160
-                // more instructions, all between its arrival and the application's reply,
+                // On shm (scalar sides here are shm's) one plain receive per credit: shm
+                // matches a scalar or packet into a multi-receive buffer more slowly, all
+                // between its arrival and the application's reply,
                 // and a second completion when the buffer is full. An emptied slot is
                 // posted again off that path (`repost_slots`). Elsewhere packets share
                 // multi-receive buffers.
@@ -1516,8 +1516,8 @@ impl NodeInner {
 
     /// Whether scalar sides use the node's hub: wherever endpoints talk over connections
     /// (everything but shm), so that a node pair's scalars share one. On shm there is no
-    /// connection to share, and reading a CQ shared with other sides costs a scalar round
-    /// trip about 30 ns (the hub's lock and routing): scalar sides keep endpoints of their
+    /// connection to share, and reading a CQ shared with other sides adds the hub's lock and
+    /// routing to every scalar round trip: scalar sides keep endpoints of their
     /// own there, as packet sides do.
     fn scalars_on_hub(&self) -> bool {
         !self.is_shm()

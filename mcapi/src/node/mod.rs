@@ -7,7 +7,8 @@
 //!
 //! Messages: a local endpoint posts its N receive slots (tag = its port); senders hold
 //! credits for it (`semantics::credit`) so nothing arrives without a posted slot; a message
-//! is copied out of its slot by `msg_recv`, which re-posts the slot and returns the credit.
+//! is copied out of its slot by `msg_recv`. The slot is posted again, and its credit
+//! returned, by the node's next receive call or CQ read, so a reply goes out first.
 
 use crate::attributes::{
     EndpointAttribute, NodeAttributes, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE,

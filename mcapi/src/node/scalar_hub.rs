@@ -3,8 +3,8 @@
 //! A channel whose two directions each have an endpoint of their own (as packet channels
 //! do: their pools need an endpoint that carries nothing else) runs a ping-pong over two
 //! connections on connection-based providers, and the kernel then acknowledges each one
-//! separately: on tcp;ofi_rxm a raw `fi_tinject` ping-pong over two endpoint pairs is
-//! 1.2..1.3x slower than over one. Scalars are copied out on arrival, so they need no pool
+//! separately: on tcp;ofi_rxm even a raw `fi_tinject` ping-pong is slower over two endpoint
+//! pairs than over one (docs/performance-log.md). Scalars are copied out on arrival, so they need no pool
 //! of their own: all scalar sides of a node use the hub, and every scalar and credit return
 //! between two nodes, in both directions, shares one connection.
 //!

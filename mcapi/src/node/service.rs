@@ -279,8 +279,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(2);
 /// and it costs nothing measurable (sockets, net), so blocked calls sleep until a
 /// completion; else without. Not on shm (-FI_ENOSYS), udp;ofi_rxd (no fd exposed) or
 /// providers under ofi_rxm: there the wait object made every tcp;ofi_rxm round trip
-/// 10..15% slower (A/B, msg-lat and scl-lat), which the faster wake-up of a long wait does
-/// not buy back. Returns the wait object used, for the node's later CQs.
+/// slower (docs/performance-log.md), which the faster wake-up of a long wait does not buy
+/// back. Returns the wait object used, for the node's later CQs.
 pub(super) fn open_node_cq(
     domain: &Domain,
     provider: &str,
