@@ -35,7 +35,7 @@ use crate::semantics::channel::{Binding, ChannelKind, CreditReturn, Direction, S
 use crate::semantics::channel_side::{Item, Posting, RecvSide, Repost};
 use mcapi_ofi::{SendBuffer, SendWait};
 use smallvec::SmallVec;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 
 /// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
 pub const MAX_PKT_SIZE: usize = 4 << 20;
@@ -214,6 +214,13 @@ pub(super) struct ChannelTable {
     retired: Mutex<VecDeque<(Instant, Endpoint)>>,
     /// The endpoint all scalar sides share, opened with the first.
     hub: Mutex<Option<Arc<ScalarHub>>>,
+    /// Which sides hold completed requests in their [`Outbox`], for `flush_completed`.
+    done: Arc<DoneFlags>,
+    /// Completions of sides emptied before they were flushed.
+    orphans: Mutex<Outbox>,
+    /// The side a packet was last released into: a hint, checked against the side's pool
+    /// under its lock, that spares the pool list's lock.
+    last_pool: AtomicUsize,
     /// Whether a blocked call polls the sides with transfers under way after every poll of
     /// its own ([`BusyBurst`]: providers under ofi_rxm, whose sends move only while their
     /// CQ is read) or once per burst (elsewhere: on shm the extra reads of a sender's CQ
@@ -238,7 +245,15 @@ impl ChannelTable {
             pools: Mutex::new(Vec::new()),
             retired: Mutex::new(VecDeque::new()),
             hub: Mutex::new(None),
+            done: Arc::new(DoneFlags::default()),
+            orphans: Mutex::new(Outbox::new(ORPHAN_SLOT, Arc::new(DoneFlags::default()))),
+            last_pool: AtomicUsize::new(0),
         }
+    }
+
+    /// An empty outbox for side slot `slot`.
+    fn outbox(&self, slot: usize) -> Outbox {
+        Outbox::new(slot, self.done.clone())
     }
 
     /// The scalar hub, opened on first use.
@@ -266,8 +281,12 @@ impl ChannelTable {
     /// Empties side slot `slot` (locked in `g`): its endpoint, if still open, is parked,
     /// and its receive pool leaves the release lookup.
     fn vacate(&self, g: &mut Option<Side>, slot: usize) {
-        if let Some(ep) = g.take().and_then(|s| s.io).and_then(|io| io.ep) {
-            self.park(Some(ep));
+        if let Some(mut io) = g.take().and_then(|s| s.io) {
+            if !io.out.is_empty() {
+                lock(&self.orphans).take_from(&mut io.out);
+                self.done.set(ORPHAN_SLOT);
+            }
+            self.park(io.ep.take());
         }
         lock(&self.pools).retain(|p| p.2 != slot);
     }
@@ -295,7 +314,7 @@ impl ChannelTable {
     /// Progresses every other side that is free right now (a blocked call between its
     /// polls): with manual-progress providers (tcp;ofi_rxm) a side's large sends and
     /// credit returns move only while someone reads its CQ, and the application may be
-    /// blocked on another side of the node. Completions go to `COMPLETED`.
+    /// blocked on another side of the node. Completions wait in the sides' outboxes.
     /// `busy_only`: just those with transfers under way ([`Side::has_transfers`]), which
     /// may need every poll they can get: a large tcp;ofi_rxm send moves only while its
     /// side's CQ is read (the receiver's reads of a rendezvous packet are served there).
@@ -369,6 +388,83 @@ impl ChannelTable {
     }
 }
 
+/// The flag of the table's orphan outbox in [`DoneFlags`] (a bit past the side slots).
+const ORPHAN_SLOT: usize = MAX_SIDES;
+
+/// One bit per side slot (and one for the orphans): set when its outbox got its first
+/// completion, cleared when `flush_completed` takes them.
+#[derive(Default)]
+struct DoneFlags([AtomicU64; MAX_SIDES / 64 + 1]);
+
+impl DoneFlags {
+    fn set(&self, slot: usize) {
+        self.0[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+    }
+
+    fn clear(&self, slot: usize) {
+        self.0[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::Relaxed);
+    }
+
+    /// The flagged slots, as they are now.
+    fn flagged(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, word)| {
+            let mut bits = word.load(Ordering::Acquire);
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    }
+}
+
+/// Requests a side completed under its lock, until `flush_completed` records them in the
+/// node's request table with no side lock held (the state lock is never taken under one).
+/// Its capacity is kept, so a steady stream of completions allocates nothing.
+struct Outbox {
+    slot: usize,
+    flags: Arc<DoneFlags>,
+    completed: Vec<(RequestHandle, Status, usize)>,
+    /// Packets handed to completed `pktchan_recv_i` requests.
+    delivered: Vec<(RequestHandle, Packet)>,
+}
+
+impl Outbox {
+    fn new(slot: usize, flags: Arc<DoneFlags>) -> Outbox {
+        Outbox {
+            slot,
+            flags,
+            completed: Vec::with_capacity(16),
+            delivered: Vec::new(),
+        }
+    }
+
+    fn complete(&mut self, request: RequestHandle, status: Status, len: usize) {
+        if self.completed.is_empty() {
+            self.flags.set(self.slot);
+        }
+        self.completed.push((request, status, len));
+    }
+
+    fn deliver(&mut self, request: RequestHandle, packet: Packet) {
+        let len = packet.len();
+        self.delivered.push((request, packet));
+        self.complete(request, Status::MCAPI_SUCCESS, len);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.completed.is_empty()
+    }
+
+    /// Moves `other`'s completions here.
+    fn take_from(&mut self, other: &mut Outbox) {
+        self.completed.append(&mut other.completed);
+        self.delivered.append(&mut other.delivered);
+    }
+}
+
 /// One side of a channel, reserved by an open; its fabric part exists once both sides opened.
 pub(super) struct Side {
     generation: u32,
@@ -404,6 +500,8 @@ struct SideIo {
     data: SideData,
     /// A scalar side's place on the hub (`ep`, `cq` and `av` are the hub's then).
     hub: Option<HubSide>,
+    /// Requests completed here, until flushed.
+    out: Outbox,
 }
 
 struct HubSide {
@@ -487,7 +585,7 @@ enum Outgoing {
 impl SendData {
     /// Handles a sender's completion (`ok`: not an error completion) other than a credit
     /// message; returns the credit receive slot for a credit message (to be posted again).
-    fn event(&mut self, ctx: u64, ok: bool) -> Option<usize> {
+    fn event(&mut self, ctx: u64, ok: bool, out: &mut Outbox) -> Option<usize> {
         if !ok && matches!(ctx & !CTX_MASK, CTX_STAGING | CTX_USER) {
             // The packet's sequence number is spent: the receiver would wait for it forever.
             self.broken = true;
@@ -501,12 +599,11 @@ impl SendData {
                 let slot = (ctx & CTX_MASK) as usize;
                 if let Some((req, buf)) = self.in_flight.get_mut(slot).and_then(Option::take) {
                     self.in_flight_free.push(slot);
-                    let done = if ok {
-                        (req, Status::MCAPI_SUCCESS, buf.len())
+                    if ok {
+                        out.complete(req, Status::MCAPI_SUCCESS, buf.len());
                     } else {
-                        (req, Status::MCAPI_ERR_TRANSMISSION, 0)
-                    };
-                    COMPLETED.with(|c| c.borrow_mut().push(done));
+                        out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
+                    }
                 }
             }
             _ => {}
@@ -548,29 +645,23 @@ impl SendData {
 
     /// Completes every zero-copy packet still posted with `MCAPI_ERR_TRANSMISSION`: only
     /// once the endpoint is closed (the provider no longer reads the memory).
-    fn fail_in_flight(&mut self) {
-        COMPLETED.with(|c| {
-            let mut c = c.borrow_mut();
-            for (slot, entry) in self.in_flight.iter_mut().enumerate() {
-                if let Some((req, _)) = entry.take() {
-                    self.in_flight_free.push(slot);
-                    c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
-                }
+    fn fail_in_flight(&mut self, out: &mut Outbox) {
+        for (slot, entry) in self.in_flight.iter_mut().enumerate() {
+            if let Some((req, _)) = entry.take() {
+                self.in_flight_free.push(slot);
+                out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
             }
-        });
+        }
     }
 
     /// Completes every queued packet with `MCAPI_ERR_TRANSMISSION` (they never go).
-    fn fail_queued(&mut self) {
-        COMPLETED.with(|c| {
-            let mut c = c.borrow_mut();
-            for (req, out) in self.queued.drain(..) {
-                if let Outgoing::Staged { slot, .. } = out {
-                    self.staging_free.push(slot);
-                }
-                c.push((req, Status::MCAPI_ERR_TRANSMISSION, 0));
+    fn fail_queued(&mut self, out: &mut Outbox) {
+        for (req, queued) in self.queued.drain(..) {
+            if let Outgoing::Staged { slot, .. } = queued {
+                self.staging_free.push(slot);
             }
-        });
+            out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
+        }
     }
 
     /// What a close announces: the packets posted and those still queued to go.
@@ -652,7 +743,7 @@ struct BusyBurst {
     /// providers that poll them once per burst, a receive spends nothing on this).
     own: Option<ChannelHandle>,
     sides: SideSet,
-    /// Completions seen on them (waiting in `COMPLETED` for the caller's flush).
+    /// Completions seen on them (waiting in their outboxes for the caller's flush).
     seen: usize,
 }
 
@@ -862,7 +953,7 @@ impl SideIo {
             OfiError::Completion(e) => {
                 match &mut self.data {
                     SideData::Send(s) => {
-                        s.event(e.context, false);
+                        s.event(e.context, false, &mut self.out);
                     }
                     // A plain receive that failed (say, truncated): its scalar slot or packet
                     // buffer is free again (a scalar slot never holds a packet).
@@ -928,7 +1019,7 @@ impl SideIo {
         match &mut self.data {
             SideData::Unconnected => {}
             SideData::Send(s) => {
-                if let Some(slot) = s.event(ctx, true) {
+                if let Some(slot) = s.event(ctx, true, &mut self.out) {
                     if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
                         let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
                     }
@@ -1017,13 +1108,13 @@ impl SideIo {
         }
         let Some(ep) = &self.ep else {
             // Closed (receiver gone, or a blocking send gave up): nothing goes any more.
-            s.fail_in_flight();
-            s.fail_queued();
+            s.fail_in_flight(&mut self.out);
+            s.fail_queued(&mut self.out);
             return;
         };
         if gone {
             // The receiver closed or died: what is still queued can never go.
-            s.fail_queued();
+            s.fail_queued(&mut self.out);
             return;
         }
         while let Some((req, out)) = s.queued.front() {
@@ -1072,8 +1163,7 @@ impl SideIo {
                             s.in_flight_free.pop();
                             s.in_flight[zslot] = Some((req, buf));
                         }
-                        _ => COMPLETED
-                            .with(|c| c.borrow_mut().push((req, Status::MCAPI_SUCCESS, len))),
+                        _ => self.out.complete(req, Status::MCAPI_SUCCESS, len),
                     }
                 }
                 Err(e) if e.is_again() => {
@@ -1085,10 +1175,7 @@ impl SideIo {
                     if let Some((_, Outgoing::Staged { slot, .. })) = s.queued.pop_front() {
                         s.staging_free.push(slot);
                     }
-                    COMPLETED.with(|c| {
-                        c.borrow_mut()
-                            .push((req, Status::MCAPI_ERR_TRANSMISSION, 0))
-                    });
+                    self.out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
                 }
             }
         }
@@ -1139,14 +1226,6 @@ impl SideIo {
             r.state.credits_not_sent(n);
         }
     }
-}
-
-thread_local! {
-    /// Requests completed while a side lock was held, to be completed in the request table
-    /// after it is released (the node state lock is never taken under a side lock's
-    /// dispatch).
-    static COMPLETED: std::cell::RefCell<Vec<(RequestHandle, Status, usize)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Copies `data` into a free staging buffer of a send side and posts it with sequence
@@ -1216,23 +1295,38 @@ impl NodeInner {
 
     /// Completes the requests that side operations finished.
     pub(super) fn flush_completed(&self) {
-        if COMPLETED.with(|c| c.borrow().is_empty()) {
+        let table = &self.channels;
+        let mut flagged = table.done.flagged().peekable();
+        if flagged.peek().is_none() {
             return;
         }
-        let done: Vec<_> = COMPLETED.with(|c| std::mem::take(&mut *c.borrow_mut()));
+        let mut done: SmallVec<[(RequestHandle, Status, usize); 16]> = SmallVec::new();
+        let mut delivered: SmallVec<[(RequestHandle, Packet); 4]> = SmallVec::new();
+        for slot in flagged {
+            let mut take = |out: &mut Outbox| {
+                table.done.clear(slot);
+                done.extend(out.completed.drain(..));
+                delivered.extend(out.delivered.drain(..));
+            };
+            if slot == ORPHAN_SLOT {
+                take(&mut lock(&table.orphans));
+            } else if let Some(mut g) = table.sides[slot].try_lock() {
+                // A side locked elsewhere keeps its flag: its holder flushes it.
+                if let Some(io) = g.as_mut().and_then(|s| s.io.as_mut()) {
+                    take(&mut io.out);
+                } else {
+                    table.done.clear(slot);
+                }
+            }
+        }
+        if done.is_empty() {
+            return;
+        }
         let mut st = lock(&self.state);
-        DELIVERED.with(|d| st.delivered.extend(d.borrow_mut().drain(..)));
+        st.delivered.extend(delivered);
         for &(req, status, size) in &done {
             let _ = st.requests.complete(req, status, size);
         }
-        drop(st);
-        COMPLETED.with(|c| {
-            let mut v = c.borrow_mut();
-            if v.is_empty() {
-                *v = done;
-                v.clear();
-            }
-        });
     }
 
     /// Tells `peer` that the side on local endpoint `port` closed after sending `sent` items;
@@ -1511,6 +1605,7 @@ impl NodeInner {
             dest: FiAddr::UNSPEC,
             data,
             hub: None,
+            out: self.channels.outbox(slot),
         })
     }
 
@@ -1562,6 +1657,7 @@ impl NodeInner {
                 peer_route: 0,
                 items: [HubItem::default(); scalar_hub::READ_BURST],
             }),
+            out: self.channels.outbox(slot),
         })
     }
 
@@ -2453,8 +2549,8 @@ impl NodeInner {
                     SideData::Recv(r) => r.state.holds_packets(),
                     SideData::Send(s) => {
                         // Sends the departed receiver can no longer take fail, not vanish.
-                        s.fail_queued();
-                        s.fail_in_flight();
+                        s.fail_queued(&mut io.out);
+                        s.fail_in_flight(&mut io.out);
                         false
                     }
                     SideData::Unconnected => false,
@@ -2474,6 +2570,7 @@ impl NodeInner {
     fn serve_pending_recvs(&self, side: &mut Side) {
         let Some(SideIo {
             data: SideData::Recv(r),
+            out,
             ..
         }) = &mut side.io
         else {
@@ -2483,19 +2580,12 @@ impl NodeInner {
         // comes: the rest end with its loss.
         r.state.serve_pending(side.peer_gone);
         while let Some(c) = r.state.take_completed() {
-            if let Some(item) = c.item {
-                DELIVERED.with(|d| d.borrow_mut().push((c.request, r.packet(item))));
+            match c.item {
+                Some(item) => out.deliver(c.request, r.packet(item)),
+                None => out.complete(c.request, c.status, c.len),
             }
-            COMPLETED.with(|d| d.borrow_mut().push((c.request, c.status, c.len)));
         }
     }
-}
-
-thread_local! {
-    /// Packets handed to completed `pktchan_recv_i` requests, moved into the node's table
-    /// with the completions.
-    static DELIVERED: std::cell::RefCell<Vec<(RequestHandle, Packet)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Node {
@@ -2586,6 +2676,7 @@ impl Node {
             s.zero_copy_done = false;
             s.zero_copy_failed = false;
             let cq = io.cq.clone();
+            let out = &mut io.out;
             let deadline = wait
                 .get_or_insert_with(|| ChannelWait::new(timeout, self.inner.config.spin))
                 .deadline;
@@ -2597,14 +2688,14 @@ impl Node {
                 match cq.read(&mut buf) {
                     Ok(n) => {
                         for c in &buf[..n] {
-                            if let Some(slot) = s.event(c.context(), true) {
+                            if let Some(slot) = s.event(c.context(), true, out) {
                                 // Re-posted after the send: the endpoint is lent out.
                                 s.credit_reposts.push(slot);
                             }
                         }
                     }
                     Err(OfiError::Completion(e)) => {
-                        s.event(e.context, false);
+                        s.event(e.context, false, out);
                     }
                     Err(_) => s.zero_copy_failed = true,
                 }
@@ -3273,26 +3364,18 @@ impl SideIo {
     }
 }
 
-thread_local! {
-    /// The receive pool this thread released into last, `(channel table, slot)`: a hint,
-    /// checked against the side's pool under its lock, that spares the pool list's lock.
-    static LAST_POOL: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
-}
-
 impl NodeInner {
     /// Locks the side whose receive pool holds `addr` (see [`NodeInner::pool_slot`]); returns
     /// its slot too.
     fn pool_side(&self, addr: usize) -> Result<(usize, SideGuard<'_>)> {
-        let table = std::ptr::from_ref(&self.channels) as usize;
-        let (last_table, slot) = LAST_POOL.get();
-        if last_table == table {
-            let g = self.channels.sides[slot].lock();
-            if g.as_ref().is_some_and(|s| s.pool_contains(addr)) {
-                return Ok((slot, g));
-            }
+        let slot = self.channels.last_pool.load(Ordering::Relaxed);
+        let g = self.channels.sides[slot].lock();
+        if g.as_ref().is_some_and(|s| s.pool_contains(addr)) {
+            return Ok((slot, g));
         }
+        drop(g);
         let slot = self.pool_slot(addr)?;
-        LAST_POOL.set((table, slot));
+        self.channels.last_pool.store(slot, Ordering::Relaxed);
         Ok((slot, self.channels.sides[slot].lock()))
     }
 
