@@ -257,3 +257,101 @@ fn table_row(s: &mut String, cells: &[String]) {
     let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
     let _ = writeln!(s, "| {} |", cells.join(" | "));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Job, MpiRun};
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn run(test: Test, mpi: Option<MpiRun>) -> Run {
+        let lat = test.metric() == Metric::Latency;
+        let line = if lat {
+            json!({"size": 8, "provider": "shm", "lat_us_p50": 2.0, "raw_lat_us_p50": 1.0,
+                   "ratio": 2.0, "delta_us": 1.0})
+        } else {
+            json!({"size": 8, "provider": "shm", "mb_s": 30.0, "raw_mb_s": 40.0,
+                   "mmsg_s": 3.0, "raw_mmsg_s": 4.0, "ratio": 0.75})
+        };
+        Run {
+            job: Job {
+                test,
+                provider: "shm".into(),
+                sizes: vec![8],
+                all_sizes: false,
+                rounds: 1,
+                max_time: Duration::from_millis(10),
+            },
+            outcome: Outcome::Done,
+            lines: vec![line],
+            mpi,
+        }
+    }
+
+    fn opts(tests: &str) -> CompareOpts {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct P {
+            #[command(flatten)]
+            c: CompareOpts,
+        }
+        P::parse_from(["p", "-t", tests, "--lat-rounds", "1"]).c
+    }
+
+    fn info() -> RunInfo {
+        RunInfo {
+            libfabric_version: "1.17".into(),
+            host: "h".into(),
+            date: "d".into(),
+            git_sha: "abc",
+        }
+    }
+
+    #[test]
+    fn mpi_columns_figures_not_run_and_na() {
+        let done = MpiRun {
+            transport: "pml ob1, btl self,vader".into(),
+            outcome: Outcome::Done,
+            lines: vec![json!({"size": 8, "transport": "mpi", "lat_us_p50": 0.5})],
+        };
+        let runs = [
+            run(Test::MsgLat, Some(done)),
+            run(Test::PktLat, None),
+            run(
+                Test::MsgBw,
+                Some(MpiRun {
+                    transport: String::new(),
+                    outcome: Outcome::NotRun("mpicc not found".into()),
+                    lines: Vec::new(),
+                }),
+            ),
+        ];
+        let version = Ok("Open MPI 4.1.4".to_owned());
+        let md = render(
+            &runs,
+            &opts("msg-lat,pkt-lat,msg-bw"),
+            &info(),
+            &[],
+            Some(&version),
+        );
+        for want in [
+            "(shm beside `pml ob1, btl self,vader`)",
+            "| provider | bytes | raw | MCAPI | MPI | MCAPI/raw | MCAPI/MPI | MCAPI-raw (us) |",
+            "| shm | 8 | 1.000 | 2.000 | 0.500 | 2.00 | 4.00 | +1.000 |",
+            "| provider | bytes | raw | MCAPI | MPI | MCAPI/raw | MCAPI-raw (us) |",
+            "| shm | 8 | 1.000 | 2.000 | n/a | 2.00 | +1.000 |",
+            "| shm | 8 | 40.00 | 30.00 | not run | 4.0000 | 3.0000 | not run | 0.75 | not run |",
+            "| msg-lat | shm (MPI: pml ob1, btl self,vader) | 1 | done |",
+            "| msg-bw | shm (MPI) | 0 | not run: mpicc not found |",
+        ] {
+            assert!(md.contains(want), "{want} missing from\n{md}");
+        }
+        let absent = Err("mpicc and mpirun not found".to_owned());
+        let md = render(&runs[..1], &opts("msg-lat"), &info(), &[], Some(&absent));
+        assert!(
+            md.contains("MPI baseline: not run: mpicc and mpirun not found."),
+            "{md}"
+        );
+    }
+}
