@@ -12,9 +12,13 @@
  *
  * As in perftest, the warmup runs before the clock starts and a round stops at the time
  * limit; the receiver learns of an early stop from a message with STOP_TAG, outside the
- * timed loop, so that data messages carry nothing but payload.
+ * timed loop, so that data messages carry nothing but payload. Receives are posted before
+ * the sends they answer, and every wait polls the way perftest's do: it spins, and after
+ * a long wait yields the core now and then. Open MPI's blocking calls only spin, which on
+ * a machine with more busy processes than cores costs a scheduler time slice per message.
  */
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +32,9 @@
 #define MAX_SAMPLES (1L << 24)
 /* Receive buffers for one window, above which the window's receives share one buffer. */
 #define MAX_WINDOW_BYTES (64L << 20)
+/* perftest's waiting: empty polls before yielding, then a yield every 256 polls. */
+#define YIELD_AFTER_SPINS (16u * 1024u)
+#define YIELD_MASK 0xffu
 
 static double now_s(void)
 {
@@ -41,6 +48,21 @@ static void die(const char *what)
     fprintf(stderr, "mcapi_mpi_baseline: error: %s\n", what);
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
+}
+
+/* Completes `n` requests, polling as perftest does. */
+static void wait_all(int n, MPI_Request *reqs, MPI_Status *st)
+{
+    unsigned spins = 0;
+    int done = 0;
+    for (;;) {
+        MPI_Testall(n, reqs, &done, st ? st : MPI_STATUSES_IGNORE);
+        if (done)
+            return;
+        spins++;
+        if (spins >= YIELD_AFTER_SPINS && (spins & YIELD_MASK) == 0)
+            sched_yield();
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -66,29 +88,38 @@ struct plan {
 };
 
 /* One ping-pong round; rank 0 prints its numbers (into `out`). */
-static void lat_round(int rank, char *buf, int size, const struct plan *p, double *rtt,
-                      char *out, size_t out_len)
+/* Receives the reply into `rbuf` (posted first) to a message sent from `sbuf`. */
+static void round_trip(char *sbuf, char *rbuf, int size)
+{
+    MPI_Request r[2];
+    MPI_Irecv(rbuf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD, &r[0]);
+    MPI_Isend(sbuf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD, &r[1]);
+    wait_all(2, r, NULL);
+}
+
+static void lat_round(int rank, char *sbuf, char *rbuf, int size, const struct plan *p,
+                      double *rtt, char *out, size_t out_len)
 {
     long total = p->warmup + p->iterations;
+    MPI_Request r;
     MPI_Status st;
     if (rank == 1) {
         for (long i = 0; i < total; i++) {
-            MPI_Recv(buf, size, MPI_BYTE, 0, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+            MPI_Irecv(rbuf, size, MPI_BYTE, 0, MPI_ANY_TAG, MPI_COMM_WORLD, &r);
+            wait_all(1, &r, &st);
             if (st.MPI_TAG == STOP_TAG)
                 break;
-            MPI_Send(buf, size, MPI_BYTE, 0, DATA_TAG, MPI_COMM_WORLD);
+            MPI_Isend(sbuf, size, MPI_BYTE, 0, DATA_TAG, MPI_COMM_WORLD, &r);
+            wait_all(1, &r, NULL);
         }
         return;
     }
-    for (long i = 0; i < p->warmup; i++) {
-        MPI_Send(buf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD);
-        MPI_Recv(buf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD, &st);
-    }
+    for (long i = 0; i < p->warmup; i++)
+        round_trip(sbuf, rbuf, size);
     double start = now_s(), deadline = start + p->max_time, last = start;
     long done = 0, limit = p->iterations < MAX_SAMPLES ? p->iterations : MAX_SAMPLES;
     while (done < limit) {
-        MPI_Send(buf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD);
-        MPI_Recv(buf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD, &st);
+        round_trip(sbuf, rbuf, size);
         double t = now_s();
         rtt[done++] = t - last;
         last = t;
@@ -96,7 +127,7 @@ static void lat_round(int rank, char *buf, int size, const struct plan *p, doubl
             break;
     }
     if (done < p->iterations)
-        MPI_Send(buf, 0, MPI_BYTE, 1, STOP_TAG, MPI_COMM_WORLD);
+        MPI_Send(sbuf, 0, MPI_BYTE, 1, STOP_TAG, MPI_COMM_WORLD);
     qsort(rtt, (size_t)done, sizeof *rtt, cmp_double);
     /* Half round trips, in microseconds. */
     double k = 0.5e6;
@@ -118,20 +149,30 @@ static long next_window(long *warm, long *timed, long window)
 }
 
 /* One streaming round: windows of non-blocking sends, each acknowledged by the receiver. */
-static void bw_round(int rank, char *buf, long slots, int size, const struct plan *p,
-                     MPI_Request *reqs, char *out, size_t out_len)
+/* Sends a window of `n` messages from `sbuf`; its acknowledgement's receive is posted first. */
+static void send_window(char *sbuf, int size, long n, MPI_Request *reqs)
 {
-    char ack[ACK_LEN] = {0};
+    char ack[ACK_LEN];
+    MPI_Irecv(ack, ACK_LEN, MPI_BYTE, 1, ACK_TAG, MPI_COMM_WORLD, &reqs[n]);
+    for (long i = 0; i < n; i++)
+        MPI_Isend(sbuf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD, &reqs[i]);
+    wait_all((int)n + 1, reqs, NULL);
+}
+
+static void bw_round(int rank, char *sbuf, char *rbuf, long slots, int size,
+                     const struct plan *p, MPI_Request *reqs, char *out, size_t out_len)
+{
     long warm = p->warmup, timed = p->iterations;
     if (rank == 1) {
+        char ack[ACK_LEN] = {0};
         long n;
         while ((n = next_window(&warm, &timed, p->window)) > 0) {
             for (long i = 0; i < n; i++)
-                MPI_Irecv(buf + (i % slots) * size, size, MPI_BYTE, 0, MPI_ANY_TAG,
+                MPI_Irecv(rbuf + (i % slots) * size, size, MPI_BYTE, 0, MPI_ANY_TAG,
                           MPI_COMM_WORLD, &reqs[i]);
             MPI_Status st;
             /* Messages match the receives in order: a STOP comes first or not at all. */
-            MPI_Wait(&reqs[0], &st);
+            wait_all(1, &reqs[0], &st);
             if (st.MPI_TAG == STOP_TAG) {
                 for (long i = 1; i < n; i++) {
                     MPI_Cancel(&reqs[i]);
@@ -139,32 +180,26 @@ static void bw_round(int rank, char *buf, long slots, int size, const struct pla
                 }
                 return;
             }
-            MPI_Waitall((int)(n - 1), reqs + 1, MPI_STATUSES_IGNORE);
-            MPI_Send(ack, ACK_LEN, MPI_BYTE, 0, ACK_TAG, MPI_COMM_WORLD);
+            wait_all((int)(n - 1), reqs + 1, NULL);
+            MPI_Isend(ack, ACK_LEN, MPI_BYTE, 0, ACK_TAG, MPI_COMM_WORLD, &reqs[0]);
+            wait_all(1, &reqs[0], NULL);
         }
         return;
     }
     long n;
-    while (warm > 0 && (n = next_window(&warm, &timed, p->window)) > 0) {
-        for (long i = 0; i < n; i++)
-            MPI_Isend(buf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD, &reqs[i]);
-        MPI_Waitall((int)n, reqs, MPI_STATUSES_IGNORE);
-        MPI_Recv(ack, ACK_LEN, MPI_BYTE, 1, ACK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    }
+    while (warm > 0 && (n = next_window(&warm, &timed, p->window)) > 0)
+        send_window(sbuf, size, n, reqs);
     double start = now_s(), deadline = start + p->max_time, end = start;
     long done = 0;
     while ((n = next_window(&warm, &timed, p->window)) > 0) {
-        for (long i = 0; i < n; i++)
-            MPI_Isend(buf, size, MPI_BYTE, 1, DATA_TAG, MPI_COMM_WORLD, &reqs[i]);
-        MPI_Waitall((int)n, reqs, MPI_STATUSES_IGNORE);
-        MPI_Recv(ack, ACK_LEN, MPI_BYTE, 1, ACK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        send_window(sbuf, size, n, reqs);
         done += n;
         end = now_s();
         if (end >= deadline)
             break;
     }
     if (done < p->iterations)
-        MPI_Send(buf, 0, MPI_BYTE, 1, STOP_TAG, MPI_COMM_WORLD);
+        MPI_Send(sbuf, 0, MPI_BYTE, 1, STOP_TAG, MPI_COMM_WORLD);
     snprintf(out, out_len, "{\"iterations_done\":%ld,\"time_s\":%.9f}", done, end - start);
 }
 
@@ -202,16 +237,19 @@ int main(int argc, char **argv)
         slots = MAX_WINDOW_BYTES / largest;
         slots = slots < 1 ? 1 : slots > p.window ? p.window : slots;
     }
-    char *buf = malloc((size_t)(largest > 0 ? largest : 1) * (size_t)slots);
+    size_t rbytes = (size_t)(largest > 0 ? largest : 1) * (size_t)slots;
+    char *sbuf = malloc((size_t)(largest > 0 ? largest : 1)), *rbuf = malloc(rbytes);
     long samples = p.iterations < MAX_SAMPLES ? p.iterations : MAX_SAMPLES;
     double *rtt = lat && rank == 0 ? malloc(sizeof(double) * (size_t)samples) : NULL;
-    MPI_Request *reqs = lat ? NULL : malloc(sizeof(MPI_Request) * (size_t)p.window);
+    /* A window's sends and its acknowledgement. */
+    MPI_Request *reqs = lat ? NULL : malloc(sizeof(MPI_Request) * (size_t)(p.window + 1));
     /* One JSON object per round, plus the line's framing. */
     size_t line_len = (size_t)p.rounds * 256 + 64;
     char *line = malloc(line_len);
-    if (!buf || (lat && rank == 0 && !rtt) || (!lat && !reqs) || !line)
+    if (!sbuf || !rbuf || (lat && rank == 0 && !rtt) || (!lat && !reqs) || !line)
         die("out of memory");
-    memset(buf, 'm', (size_t)(largest > 0 ? largest : 1) * (size_t)slots);
+    memset(sbuf, 'm', (size_t)(largest > 0 ? largest : 1));
+    memset(rbuf, 0, rbytes);
 
     for (long s = 0; s < nsizes; s++) {
         int size = (int)sizes[s];
@@ -221,9 +259,9 @@ int main(int argc, char **argv)
             /* Both ranks start each round together. */
             MPI_Barrier(MPI_COMM_WORLD);
             if (lat)
-                lat_round(rank, buf, size, &p, rtt, one, sizeof one);
+                lat_round(rank, sbuf, rbuf, size, &p, rtt, one, sizeof one);
             else
-                bw_round(rank, buf, slots, size, &p, reqs, one, sizeof one);
+                bw_round(rank, sbuf, rbuf, slots, size, &p, reqs, one, sizeof one);
             at += (size_t)snprintf(line + at, line_len - at, "%s%s", r ? "," : "", one);
         }
         if (rank == 0) {
@@ -234,7 +272,8 @@ int main(int argc, char **argv)
     free(line);
     free(reqs);
     free(rtt);
-    free(buf);
+    free(rbuf);
+    free(sbuf);
     MPI_Finalize();
     return 0;
 }

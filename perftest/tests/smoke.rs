@@ -755,6 +755,9 @@ fn compare_with_mpi() {
             let ok = if column.ends_with("spread") {
                 cell.split("..")
                     .all(|x| x.parse::<f64>().is_ok_and(|x| x > 0.0))
+            } else if column.contains('/') {
+                // A ratio far from 1 rounds to 0.00 on a loaded machine.
+                cell.parse::<f64>().is_ok_and(|x| x >= 0.0)
             } else {
                 cell.parse::<f64>().is_ok_and(|x| x > 0.0)
             };
