@@ -18,9 +18,15 @@ const DEADLINE: Duration = Duration::from_secs(120);
 
 /// Runs perftest with `args` to completion (killed after `DEADLINE`).
 fn perftest(args: &[&str]) -> Output {
+    perftest_env(args, &[])
+}
+
+/// [`perftest`] with environment variables set.
+fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut child = Command::new(env!("CARGO_BIN_EXE_perftest"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -601,9 +607,11 @@ fn compare_writes_table_results_and_plots() {
         summary.contains("| msg-lat | nosuch | 0 | not run: "),
         "{summary}"
     );
+    // The MPI baseline's lines (where Open MPI is installed) are checked by compare_with_mpi.
     let lines: Vec<Value> = read("results.jsonl")
         .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+        .filter(|v| v["transport"] != "mpi")
         .collect();
     // Per provider: two sizes of msg-* and pkt-*, one (8 bytes) of scl-*.
     assert_eq!(lines.len(), 20, "{lines:?}");
@@ -649,5 +657,202 @@ fn compare_with_no_provider_here_is_not_run() {
     assert_eq!(out.status.code(), Some(61), "{}", text(&out.stderr));
     let summary = std::fs::read_to_string(dir.join("summary.md")).expect("summary.md");
     assert!(summary.contains("not run"), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first of Open MPI's `mpicc` and `mpirun` missing from `$PATH` (where compare looks).
+fn mpi_missing() -> Option<&'static str> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    ["mpicc", "mpirun"]
+        .into_iter()
+        .find(|tool| !std::env::split_paths(&path).any(|d| d.join(tool).is_file()))
+}
+
+/// The cells of `column` in the markdown table under `heading`.
+fn table_column(summary: &str, heading: &str, column: &str) -> Vec<(String, String)> {
+    let mut lines = summary
+        .lines()
+        .skip_while(|l| !l.starts_with(heading))
+        .skip(2);
+    let cells = |l: &str| -> Vec<String> {
+        l.trim_matches('|')
+            .split(" | ")
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    let head = cells(lines.next().expect("table header"));
+    let at = head
+        .iter()
+        .position(|c| c == column)
+        .unwrap_or_else(|| panic!("no column {column} under {heading}: {head:?}"));
+    lines
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let c = cells(l);
+            (format!("{} {}", c[0], c[1]), c[at].clone())
+        })
+        .collect()
+}
+
+/// `compare` with the MPI baseline: over shm and tcp, msg-lat and msg-bw have MPI figures
+/// (positive, in the tables and in results.jsonl, over Open MPI's own transport). Skipped,
+/// with the reason, where Open MPI is not installed. (The "n/a" of the benchmarks without an
+/// MPI counterpart is checked by the summary's unit tests, without the cost of a run.)
+#[test]
+fn compare_with_mpi() {
+    if let Some(tool) = mpi_missing() {
+        eprintln!("compare_with_mpi: skipped: {tool} not found (apt-get install openmpi-bin libopenmpi-dev)");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compare-mpi");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = perftest(&[
+        "compare",
+        "-p",
+        "shm,tcp",
+        "-t",
+        "msg-lat,msg-bw",
+        "-S",
+        "8,4k",
+        "-I",
+        "200",
+        "-w",
+        "5",
+        "--max-time",
+        "0.02",
+        "--lat-rounds",
+        "2",
+        "--oob-port",
+        "27660",
+        "-o",
+        dir.to_str().expect("UTF-8 path"),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}\n{stderr}"))
+    };
+    let summary = read("summary.md");
+    for want in [
+        "MPI baseline (msg-lat, msg-bw): Open MPI ",
+        "| msg-lat | shm (MPI: pml ob1, btl self,vader) | 2 | done |",
+        "| msg-bw | tcp;ofi_rxm (MPI: pml ob1, btl self,tcp) | 2 | done |",
+    ] {
+        assert!(summary.contains(want), "{want} missing from\n{summary}");
+    }
+    for (heading, column) in [
+        ("## msg-lat", "MPI"),
+        ("## msg-lat", "MCAPI/MPI"),
+        ("## msg-lat", "MPI spread"),
+        ("## msg-bw", "MPI MB/s"),
+        ("## msg-bw", "MPI Mmsg/s"),
+    ] {
+        let cells = table_column(&summary, heading, column);
+        assert_eq!(cells.len(), 4, "{heading} {column}: {cells:?}\n{summary}");
+        for (row, cell) in cells {
+            let ok = if column.ends_with("spread") {
+                cell.split("..")
+                    .all(|x| x.parse::<f64>().is_ok_and(|x| x > 0.0))
+            } else if column.contains('/') {
+                // A ratio far from 1 rounds to 0.00 on a loaded machine.
+                cell.parse::<f64>().is_ok_and(|x| x >= 0.0)
+            } else {
+                cell.parse::<f64>().is_ok_and(|x| x > 0.0)
+            };
+            assert!(ok, "{heading} {column} {row}: '{cell}'\n{summary}");
+        }
+    }
+
+    let mpi: Vec<Value> = read("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+        .filter(|v| v["transport"] == "mpi")
+        .collect();
+    // msg-lat and msg-bw, two providers, two sizes.
+    assert_eq!(mpi.len(), 8, "{mpi:?}");
+    for v in &mpi {
+        let latency = v["test"] == "msg-lat";
+        assert!(latency || v["test"] == "msg-bw", "{v}");
+        assert!(
+            v["mpi"].as_str().is_some_and(|s| s.starts_with("Open MPI")),
+            "{v}"
+        );
+        assert!(
+            v["mpi_transport"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("pml ob1, btl self,")),
+            "{v}"
+        );
+        for f in ["iterations_done", "time_s", "mb_s", "mmsg_s"] {
+            positive(v, f);
+        }
+        if latency {
+            assert_eq!(v["rounds"], 2, "{v}");
+            let p50 = positive(v, "lat_us_p50");
+            assert!(
+                positive(v, "lat_us_min") <= p50 && p50 <= positive(v, "lat_us_max"),
+                "{v}"
+            );
+        } else {
+            assert!(v["lat_us_p50"].is_null(), "{v}");
+        }
+    }
+    let log = read("logs/msg-bw-tcp-ofi_rxm-mpi.log");
+    assert!(
+        log.starts_with("$ mpirun -n 2 ") && log.contains("--mca btl_tcp_if_include lo"),
+        "{log}"
+    );
+    for svg in ["msg-lat-shm.svg", "msg-bw-tcp-ofi_rxm.svg", "msg-lat.svg"] {
+        assert!(read(svg).contains("MPI"), "{svg}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without Open MPI (here: a `$PATH` without it), the MPI cells say "not run", the reason is
+/// in the summary and the comparison succeeds.
+#[test]
+fn compare_without_mpi_says_not_run() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compare-no-mpi");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = perftest_env(
+        &[
+            "compare",
+            "-p",
+            "shm",
+            "-t",
+            "msg-lat",
+            "-S",
+            "8",
+            "-I",
+            "100",
+            "-w",
+            "5",
+            "--max-time",
+            "0.02",
+            "--lat-rounds",
+            "1",
+            "--oob-port",
+            "27670",
+            "-o",
+            dir.to_str().expect("UTF-8 path"),
+        ],
+        &[("PATH", "/nonexistent")],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("MPI baseline: not run: mpicc and mpirun not found"),
+        "{stdout}"
+    );
+    assert_eq!(
+        table_column(&stdout, "## msg-lat", "MPI"),
+        [("shm 8".to_owned(), "not run".to_owned())]
+    );
+    assert!(
+        stdout.contains("| msg-lat | shm (MPI) | 0 | not run: mpicc and mpirun not found"),
+        "{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

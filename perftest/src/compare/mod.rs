@@ -1,13 +1,16 @@
 //! `perftest compare`: every benchmark over every provider offered here, MCAPI beside raw
-//! libfabric, into one directory:
+//! libfabric and, for messages, beside Open MPI ([`mpi`]), into one directory:
 //!
-//! - `summary.md`: per benchmark, a markdown table (provider, size, raw, MCAPI, ratio,
+//! - `summary.md`: per benchmark, a markdown table (provider, size, raw, MCAPI, MPI, ratios,
 //!   spread over the rounds), the list of runs and their outcome ("not run" for a provider
-//!   that lacks what a benchmark needs), links to the plots; also printed on stdout;
-//! - `results.jsonl`: every run's JSON lines, as the benchmarks print them with `--json`;
+//!   that lacks what a benchmark needs, or for MPI when it is not installed), links to the
+//!   plots; also printed on stdout;
+//! - `results.jsonl`: every run's JSON lines, as the benchmarks print them with `--json`, and
+//!   the MPI baseline's (`"transport":"mpi"`, same field names);
 //! - `<test>.svg` (all providers) and `<test>-<provider>.svg` (one provider): the headline
-//!   number against the message size, MCAPI solid, raw libfabric dashed;
-//! - `logs/<test>-<provider>.log`: each run's command line and stderr.
+//!   number against the message size, MCAPI solid, raw libfabric dashed, MPI dotted;
+//! - `logs/<test>-<provider>.log` (and `-mpi.log`): each run's command line and stderr;
+//! - `mpi/`: the MPI baseline's source and the program built from it.
 //!
 //! Each point of the matrix is a `perftest <test> --local --json` child process, so a provider that crashes or stalls costs its own run and nothing else:
 //! every point is bounded by `--max-time` per size, layer and round, and a run that reports
@@ -17,13 +20,14 @@
 //! tables and the plots read the JSON fields of its metric.
 
 mod markdown;
+mod mpi;
 mod plot;
 mod runner;
 
 use crate::cli::{CompareOpts, Metric, Test};
 use crate::error::{Context, Error, Result, EXIT_NOT_RUN};
 use crate::report::{Progress, RunInfo};
-use runner::Outcome;
+use runner::{Child, Outcome};
 use serde_json::Value;
 use std::io::Write;
 use std::path::Path;
@@ -84,6 +88,18 @@ pub struct Run {
     pub outcome: Outcome,
     /// The benchmark's JSON lines, one per size.
     pub lines: Vec<Value>,
+    /// The MPI baseline beside it; `None` where MPI has no counterpart (packet and scalar
+    /// channels, a provider without a matching Open MPI transport).
+    pub mpi: Option<MpiRun>,
+}
+
+/// The MPI baseline of a benchmark over a provider.
+pub struct MpiRun {
+    /// Open MPI's pinned transport (`pml ob1, btl self,vader`); empty when MPI is not here.
+    pub transport: String,
+    pub outcome: Outcome,
+    /// One `results.jsonl` line per size (see [`mpi::record`]).
+    pub lines: Vec<Value>,
 }
 
 /// One size of a run: the headline numbers of both layers.
@@ -100,6 +116,12 @@ pub struct Point {
     pub ratio: Option<f64>,
     /// MCAPI minus raw, microseconds (latency tests).
     pub delta: Option<f64>,
+    /// The MPI baseline: headline number, its spread, message rate.
+    pub mpi: Option<f64>,
+    pub mpi_spread: Option<(f64, f64)>,
+    pub mpi_rate: Option<f64>,
+    /// MCAPI over MPI (p50 latency, or MB/s).
+    pub mcapi_mpi: Option<f64>,
 }
 
 impl Run {
@@ -121,7 +143,8 @@ impl Run {
             let a = v[k].as_array()?;
             Some((a.first()?.as_f64()?, a.get(1)?.as_f64()?))
         };
-        self.lines
+        let mut points: Vec<Point> = self
+            .lines
             .iter()
             .filter_map(|v| {
                 Some(Point {
@@ -134,9 +157,35 @@ impl Run {
                     mcapi_rate: num(v, "mmsg_s"),
                     ratio: num(v, "ratio"),
                     delta: num(v, "delta_us"),
+                    ..Point::default()
                 })
             })
-            .collect()
+            .collect();
+        for v in self.mpi.iter().flat_map(|m| &m.lines) {
+            let Some(size) = v["size"].as_u64() else {
+                continue;
+            };
+            let at = match points.iter().position(|p| p.size == size) {
+                Some(i) => i,
+                None => {
+                    points.push(Point {
+                        size,
+                        ..Point::default()
+                    });
+                    points.len() - 1
+                }
+            };
+            let p = &mut points[at];
+            p.mpi = num(v, key);
+            p.mpi_spread = spread(v, &format!("{key}_spread"));
+            p.mpi_rate = num(v, "mmsg_s");
+            p.mcapi_mpi = match (p.mcapi, p.mpi) {
+                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                _ => None,
+            };
+        }
+        points.sort_by_key(|p| p.size);
+        points
     }
 }
 
@@ -177,6 +226,10 @@ pub fn run(opts: &CompareOpts) -> Result<i32> {
     std::fs::create_dir_all(&logs).context(format!("creating {}", logs.display()))?;
     let info = RunInfo::collect();
     let tests = opts.tests();
+    let mpi_here = tests
+        .iter()
+        .any(|&t| mpi::pattern(t).is_some())
+        .then(|| mpi::prepare(&dir.join("mpi")));
     let total = providers.len() * tests.len();
     let mut progress = Progress::new();
     let mut runs = Vec::new();
@@ -203,23 +256,39 @@ pub fn run(opts: &CompareOpts) -> Result<i32> {
                 "perftest compare ({}/{total}): {test} over {provider}",
                 runs.len() + 1
             );
-            let result = runner::run(&job, &job.args(opts, port), &log, &mut progress, &label)?;
+            let child = Child::perftest(job.args(opts, port))?;
+            let result = runner::run(&job, &child, &log, &mut progress, &label)?;
             progress.clear();
-            runs.push(Run {
+            let mut run = Run {
                 job,
                 outcome: result.outcome,
                 lines: result.lines,
-            });
+                mpi: None,
+            };
+            // Right after the libfabric run, so that both see the machine alike.
+            run.mpi = match &mpi_here {
+                Some(m) if mpi::pattern(test).is_some() => {
+                    mpi_run(m, &run, opts, &info, &logs, &mut progress, &label)?
+                }
+                _ => None,
+            };
+            runs.push(run);
         }
     }
 
     let mut jsonl = String::new();
-    for v in runs.iter().flat_map(|r| &r.lines) {
-        jsonl += &format!("{v}\n");
+    for r in &runs {
+        for v in r.lines.iter().chain(r.mpi.iter().flat_map(|m| &m.lines)) {
+            jsonl += &format!("{v}\n");
+        }
     }
     write(&dir.join("results.jsonl"), &jsonl)?;
     let plots = plot::write_all(dir, &runs)?;
-    let summary = markdown::render(&runs, opts, &info, &plots);
+    // Open MPI's version, or why it did not run; `None` when no benchmark has an MPI side.
+    let mpi_note = mpi_here
+        .as_ref()
+        .map(|r| r.as_ref().map(|m| m.version.clone()).map_err(Clone::clone));
+    let summary = markdown::render(&runs, opts, &info, &plots, mpi_note.as_ref());
     write(&dir.join("summary.md"), &summary)?;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(summary.as_bytes());
@@ -237,6 +306,68 @@ pub fn run(opts: &CompareOpts) -> Result<i32> {
         (false, true) => EXIT_NOT_RUN,
         (false, false) => 1,
     })
+}
+
+/// Runs the MPI baseline beside `run` (the libfabric run of the same benchmark and
+/// provider): "not run" with the reason when MPI is not usable here, `None` when no Open MPI
+/// transport matches the provider.
+fn mpi_run(
+    mpi: &std::result::Result<mpi::Mpi, String>,
+    run: &Run,
+    opts: &CompareOpts,
+    info: &RunInfo,
+    logs: &Path,
+    progress: &mut Progress,
+    label: &str,
+) -> Result<Option<MpiRun>> {
+    let m = match mpi {
+        Ok(m) => m,
+        Err(why) => {
+            return Ok(Some(MpiRun {
+                transport: String::new(),
+                outcome: Outcome::NotRun(why.clone()),
+                lines: Vec::new(),
+            }))
+        }
+    };
+    let provider = run.provider();
+    let Some(pinned) = m.pinned(provider) else {
+        return Ok(None);
+    };
+    let Some(child) = m.child(&run.job, &pinned, opts) else {
+        return Ok(None);
+    };
+    let log = logs.join(format!("{}-{}-mpi.log", run.job.test, slug(provider)));
+    let label = format!("{label}, MPI baseline");
+    let result = runner::run(&run.job, &child, &log, progress, &label)?;
+    progress.clear();
+    let labels = mpi::Labels {
+        test: run.job.test,
+        provider,
+        pinned: &pinned,
+        mpi_version: &m.version,
+        opts,
+        info,
+    };
+    let lines: Vec<Value> = result
+        .lines
+        .iter()
+        .filter_map(|v| mpi::record(v, &labels))
+        .collect();
+    let outcome = match result.outcome {
+        Outcome::Done if lines.len() < run.job.sizes.len() => Outcome::Failed(format!(
+            "{} of {} sizes reported (see {})",
+            lines.len(),
+            run.job.sizes.len(),
+            log.display()
+        )),
+        o => o,
+    };
+    Ok(Some(MpiRun {
+        transport: pinned.label,
+        outcome,
+        lines,
+    }))
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {
@@ -274,6 +405,7 @@ mod tests {
             },
             outcome: Outcome::Done,
             lines: vec![line(8), line(64)],
+            mpi: None,
         };
         assert_eq!(run.provider(), "tcp;ofi_rxm");
         let p = run.points();

@@ -1,6 +1,7 @@
 //! SVG plots of the comparison (plotters' SVG backend: text goes out as `<text>` elements
 //! that the viewer renders, so no font files are read here): the headline number of each
-//! benchmark against the message size, on log-log axes, MCAPI solid and raw libfabric dashed.
+//! benchmark against the message size, on log-log axes, MCAPI solid, raw libfabric dashed and
+//! the MPI baseline dotted.
 //! The scalar benchmarks have one size (8 bytes), so no plot: their numbers are in the
 //! tables.
 
@@ -11,12 +12,31 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 
+/// How a line is drawn: one style per layer, so that a provider keeps its colour.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stroke {
+    Solid,
+    Dashed,
+    Dotted,
+}
+
+impl Stroke {
+    /// Dash and gap lengths, in pixels.
+    fn dashes(self) -> Option<(u32, u32)> {
+        match self {
+            Stroke::Solid => None,
+            Stroke::Dashed => Some((8, 5)),
+            Stroke::Dotted => Some((2, 4)),
+        }
+    }
+}
+
 /// One line of a plot.
 struct Series {
     name: String,
     points: Vec<(f64, f64)>,
     color: RGBColor,
-    dashed: bool,
+    stroke: Stroke,
 }
 
 const PALETTE: [RGBColor; 8] = [
@@ -51,43 +71,60 @@ pub fn write_all(dir: &Path, runs: &[Run]) -> Result<Vec<String>> {
             .iter()
             .filter(|r| r.job.test == test && !r.lines.is_empty());
         for (i, run) in with_results.enumerate() {
-            let [mcapi, raw] = layers(run);
+            let [mcapi, raw, mpi] = layers(run);
             let color = PALETTE[i % PALETTE.len()];
             let provider = run.provider();
             let name = format!("{test}-{}.svg", slug(provider));
             let title = format!("{test} over {provider}: {what}");
+            let mpi_name = match &run.mpi {
+                Some(m) if !m.transport.is_empty() => format!("MPI ({})", m.transport),
+                _ => "MPI".into(),
+            };
             let one = [
                 Series {
                     name: "MCAPI".into(),
                     points: mcapi.clone(),
                     color: PALETTE[0],
-                    dashed: false,
+                    stroke: Stroke::Solid,
                 },
                 Series {
                     name: "raw libfabric".into(),
                     points: raw.clone(),
                     color: PALETTE[1],
-                    dashed: true,
+                    stroke: Stroke::Dashed,
+                },
+                Series {
+                    name: mpi_name,
+                    points: mpi.clone(),
+                    color: PALETTE[2],
+                    stroke: Stroke::Dotted,
                 },
             ];
             if chart(&dir.join(&name), &title, unit, &one)? {
                 singles.push(name);
             }
-            overview.push(Series {
-                name: format!("{provider} MCAPI"),
-                points: mcapi,
-                color,
-                dashed: false,
-            });
-            overview.push(Series {
-                name: format!("{provider} raw"),
-                points: raw,
-                color,
-                dashed: true,
-            });
+            for (layer, points, stroke) in [
+                ("MCAPI", mcapi, Stroke::Solid),
+                ("raw", raw, Stroke::Dashed),
+                ("MPI", mpi, Stroke::Dotted),
+            ] {
+                overview.push(Series {
+                    name: format!("{provider} {layer}"),
+                    points,
+                    color,
+                    stroke,
+                });
+            }
         }
         let name = format!("{test}.svg");
-        let title = format!("{test}: {what}, MCAPI (solid) and raw libfabric (dashed)");
+        let title = if overview
+            .iter()
+            .any(|s| s.stroke == Stroke::Dotted && !s.points.is_empty())
+        {
+            format!("{test}: {what}, MCAPI (solid), raw libfabric (dashed), MPI (dotted)")
+        } else {
+            format!("{test}: {what}, MCAPI (solid) and raw libfabric (dashed)")
+        };
         if chart(&dir.join(&name), &title, unit, &overview)? {
             files.push(name);
         }
@@ -96,8 +133,8 @@ pub fn write_all(dir: &Path, runs: &[Run]) -> Result<Vec<String>> {
     Ok(files)
 }
 
-/// MCAPI's and raw's (size, value) points of a run.
-fn layers(run: &Run) -> [Vec<(f64, f64)>; 2] {
+/// MCAPI's, raw's and MPI's (size, value) points of a run.
+fn layers(run: &Run) -> [Vec<(f64, f64)>; 3] {
     let points = run.points();
     let pick = |f: fn(&super::Point) -> Option<f64>| {
         points
@@ -106,7 +143,7 @@ fn layers(run: &Run) -> [Vec<(f64, f64)>; 2] {
             .filter(|&(x, y)| x > 0.0 && y > 0.0)
             .collect::<Vec<_>>()
     };
-    [pick(|p| p.mcapi), pick(|p| p.raw)]
+    [pick(|p| p.mcapi), pick(|p| p.raw), pick(|p| p.mpi)]
 }
 
 fn plot_error(e: impl std::fmt::Display) -> Error {
@@ -164,19 +201,23 @@ fn chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Result<bo
         .map_err(plot_error)?;
     for s in series.iter().filter(|s| !s.points.is_empty()) {
         let style = s.color.stroke_width(2);
-        let anno = if s.dashed {
-            chart.draw_series(DashedLineSeries::new(s.points.clone(), 8, 5, style))
-        } else {
-            chart.draw_series(LineSeries::new(s.points.clone(), style))
+        let anno = match s.stroke.dashes() {
+            Some((dash, gap)) => {
+                chart.draw_series(DashedLineSeries::new(s.points.clone(), dash, gap, style))
+            }
+            None => chart.draw_series(LineSeries::new(s.points.clone(), style)),
         }
         .map_err(plot_error)?;
         anno.label(s.name.clone());
-        if s.dashed {
-            anno.legend(move |(x, y)| {
-                DashedPathElement::new(vec![(x, y), (x + 24, y)], 6, 3, style)
-            });
-        } else {
-            anno.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        match s.stroke.dashes() {
+            Some((dash, gap)) => {
+                anno.legend(move |(x, y)| {
+                    DashedPathElement::new(vec![(x, y), (x + 24, y)], dash, gap, style)
+                });
+            }
+            None => {
+                anno.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+            }
         }
         chart
             .draw_series(
@@ -222,7 +263,7 @@ mod tests {
             name: "MCAPI".into(),
             points: vec![(8.0, 0.3), (64.0, 0.4), (65536.0, 9.0)],
             color: PALETTE[0],
-            dashed: true,
+            stroke: Stroke::Dashed,
         }];
         assert!(chart(&path, "title", "p50 latency (us)", &s).unwrap());
         let svg = std::fs::read_to_string(&path).unwrap();

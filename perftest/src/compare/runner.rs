@@ -1,6 +1,6 @@
 //! One point of the matrix: a benchmark over a provider, run as `perftest <test> --local
-//! --json` in a child process, bounded in time, its JSON lines
-//! collected and its stderr kept in a log file.
+//! --json` in a child process (or the MPI baseline under `mpirun`), bounded in time, its JSON
+//! lines collected and its stderr kept in a log file.
 
 use super::Job;
 use crate::cli::Test;
@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -37,21 +37,44 @@ pub struct RunResult {
 /// Time allowed for the run's setup and for its slowest size beyond the measured time.
 const SLACK: Duration = Duration::from_secs(15);
 
-/// Runs `job` with `args` (the benchmark's command line without the executable); stderr
-/// goes to `log`. `progress` is refreshed while the run goes on, under `label`.
+/// What a run starts.
+pub struct Child {
+    pub program: PathBuf,
+    /// The program's name in the log's command line.
+    pub shown: String,
+    pub args: Vec<String>,
+    /// Lines on stdout that are not JSON fail the run; else they go to the log (mpirun may
+    /// print notices there).
+    pub json_only: bool,
+}
+
+impl Child {
+    /// This executable as `perftest`, strict about its output.
+    pub fn perftest(args: Vec<String>) -> Result<Child> {
+        Ok(Child {
+            program: std::env::current_exe().context("locating this executable")?,
+            shown: "perftest".into(),
+            args,
+            json_only: true,
+        })
+    }
+}
+
+/// Runs `job` as `child`; stderr goes to `log`. `progress` is refreshed while the run goes
+/// on, under `label`.
 pub fn run(
     job: &Job,
-    args: &[String],
+    child: &Child,
     log: &Path,
     progress: &mut Progress,
     label: &str,
 ) -> Result<RunResult> {
-    let exe = std::env::current_exe().context("locating this executable")?;
     let mut log_file = File::create(log).context(format!("creating {}", log.display()))?;
-    let shown: Vec<String> = args.iter().map(|a| shell_word(a)).collect();
-    writeln!(log_file, "$ perftest {}", shown.join(" "))?;
-    let mut child = Command::new(exe)
-        .args(args)
+    let shown: Vec<String> = child.args.iter().map(|a| shell_word(a)).collect();
+    writeln!(log_file, "$ {} {}", child.shown, shown.join(" "))?;
+    let json_only = child.json_only;
+    let mut child = Command::new(&child.program)
+        .args(&child.args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file.try_clone()?)
@@ -80,7 +103,10 @@ pub fn run(
                 last_line = Instant::now();
                 match serde_json::from_str::<Value>(&line) {
                     Ok(v) => lines.push(v),
-                    Err(e) => bad = Some(format!("not JSON ({e}): {line}")),
+                    Err(e) if json_only => bad = Some(format!("not JSON ({e}): {line}")),
+                    Err(_) => {
+                        let _ = writeln!(log_file, "{line}");
+                    }
                 }
                 continue;
             }
