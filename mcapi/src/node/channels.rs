@@ -31,8 +31,11 @@
 
 use super::scalar_hub::{self, HubItem, ScalarHub};
 use super::*;
-use crate::semantics::channel::{Binding, ChannelKind, CreditReturn, Direction, SendCredits};
-use crate::semantics::channel_side::{Item, Posting, RecvSide, Repost};
+use crate::semantics::channel::{Binding, ChannelKind, CreditReturn, Direction};
+use crate::semantics::channel_side::{
+    Completions, Item, NextSend, Outgoing, Posted, Posting, RecvSide, Repost, SendSide, UserBuffer,
+    ZeroCopy,
+};
 use mcapi_ofi::{SendBuffer, SendWait};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
@@ -465,6 +468,12 @@ impl Outbox {
     }
 }
 
+impl Completions for Outbox {
+    fn complete(&mut self, request: RequestHandle, status: Status, len: usize) {
+        Outbox::complete(self, request, status, len);
+    }
+}
+
 /// One side of a channel, reserved by an open; its fabric part exists once both sides opened.
 pub(super) struct Side {
     generation: u32,
@@ -526,28 +535,21 @@ enum SideData {
     Recv(RecvData),
 }
 
+/// A send side's memory and its state machine (`semantics::channel_side`).
 struct SendData {
-    credits: SendCredits,
-    next_seq: u32,
+    state: SendSide<SendBuffer>,
+    /// Where the receiver's credit messages arrive, one 8-byte slot each.
     credit_slots: MemoryRegion,
     staging: MemoryRegion,
-    staging_free: Vec<usize>,
-    /// `pktchan_send_i` packets waiting for credits (copied into staging, or zero copy).
-    queued: VecDeque<(RequestHandle, Outgoing)>,
-    /// Zero-copy `pktchan_send_i` packets posted from the application's memory, until their
-    /// send completions arrive (the request completes then): one slot per credit, the slot
-    /// in the completion context (`CTX_USER`).
-    in_flight: Box<[Option<(RequestHandle, SendBuffer)>]>,
-    in_flight_free: Vec<usize>,
-    /// When the receiver was first seen gone with zero-copy packets in flight.
-    gone_since: Option<Instant>,
     inject_size: usize,
     /// Credit receives that completed during a zero-copy send, to post again after it.
     credit_reposts: Vec<usize>,
-    zero_copy_done: bool,
-    zero_copy_failed: bool,
-    /// A packet failed after it was posted: the channel is broken.
-    broken: bool,
+}
+
+impl UserBuffer for SendBuffer {
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
 }
 
 /// The packet of a `pktchan_send_i`.
@@ -574,108 +576,34 @@ impl Source<'_> {
     }
 }
 
-/// A queued `pktchan_send_i` packet.
-enum Outgoing {
-    /// Copied into staging slot `slot`.
-    Staged { slot: usize, len: usize },
-    /// In the application's memory (zero copy).
-    User(SendBuffer),
-}
-
 impl SendData {
-    /// Handles a sender's completion (`ok`: not an error completion) other than a credit
-    /// message; returns the credit receive slot for a credit message (to be posted again).
+    /// Handles a sender's completion (`ok`: not an error completion); returns the credit
+    /// receive slot of a credit message (to be posted again).
     fn event(&mut self, ctx: u64, ok: bool, out: &mut Outbox) -> Option<usize> {
-        if !ok && matches!(ctx & !CTX_MASK, CTX_STAGING | CTX_USER) {
-            // The packet's sequence number is spent: the receiver would wait for it forever.
-            self.broken = true;
-        }
+        let slot = (ctx & CTX_MASK) as usize;
         match ctx & !CTX_MASK {
-            CTX_CREDIT if ok => return Some(self.credit_arrived(ctx)),
-            CTX_STAGING => self.staging_free.push((ctx & CTX_MASK) as usize),
-            CTX_ZERO_COPY if ok => self.zero_copy_done = true,
-            CTX_ZERO_COPY => self.zero_copy_failed = true,
-            CTX_USER => {
-                let slot = (ctx & CTX_MASK) as usize;
-                if let Some((req, buf)) = self.in_flight.get_mut(slot).and_then(Option::take) {
-                    self.in_flight_free.push(slot);
-                    if ok {
-                        out.complete(req, Status::MCAPI_SUCCESS, buf.len());
-                    } else {
-                        out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
-                    }
-                }
+            CTX_CREDIT if ok => {
+                let mut word = [0u8; 8];
+                self.credit_slots.read(slot * 8, &mut word);
+                self.state.credits_returned(u64::from_le_bytes(word) as u32);
+                return Some(slot);
             }
+            CTX_STAGING => self.state.staged_sent(slot, ok),
+            CTX_ZERO_COPY => self.state.zero_copy_sent(ok),
+            CTX_USER => self.state.user_sent(slot, ok, out),
             _ => {}
         }
         None
     }
+}
 
-    /// The outcome of posting the next item with a credit taken: its sequence number is
-    /// spent if it went; the credit comes back if not. `Ok(false)`: the provider asked to
-    /// try again later; `fail` when it refused.
-    #[inline(always)]
-    fn posted(&mut self, r: std::result::Result<(), OfiError>, fail: Status) -> Result<bool> {
-        match r {
-            Ok(()) => {
-                self.next_seq = self.next_seq.wrapping_add(1);
-                Ok(true)
-            }
-            Err(e) => {
-                self.credits.untake();
-                if e.is_again() {
-                    Ok(false)
-                } else {
-                    Err(fail)
-                }
-            }
-        }
-    }
-
-    /// Whether zero-copy packets are posted and not completed yet.
-    fn has_in_flight(&self) -> bool {
-        self.in_flight_free.len() < self.in_flight.len()
-    }
-
-    /// Whether staging buffers are taken (copied packets posted or queued).
-    fn has_staged_in_flight(&self) -> bool {
-        // There are as many staging buffers as zero-copy slots.
-        self.staging_free.len() < self.in_flight.len()
-    }
-
-    /// Completes every zero-copy packet still posted with `MCAPI_ERR_TRANSMISSION`: only
-    /// once the endpoint is closed (the provider no longer reads the memory).
-    fn fail_in_flight(&mut self, out: &mut Outbox) {
-        for (slot, entry) in self.in_flight.iter_mut().enumerate() {
-            if let Some((req, _)) = entry.take() {
-                self.in_flight_free.push(slot);
-                out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
-            }
-        }
-    }
-
-    /// Completes every queued packet with `MCAPI_ERR_TRANSMISSION` (they never go).
-    fn fail_queued(&mut self, out: &mut Outbox) {
-        for (req, queued) in self.queued.drain(..) {
-            if let Outgoing::Staged { slot, .. } = queued {
-                self.staging_free.push(slot);
-            }
-            out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
-        }
-    }
-
-    /// What a close announces: the packets posted and those still queued to go.
-    fn announced_count(&self) -> u32 {
-        self.next_seq.wrapping_add(self.queued.len() as u32)
-    }
-
-    /// Takes the credits of the credit message in receive slot `ctx`; returns the slot.
-    fn credit_arrived(&mut self, ctx: u64) -> usize {
-        let slot = (ctx & CTX_MASK) as usize;
-        let mut word = [0u8; 8];
-        self.credit_slots.read(slot * 8, &mut word);
-        self.credits.add(u64::from_le_bytes(word) as u32);
-        slot
+/// What a post to the fabric did, for the state machine.
+#[inline(always)]
+fn posted(r: &std::result::Result<(), OfiError>) -> Posted {
+    match r {
+        Ok(()) => Posted::Sent,
+        Err(e) if e.is_again() => Posted::Again,
+        Err(_) => Posted::Failed,
     }
 }
 
@@ -788,11 +716,7 @@ impl Side {
             .io
             .as_mut()
             .map_or(0, |io| io.progress(kind, payload, gone));
-        if let Some(SideIo {
-            data: SideData::Send(SendData { broken: true, .. }),
-            ..
-        }) = &self.io
-        {
+        if matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. }) if s.state.is_broken()) {
             // Later sends fail instead of stalling behind the lost packet.
             self.peer_gone.get_or_insert(side_status(kind));
         }
@@ -806,7 +730,7 @@ impl Side {
             Some(SideIo {
                 data: SideData::Send(s),
                 ..
-            }) => !s.queued.is_empty() || s.has_in_flight(),
+            }) => s.state.has_queued() || s.state.has_in_flight(),
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
@@ -820,7 +744,7 @@ impl Side {
     fn has_transfers(&self) -> bool {
         self.has_waiting_requests()
             || matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. })
-                if s.has_staged_in_flight())
+                if s.state.has_staged_in_flight())
     }
 
     /// The other node to check for liveness, at most every 20 ms while requests wait here
@@ -896,7 +820,7 @@ impl SideIo {
         };
         match &mut self.data {
             SideData::Send(s) => {
-                if !s.queued.is_empty() || s.has_in_flight() {
+                if s.state.has_queued() || s.state.has_in_flight() {
                     self.advance_queued(payload, gone);
                 }
             }
@@ -996,7 +920,7 @@ impl SideIo {
         for i in 0..n {
             let it = h.items[i];
             match &mut self.data {
-                SideData::Send(s) if it.credit => s.credits.add(it.value as u32),
+                SideData::Send(s) if it.credit => s.state.credits_returned(it.value as u32),
                 SideData::Recv(r) if !it.credit => {
                     let seq = super::driver::widen(r.state.received(), it.seq);
                     credits_due += r
@@ -1096,87 +1020,38 @@ impl SideIo {
         let SideData::Send(s) = &mut self.data else {
             return;
         };
-        if gone && s.has_in_flight() {
-            // The receiver closed or died: zero-copy sends may never complete, and the
-            // application's memory is free only once the provider stops reading it, which
-            // closing the endpoint (our only handle) guarantees. Completions of packets the
-            // receiver did take may still be on their way: they get a short grace first.
-            let since = *s.gone_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= ZERO_COPY_GRACE {
-                self.ep = None;
-            }
+        if gone && s.state.receiver_gone(Instant::now(), ZERO_COPY_GRACE) {
+            self.ep = None;
         }
         let Some(ep) = &self.ep else {
             // Closed (receiver gone, or a blocking send gave up): nothing goes any more.
-            s.fail_in_flight(&mut self.out);
-            s.fail_queued(&mut self.out);
+            s.state.fail_in_flight(&mut self.out);
+            s.state.fail_queued(&mut self.out);
             return;
         };
         if gone {
             // The receiver closed or died: what is still queued can never go.
-            s.fail_queued(&mut self.out);
+            s.state.fail_queued(&mut self.out);
             return;
         }
-        while let Some((req, out)) = s.queued.front() {
-            let req = *req;
-            let (posted, len, zslot) = match out {
-                Outgoing::Staged { slot, len } => {
-                    let (slot, len) = (*slot, *len);
-                    let Ok(buf) = s.staging.slice(slot * payload, len) else {
-                        return;
-                    };
-                    if !s.credits.try_take() {
-                        return;
-                    }
-                    let seq = Some(u64::from(s.next_seq));
-                    (
-                        ep.send(buf, seq, self.dest, CTX_STAGING | slot as u64),
-                        len,
-                        None,
-                    )
+        while let Some(next) = s.state.next_queued() {
+            let r = match next {
+                NextSend::Staged { slot, len, seq } => {
+                    s.staging.slice(slot * payload, len).and_then(|buf| {
+                        ep.send(
+                            buf,
+                            Some(u64::from(seq)),
+                            self.dest,
+                            CTX_STAGING | slot as u64,
+                        )
+                    })
                 }
-                Outgoing::User(buf) => {
-                    let Some(&zslot) = s.in_flight_free.last() else {
-                        // Every slot is posted: wait for a send completion.
-                        return;
-                    };
-                    if !s.credits.try_take() {
-                        return;
-                    }
-                    let seq = u64::from(s.next_seq);
-                    (
-                        ep.send_from(buf, seq, self.dest, CTX_USER | zslot as u64),
-                        buf.len(),
-                        Some(zslot),
-                    )
+                NextSend::User { buf, zslot, seq } => {
+                    ep.send_from(buf, u64::from(seq), self.dest, CTX_USER | zslot as u64)
                 }
             };
-            match posted {
-                Ok(()) => {
-                    s.next_seq = s.next_seq.wrapping_add(1);
-                    let Some((req, out)) = s.queued.pop_front() else {
-                        return;
-                    };
-                    match (out, zslot) {
-                        (Outgoing::User(buf), Some(zslot)) => {
-                            // Completes when the send completion arrives.
-                            s.in_flight_free.pop();
-                            s.in_flight[zslot] = Some((req, buf));
-                        }
-                        _ => self.out.complete(req, Status::MCAPI_SUCCESS, len),
-                    }
-                }
-                Err(e) if e.is_again() => {
-                    s.credits.untake();
-                    return;
-                }
-                Err(_) => {
-                    s.credits.untake();
-                    if let Some((_, Outgoing::Staged { slot, .. })) = s.queued.pop_front() {
-                        s.staging_free.push(slot);
-                    }
-                    self.out.complete(req, Status::MCAPI_ERR_TRANSMISSION, 0);
-                }
+            if !s.state.queued_posted(posted(&r), &mut self.out) {
+                return;
             }
         }
     }
@@ -1184,14 +1059,14 @@ impl SideIo {
     /// Copies a `pktchan_send_i` packet into a free staging buffer of this send side;
     /// `None` when every one is taken. Staging buffers come back with their sends'
     /// completions, so the CQ is read first when none is free.
-    fn stage(&mut self, data: &[u8], payload: usize) -> Option<Outgoing> {
-        if matches!(&self.data, SideData::Send(s) if s.staging_free.is_empty()) {
+    fn stage(&mut self, data: &[u8], payload: usize) -> Option<Outgoing<SendBuffer>> {
+        if matches!(&self.data, SideData::Send(s) if s.state.staging_exhausted()) {
             self.progress(ChannelKind::Packet, payload, false);
         }
         let SideData::Send(s) = &mut self.data else {
             return None;
         };
-        let slot = s.staging_free.pop()?;
+        let slot = s.state.take_staging()?;
         s.staging.write(slot * payload, data);
         Some(Outgoing::Staged {
             slot,
@@ -1201,7 +1076,7 @@ impl SideIo {
 
     /// Whether `pktchan_send_i` packets wait on this send side (for credits or a slot).
     fn has_queued_send(&self) -> bool {
-        matches!(&self.data, SideData::Send(s) if !s.queued.is_empty())
+        matches!(&self.data, SideData::Send(s) if s.state.has_queued())
     }
 
     /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
@@ -1239,12 +1114,13 @@ fn post_staged(
     seq: u64,
     payload: usize,
 ) -> Option<std::result::Result<(), OfiError>> {
-    let Some(slot) = s.staging_free.pop() else {
-        s.credits.untake();
+    let Some(slot) = s.state.take_staging() else {
+        // The credit taken for it comes back.
+        let _ = s.state.posted(Posted::Again, Status::MCAPI_SUCCESS);
         return None;
     };
     let Some(ep) = ep else {
-        s.staging_free.push(slot);
+        s.state.return_staging(slot);
         return Some(Err(OfiError::InvalidArgument("endpoint closed")));
     };
     s.staging.write(slot * payload, data);
@@ -1253,7 +1129,7 @@ fn post_staged(
         .slice(slot * payload, data.len())
         .and_then(|buf| ep.send(buf, Some(seq), dest, CTX_STAGING | slot as u64));
     if r.is_err() {
-        s.staging_free.push(slot);
+        s.state.return_staging(slot);
     }
     Some(r)
 }
@@ -1702,20 +1578,11 @@ impl NodeInner {
                 0
             };
             io.data = SideData::Send(SendData {
-                credits: SendCredits::new(credits),
-                next_seq: 0,
+                state: SendSide::new(credits, staged),
                 credit_slots,
                 staging: MemoryRegion::new(domain, (staged * payload).max(8))?,
-                staging_free: (0..staged).rev().collect(),
-                queued: VecDeque::with_capacity(staged),
-                in_flight: (0..staged).map(|_| None).collect(),
-                in_flight_free: (0..staged).rev().collect(),
-                gone_since: None,
                 inject_size: self.fab.inject_size,
                 credit_reposts: Vec::with_capacity(slots),
-                zero_copy_done: false,
-                zero_copy_failed: false,
-                broken: false,
             });
             // An empty message, which the receiver ignores (it carries no CQ data), makes
             // the provider set up its connection while the open completes: rxm connects on
@@ -2375,7 +2242,7 @@ impl Node {
                     ..
                 }) = &side.io
                 {
-                    sent = s.announced_count();
+                    sent = s.state.announced_count();
                 }
                 if let Some(io) = &mut side.io {
                     if let SideData::Recv(r) = &mut io.data {
@@ -2426,7 +2293,7 @@ impl Node {
                     let queued = matches!(&side.io, Some(SideIo {
                         data: SideData::Send(s),
                         ..
-                    }) if !s.queued.is_empty() || s.has_in_flight());
+                    }) if s.state.has_queued() || s.state.has_in_flight());
                     (side.peer, side.peer_gone, queued)
                 }
                 None => (None, None, false),
@@ -2506,7 +2373,7 @@ impl NodeInner {
                         ..
                     },
                     run,
-                )) => (s.next_seq, run),
+                )) => (s.state.sent(), run),
                 Some((_, run)) => (0, run),
                 None => continue,
             };
@@ -2538,7 +2405,7 @@ impl NodeInner {
         side.progress();
         let held = match &mut side.io {
             Some(io) => {
-                if matches!(&io.data, SideData::Send(s) if s.has_in_flight()) {
+                if matches!(&io.data, SideData::Send(s) if s.state.has_in_flight()) {
                     // Our only handle on zero-copy sends still posted: closing the endpoint
                     // now stops the provider reading their memory.
                     io.ep = None;
@@ -2549,8 +2416,8 @@ impl NodeInner {
                     SideData::Recv(r) => r.state.holds_packets(),
                     SideData::Send(s) => {
                         // Sends the departed receiver can no longer take fail, not vanish.
-                        s.fail_queued(&mut io.out);
-                        s.fail_in_flight(&mut io.out);
+                        s.state.fail_queued(&mut io.out);
+                        s.state.fail_in_flight(&mut io.out);
                         false
                     }
                     SideData::Unconnected => false,
@@ -2655,12 +2522,12 @@ impl Node {
         let SideData::Send(s) = &mut io.data else {
             return Err(Status::MCAPI_ERR_CHAN_INVALID);
         };
-        if !s.queued.is_empty() || !s.credits.try_take() {
+        if s.state.has_queued() || !s.state.take_credit() {
             return Ok(false);
         }
-        let seq = u64::from(s.next_seq);
+        let seq = u64::from(s.state.seq());
         let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
-        let posted = if data.len() <= s.inject_size {
+        let r = if data.len() <= s.inject_size {
             ep.inject_data(data, seq, io.dest)
         } else if timeout.is_some() {
             // A finite timeout must never leave the provider reading the caller's buffer
@@ -2673,8 +2540,7 @@ impl Node {
             // Zero copy: the endpoint is lent to the send, which returns once the provider
             // is done with `data` (or has closed the endpoint, if we must give up).
             let ep = io.ep.take().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
-            s.zero_copy_done = false;
-            s.zero_copy_failed = false;
+            s.state.zero_copy_started();
             let cq = io.cq.clone();
             let out = &mut io.out;
             let deadline = wait
@@ -2697,9 +2563,9 @@ impl Node {
                     Err(OfiError::Completion(e)) => {
                         s.event(e.context, false, out);
                     }
-                    Err(_) => s.zero_copy_failed = true,
+                    Err(_) => s.state.zero_copy_sent(false),
                 }
-                if s.zero_copy_done || s.zero_copy_failed {
+                if s.state.zero_copy() != ZeroCopy::Waiting {
                     return SendWait::Done;
                 }
                 // Liveness (a control-socket check) on the slow path, every 16th look.
@@ -2720,14 +2586,14 @@ impl Node {
             });
             io.ep = back;
             match result {
-                Ok(()) if s.zero_copy_failed => {
+                Ok(()) if s.state.zero_copy() == ZeroCopy::Done(false) => {
                     side.peer_gone = Some(Status::MCAPI_ERR_TRANSMISSION);
                     return Err(Status::MCAPI_ERR_TRANSMISSION);
                 }
                 Ok(()) => {
-                    s.next_seq = s.next_seq.wrapping_add(1);
+                    let sent = s.state.posted(Posted::Sent, Status::MCAPI_ERR_TRANSMISSION);
                     io.repost_credit_slots();
-                    return Ok(true);
+                    return sent;
                 }
                 Err(e) if e.is_again() => Err(e),
                 Err(OfiError::InvalidArgument("send abandoned")) => {
@@ -2744,7 +2610,7 @@ impl Node {
                 Err(e) => Err(e),
             }
         };
-        s.posted(posted, Status::MCAPI_ERR_TRANSMISSION)
+        s.state.posted(posted(&r), Status::MCAPI_ERR_TRANSMISSION)
     }
 
     /// Waits between attempts of a blocking channel call; checks the timeout and, on the
@@ -2853,7 +2719,7 @@ impl Node {
             };
             // A send side (checked above).
             if let SideData::Send(s) = &mut io.data {
-                s.queued.push_back((req, out));
+                s.state.queue(req, out);
             }
             // Posted at once when a credit and a slot are at hand, as a raw send would be;
             // the CQ is read only when the packet must wait (on tcp;ofi_rxm each read is a
@@ -2898,13 +2764,10 @@ impl Node {
                 .map_or((false, 0, None), |s| (s.closed, s.port, s.peer));
             match side.and_then(|s| s.io.as_mut()).map(|io| &mut io.data) {
                 Some(SideData::Recv(r)) => r.state.withdraw(request),
-                Some(SideData::Send(s)) => match s.queued.iter().position(|q| q.0 == request) {
-                    Some(i) => {
-                        if let Some((_, Outgoing::Staged { slot, .. })) = s.queued.remove(i) {
-                            s.staging_free.push(slot);
-                        }
+                Some(SideData::Send(s)) => match s.state.withdraw(request) {
+                    Some(_) => {
                         if closed {
-                            recount = Some((port, s.announced_count(), run));
+                            recount = Some((port, s.state.announced_count(), run));
                         }
                         true
                     }
@@ -2954,7 +2817,7 @@ impl Node {
                 .filter(|s| s.generation == generation)
                 .and_then(|s| s.io.as_ref())
                 .is_some_and(|io| match &io.data {
-                    SideData::Send(s) => s.in_flight.iter().flatten().any(|e| e.0 == request),
+                    SideData::Send(s) => s.state.is_in_flight(request),
                     _ => false,
                 })
         };
@@ -3200,18 +3063,19 @@ impl Node {
         let SideData::Send(s) = &mut io.data else {
             return Ok(false);
         };
-        if !s.credits.try_take() {
+        if !s.state.take_credit() {
             return Ok(false);
         }
+        let seq = s.state.seq();
         let sent = match (&io.hub, &io.ep) {
             (Some(h), _) => h
                 .hub
-                .send_value(&bytes[..width], s.next_seq, io.dest, h.peer_route),
-            (None, Some(ep)) => ep.inject_data(&bytes[..width], u64::from(s.next_seq), io.dest),
+                .send_value(&bytes[..width], seq, io.dest, h.peer_route),
+            (None, Some(ep)) => ep.inject_data(&bytes[..width], u64::from(seq), io.dest),
             // No endpoint: fails as the provider would, so the credit goes back.
             (None, None) => Err(OfiError::InvalidArgument("scalar side without an endpoint")),
         };
-        s.posted(sent, Status::MCAPI_ERR_GENERAL)
+        s.state.posted(posted(&sent), Status::MCAPI_ERR_GENERAL)
     }
 
     /// A scalar send that found no credit: progresses the side and backs off until one
