@@ -1,15 +1,10 @@
 //! The driver: what moves between the semantic core and the fabric (posting, progress,
 //! credits, peers).
 
-use super::messages::Deadline;
 use super::*;
 
-/// The full sequence number of a 16-bit wire sequence, given the next one expected: the
-/// sender's credits keep every message within a window far below 2^15 of it.
-pub(super) fn widen(expected: u32, wire: u16) -> u32 {
-    let delta = wire.wrapping_sub(expected as u16) as i16;
-    expected.wrapping_add(delta as i32 as u32)
-}
+/// For `channels` (which names it by this path) until its rewrite imports it from `seq`.
+pub(super) use super::seq::widen;
 
 /// Queues a credit decision of endpoint `port` for the fabric.
 pub(super) fn queue_control(
@@ -88,83 +83,6 @@ impl NodeInner {
             cqs.push(self.fab.cq.clone());
         }
         cqs
-    }
-
-    pub(super) fn post_recv_slot(
-        &self,
-        ep: &mut LocalEndpoint,
-        port: u32,
-        slot: u32,
-    ) -> Result<()> {
-        let buf = ep
-            .pool
-            .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
-            .map_err(ofi_status)?;
-        let (tag, ignore) = Tag::match_port(Kind::Message, port);
-        let context = Context::RecvSlot {
-            port,
-            generation: ep.generation,
-            slot,
-        };
-        self.post_receive(buf, tag, ignore, context)?;
-        ep.posted += 1;
-        Ok(())
-    }
-
-    /// Posts control receive slot `slot`. Control messages travel untagged (their tag as
-    /// an 8-byte payload, their numbers as remote CQ data), so their receives wait in the
-    /// provider's untagged queue and every tagged message matches its endpoint's slot
-    /// without walking past them (shm and rxm match by walking the posted list).
-    pub(super) fn post_control_slot(&self, slot: u32) -> Result<()> {
-        let buf = self
-            .fab
-            .control_pool
-            .slice(slot as usize * 8, 8)
-            .map_err(ofi_status)?;
-        let ctx = Context::ControlSlot(slot).encode();
-        for _ in 0..100 {
-            match self.fab.ep.recv(buf, FiAddr::UNSPEC, ctx) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_again() => std::thread::yield_now(),
-                Err(e) => return Err(ofi_status(e)),
-            }
-        }
-        Err(Status::MCAPI_ERR_MEM_LIMIT)
-    }
-
-    /// Posts one receive. A full receive queue (-FI_EAGAIN: shm takes 1024 posted receives,
-    /// tcp;ofi_rxm 2048) is retried briefly without reading the CQ, whose completions only
-    /// the caller can dispatch, then reported as `MCAPI_ERR_MEM_LIMIT`.
-    pub(super) fn post_receive(
-        &self,
-        buf: mcapi_ofi::Buf<'_>,
-        tag: u64,
-        ignore: u64,
-        ctx: Context,
-    ) -> Result<()> {
-        let ctx = ctx.encode();
-        for _ in 0..100 {
-            match self
-                .fab
-                .ep
-                .recv_tagged(buf, FiAddr::UNSPEC, tag, ignore, ctx)
-            {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_again() => std::thread::yield_now(),
-                Err(e) => return Err(ofi_status(e)),
-            }
-        }
-        Err(Status::MCAPI_ERR_MEM_LIMIT)
-    }
-
-    pub(super) fn post_control_slots(&self, st: &mut State, n: u32) -> Result<()> {
-        let capacity = (self.fab.control_pool.len() / 8) as u32;
-        let want = (st.control_posted + n).min(capacity);
-        for slot in st.control_posted..want {
-            self.post_control_slot(slot)?;
-        }
-        st.control_posted = want;
-        Ok(())
     }
 
     pub(super) fn local_attribute(
@@ -413,7 +331,7 @@ impl NodeInner {
         else {
             return;
         };
-        if self.post_recv_slot(ep, t.port, t.slot).is_ok() {
+        if self.fab.post_recv_slot(ep, t.port, t.slot).is_ok() {
             let _ = ep.credits.consumed(SenderId(u32::from(t.peer)));
         }
         while let Some(ctl) = ep.credits.poll() {
@@ -566,7 +484,7 @@ impl NodeInner {
                 if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)) {
                     self.control_arrived(st, tag, c.data());
                 }
-                let _ = self.post_control_slot(slot);
+                let _ = self.fab.post_control_slot(slot);
             }
             None => {}
         }
@@ -602,7 +520,7 @@ impl NodeInner {
         };
         if ep.credits.arrived(SenderId(u32::from(tag.peer))).is_err() {
             // Protocol violation: a message without a credit. Drop it, keep the slot.
-            let _ = self.post_recv_slot(ep, port, slot);
+            let _ = self.fab.post_recv_slot(ep, port, slot);
             return;
         }
         let LocalEndpoint { reorder, queue, .. } = ep;
@@ -623,7 +541,7 @@ impl NodeInner {
             // sender has in flight, and so the window and the keys). Drop it, keep the slot
             // and the credit.
             let _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
-            let _ = self.post_recv_slot(ep, port, slot);
+            let _ = self.fab.post_recv_slot(ep, port, slot);
         }
     }
 
@@ -1021,30 +939,5 @@ fn forget_sequence(st: &mut State, peer: u16) {
             // Credits bound the queue to its slots, so it has room.
             let _ = queue.push(a.priority as usize, a);
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::widen;
-
-    #[test]
-    pub(super) fn wire_sequences_widen_across_wraps() {
-        for (expected, wire, full) in [
-            (0, 0, 0),
-            (5, 7, 7),
-            (65_535, 65_535, 65_535),
-            (65_535, 0, 65_536),
-            (65_536, 1, 65_537),
-            (131_070, 65_534, 131_070),
-            (131_072, 65_535, 131_071),
-            (u32::MAX, 0, 0),
-        ] {
-            assert_eq!(
-                widen(expected, wire),
-                full,
-                "expected {expected}, wire {wire}"
-            );
-        }
     }
 }

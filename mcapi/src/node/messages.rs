@@ -3,27 +3,6 @@
 use super::channels::SideSet;
 use super::*;
 
-/// A blocking call's deadline, computed from its timeout only when first needed: a call that
-/// completes at once reads no clock.
-pub(super) struct Deadline {
-    timeout: Option<Duration>,
-    at: Option<Option<Instant>>,
-}
-
-impl Deadline {
-    pub(super) fn new(timeout: Option<Duration>) -> Deadline {
-        Deadline { timeout, at: None }
-    }
-
-    /// The instant the call times out (`None`: never).
-    pub(super) fn get(&mut self) -> Option<Instant> {
-        let timeout = self.timeout;
-        *self
-            .at
-            .get_or_insert_with(|| timeout.map(|t| Instant::now() + t))
-    }
-}
-
 impl Node {
     /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
     /// blocking while the receiver's buffers are full (up to `from`'s timeout).

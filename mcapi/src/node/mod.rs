@@ -24,7 +24,7 @@ use crate::semantics::wire::{Context, Kind, Tag, MAX_PEERS, MAX_WIRE_PORT};
 use crate::semantics::Status;
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
-    Error as OfiError, FiAddr, Hints, Info, MemoryRegion, Sleep, WaitObject,
+    Error as OfiError, FiAddr, MemoryRegion, WaitObject,
 };
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{HashSet, VecDeque};
@@ -32,15 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-/// Largest message (`MCAPI_MAX_MSG_SIZE`): the size of a receive slot.
-pub const MAX_MSG_SIZE: usize = 64 * 1024;
-/// Priorities per endpoint (`MCAPI_MAX_PRIORITY` + 1); 0 is the highest.
-pub const NUM_PRIORITIES: u32 = 8;
-/// Send slots of a node (copies of messages above the inject size until sent).
-const SEND_SLOTS: u32 = 64;
-/// Control receive slots a node keeps posted per remote endpoint it sends to, and at least.
-const CONTROL_SLOTS_PER_REMOTE: u32 = 4;
-const CONTROL_SLOTS_MIN: u32 = 64;
 /// Completions read from the CQ at once.
 const CQ_BATCH: usize = 16;
 /// How long messages of a peer that closed its control connection are still accepted.
@@ -52,18 +43,24 @@ const PEER_NOTICE: Duration = Duration::from_secs(1);
 const MAX_SENDERS: usize = 256;
 
 mod channels;
+mod common;
 mod driver;
+mod fabric;
 mod messages;
 mod requests;
 mod scalar_hub;
+mod seq;
 mod service;
+mod wait;
 
 use channels::{ChanReq, ChannelTable, EndpointChannel};
 pub use channels::{ChannelHandle, Packet, MAX_PKT_SIZE};
+use common::{lock, ofi_status, Result};
+pub use common::{MAX_MSG_SIZE, NUM_PRIORITIES};
 use driver::PeerInput;
-use service::{background_progress, open_fabric, Backoff, ControlHandler, SleepCqs};
-
-type Result<T> = std::result::Result<T, Status>;
+use fabric::{open_fabric, Fab, CONTROL_SLOTS_MIN, CONTROL_SLOTS_PER_REMOTE, SEND_SLOTS};
+use service::{background_progress, ControlHandler};
+use wait::{Backoff, Deadline, SleepCqs};
 
 /// An initialized MCAPI node. Cheap to clone; usable from any thread.
 #[derive(Clone)]
@@ -101,20 +98,6 @@ struct NodeInner {
 
 /// Held while first contact with one node is made.
 type ContactLock = Arc<Mutex<()>>;
-
-/// The node's libfabric objects.
-struct Fab {
-    ep: Endpoint,
-    cq: CompletionQueue,
-    av: AddressVector,
-    domain: Domain,
-    provider: String,
-    /// The wait object of the node's CQs (an fd where the provider has one).
-    cq_wait: WaitObject,
-    inject_size: usize,
-    send_pool: MemoryRegion,
-    control_pool: MemoryRegion,
-}
 
 struct State {
     // Fx hashing: these maps are looked up on every message with small integer keys that
@@ -358,14 +341,6 @@ thread_local! {
     static THREAD_NODE: std::cell::RefCell<Weak<NodeInner>> = const { std::cell::RefCell::new(Weak::new()) };
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn ofi_status(_: OfiError) -> Status {
-    Status::MCAPI_ERR_TRANSMISSION
-}
-
 impl Node {
     /// `mcapi_initialize`: creates node `<domain, node>` with `config`.
     ///
@@ -478,7 +453,9 @@ impl Node {
             #[cfg(test)]
             panic_in_background: Default::default(),
         });
-        inner.post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
+        inner
+            .fab
+            .post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
         let server = ControlServer::start(&inner.config, domain_id, node_id, handler).map_err(
             |e| match e {
@@ -642,7 +619,7 @@ impl Node {
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         for slot in 0..n {
-            self.inner.post_recv_slot(&mut ep, port, slot)?;
+            self.inner.fab.post_recv_slot(&mut ep, port, slot)?;
         }
         st.endpoints.insert(port, ep);
         Ok(id)
@@ -749,6 +726,7 @@ impl Node {
                 next_seq: 0,
             });
             self.inner
+                .fab
                 .post_control_slots(&mut st, CONTROL_SLOTS_PER_REMOTE)?;
         }
         Ok(peer)
