@@ -1,5 +1,4 @@
-//! What every node module shares: the result type, locking, the fabric-error status, and
-//! the public message limits.
+//! What every node module shares: the result type, locking, fabric-error status, limits.
 
 use crate::semantics::Status;
 use mcapi_ofi::Error as OfiError;

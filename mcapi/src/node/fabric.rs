@@ -1,8 +1,7 @@
-//! The node's libfabric stack: opening it (provider choice, CQ wait object) and posting its
-//! receive slots.
+//! The node's libfabric stack: opening it (provider, CQ wait object), posting receives.
 
 use super::common::{ofi_status, Result, MAX_MSG_SIZE};
-use super::{LocalEndpoint, State};
+use super::state::{LocalEndpoint, State};
 use crate::config::Config;
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;

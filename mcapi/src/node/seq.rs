@@ -1,4 +1,4 @@
-//! Wire sequence numbers: widening a message's 16-bit sequence to the receiver's full count.
+//! Wire sequence numbers: widening a message's 16-bit sequence to the receiver's count.
 
 /// The full sequence number of a 16-bit wire sequence, given the next one expected: the
 /// sender's credits keep every message within a window far below 2^15 of it.

@@ -1,5 +1,4 @@
-//! How blocked calls wait: the spin-yield-sleep [`Backoff`], the CQs they sleep on, and a
-//! lazily computed [`Deadline`].
+//! How blocked calls wait: the spin-yield-sleep [`Backoff`], its sleep CQs, [`Deadline`].
 
 use super::common::Result;
 use crate::semantics::Status;
