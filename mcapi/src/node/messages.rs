@@ -1,28 +1,18 @@
 //! Message calls of a node (spec 4.3).
 
 use super::channels::SideSet;
-use super::*;
-
-/// A blocking call's deadline, computed from its timeout only when first needed: a call that
-/// completes at once reads no clock.
-pub(super) struct Deadline {
-    timeout: Option<Duration>,
-    at: Option<Option<Instant>>,
-}
-
-impl Deadline {
-    pub(super) fn new(timeout: Option<Duration>) -> Deadline {
-        Deadline { timeout, at: None }
-    }
-
-    /// The instant the call times out (`None`: never).
-    pub(super) fn get(&mut self) -> Option<Instant> {
-        let timeout = self.timeout;
-        *self
-            .at
-            .get_or_insert_with(|| timeout.map(|t| Instant::now() + t))
-    }
-}
+use super::common::{ofi_status, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
+use super::inner::NodeInner;
+use super::peers::PeerInput;
+use super::state::{Req, State};
+use super::wait::Deadline;
+use super::Node;
+use crate::control::Frame;
+use crate::semantics::endpoint_id::EndpointId;
+use crate::semantics::request::{RequestHandle, RequestState};
+use crate::semantics::wire::{Context, Kind, Tag};
+use crate::semantics::Status;
+use std::time::{Duration, Instant};
 
 impl Node {
     /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
@@ -358,5 +348,83 @@ impl Node {
             Status::MCAPI_TIMEOUT => Status::MCAPI_ERR_ENDP_INVALID,
             e => e,
         })
+    }
+}
+
+// Here rather than in `message_path`: it progresses the node (`progress`) while the
+// provider refuses, and progress drives the message path.
+impl NodeInner {
+    /// Sends a message payload: inject when it fits, else from a send slot. While the
+    /// provider refuses (-FI_EAGAIN) it progresses, and now and then checks the deadline and
+    /// the peer's liveness: tcp;ofi_rxm and shm refuse forever when the peer has died.
+    pub(super) fn send_payload(
+        &self,
+        st: &mut State,
+        peer: u16,
+        tag: Tag,
+        data: &[u8],
+        deadline: &mut Deadline,
+    ) -> Result<()> {
+        let dest = st.peers[peer as usize].addr;
+        let mut refused = 0u32;
+        let mut stalled = |st: &mut State| -> Result<()> {
+            refused += 1;
+            if refused.is_multiple_of(1024) {
+                if deadline.get().is_some_and(|d| Instant::now() >= d) {
+                    return Err(Status::MCAPI_TIMEOUT);
+                }
+                // The liveness watcher marks a dead peer's link closed without the state
+                // lock, which we hold; its loss is recorded here.
+                let p = &st.peers[peer as usize];
+                if let Some(link) = p.link.as_ref().filter(|l| l.is_closed()) {
+                    let run = link.incarnation;
+                    self.peer_event_locked(st, peer, PeerInput::Lost(run));
+                }
+                if !st.peers[peer as usize].is_alive() {
+                    return Err(Status::MCAPI_ERR_TRANSMISSION);
+                }
+                std::thread::yield_now();
+            }
+            self.progress(st);
+            Ok(())
+        };
+        if data.len() <= self.fab.inject_size {
+            loop {
+                match self.fab.ep.inject_tagged(data, dest, tag.encode()) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.is_again() => stalled(st)?,
+                    Err(e) => return Err(ofi_status(e)),
+                }
+            }
+        }
+        let slot = loop {
+            if let Some(s) = st.send_free.pop() {
+                break s;
+            }
+            stalled(st)?;
+        };
+        let offset = slot as usize * MAX_MSG_SIZE;
+        self.fab.send_pool.write(offset, data);
+        let buf = self
+            .fab
+            .send_pool
+            .slice(offset, data.len())
+            .map_err(ofi_status)?;
+        let ctx = Context::SendSlot(slot).encode();
+        loop {
+            match self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => {
+                    if let Err(status) = stalled(st) {
+                        st.send_free.push(slot);
+                        return Err(status);
+                    }
+                }
+                Err(e) => {
+                    st.send_free.push(slot);
+                    return Err(ofi_status(e));
+                }
+            }
+        }
     }
 }

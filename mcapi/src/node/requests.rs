@@ -1,6 +1,14 @@
 //! Non-blocking lookups and the request calls (spec 4.2.3, 4.6).
 
-use super::*;
+use super::channels::ChanReq;
+use super::common::Result;
+use super::state::{Req, State};
+use super::Node;
+use crate::semantics::endpoint_id::EndpointId;
+use crate::semantics::request::{RequestHandle, RequestState};
+use crate::semantics::Status;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
 
 impl Node {
     /// `mcapi_endpoint_get_i`: a request that completes once endpoint `<domain, node, port>`

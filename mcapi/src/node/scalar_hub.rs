@@ -17,7 +17,15 @@
 //! turn from 2^15, so a message still on its way to a side long gone finds no side, not a
 //! new one.
 
-use super::*;
+use super::channels::MAX_SIDES;
+use super::common::lock;
+use mcapi_ofi::{
+    flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
+    Error as OfiError, FiAddr, MemoryRegion, WaitObject,
+};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+use std::sync::Mutex;
 
 /// Multi-receive buffers of the hub's pool, and their size.
 const POOL_BUFFERS: usize = 4;
@@ -28,7 +36,7 @@ const CREDIT_BIT: u64 = 1 << 31;
 const ROUTES: usize = 1 << 15;
 /// Most scalars a receive side may have in flight to it: every side's may sit in the CQ at
 /// once, which holds 2^16 (and the 16-bit sequence numbers need a window below 2^15).
-pub(super) const MAX_CAPACITY: usize = (1 << 16) / super::channels::MAX_SIDES - 8;
+pub(super) const MAX_CAPACITY: usize = (1 << 16) / MAX_SIDES - 8;
 
 /// A message for one side, copied out of the pool.
 #[derive(Clone, Copy, Default)]
@@ -74,7 +82,7 @@ impl ScalarHub {
         capacity: usize,
     ) -> std::result::Result<Self, OfiError> {
         // Room for what every side may have in flight: a full CQ must lose nothing.
-        let size = super::channels::MAX_SIDES * (capacity.min(MAX_CAPACITY) + 8);
+        let size = MAX_SIDES * (capacity.min(MAX_CAPACITY) + 8);
         // A provider that refuses that size gets its default.
         let cq = CompletionQueue::open(domain, size, wait)
             .or_else(|_| CompletionQueue::open(domain, 0, wait))?;
@@ -101,9 +109,7 @@ impl ScalarHub {
             pool,
             routing: Mutex::new(Routing {
                 buf: [Completion::default(); READ_BURST],
-                inbox: (0..super::channels::MAX_SIDES)
-                    .map(|_| VecDeque::new())
-                    .collect(),
+                inbox: (0..MAX_SIDES).map(|_| VecDeque::new()).collect(),
                 owner: vec![None; ROUTES],
                 next_route: 0,
                 posted: [true; POOL_BUFFERS],

@@ -1,0 +1,22 @@
+//! What every node module shares: the result type, locking, fabric-error status, limits.
+
+use crate::semantics::Status;
+use mcapi_ofi::Error as OfiError;
+use std::sync::{Mutex, MutexGuard};
+
+/// Largest message (`MCAPI_MAX_MSG_SIZE`): the size of a receive slot.
+pub const MAX_MSG_SIZE: usize = 64 * 1024;
+/// Priorities per endpoint (`MCAPI_MAX_PRIORITY` + 1); 0 is the highest.
+pub const NUM_PRIORITIES: u32 = 8;
+
+pub(super) type Result<T> = std::result::Result<T, Status>;
+
+/// Locks `m`, also when a thread panicked while holding it.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Any failed fabric call, as MCAPI reports it.
+pub(super) fn ofi_status(_: OfiError) -> Status {
+    Status::MCAPI_ERR_TRANSMISSION
+}

@@ -1,0 +1,165 @@
+//! The node's answers on the control plane (the control server's `Handler`).
+
+use super::common::lock;
+use super::credit_plane::queue_control;
+use super::inner::NodeInner;
+use super::peers::PeerInput;
+use super::state::State;
+use crate::attributes::EndpointAttribute;
+use crate::control::{Frame, Handler};
+use crate::semantics::credit::{Control, SenderId};
+use crate::semantics::Status;
+use std::sync::Weak;
+
+/// Answers other nodes on the control plane.
+pub(super) struct ControlHandler(pub(super) Weak<NodeInner>);
+
+impl Handler for ControlHandler {
+    fn handle(&self, peer: Option<(u32, u32)>, request: &Frame) -> Frame {
+        let Some(node) = self.0.upgrade() else {
+            return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
+        };
+        if node.check_working().is_err() {
+            return Frame::Refused(Status::MCAPI_ERR_GENERAL.code());
+        }
+        // A panic here would end this connection's thread and leave the node's state
+        // half-changed: the node is marked broken instead, and the caller refused.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.answer(&node, peer, request)
+        }))
+        .unwrap_or_else(|panic| {
+            node.mark_broken("the control server", &*panic);
+            Frame::Refused(Status::MCAPI_ERR_GENERAL.code())
+        })
+    }
+
+    fn peer_gone(&self, peer: (u32, u32), incarnation: u64) {
+        let Some(node) = self.0.upgrade() else { return };
+        let index = lock(&node.state).peer_of.get(&peer).copied();
+        if let Some(i) = index {
+            node.peer_event(i, PeerInput::Lost(incarnation));
+        }
+    }
+}
+
+impl ControlHandler {
+    fn answer(&self, node: &NodeInner, peer: Option<(u32, u32)>, request: &Frame) -> Frame {
+        match request {
+            Frame::Hello {
+                domain,
+                node: n,
+                peer,
+                incarnation,
+                fabric_addr,
+            } => {
+                let Ok(addr) = node.fab.av.insert(fabric_addr) else {
+                    return Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code());
+                };
+                let Ok(mut st) = node.live_state() else {
+                    return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
+                };
+                let index = match st.peer_of.get(&(*domain, *n)) {
+                    Some(&i) => i,
+                    None => match node.add_peer(&mut st, *domain, *n, Some(addr)) {
+                        Ok(i) => i,
+                        Err(s) => return Frame::Refused(s.code()),
+                    },
+                };
+                node.peer_met(&mut st, index, *incarnation, addr, *peer as u16);
+                Frame::Welcome {
+                    peer: u32::from(index),
+                    incarnation: node.incarnation,
+                    fabric_addr: node.fab.ep.address().to_vec(),
+                }
+            }
+            Frame::CreditRequest { port, want, seen } => {
+                let Some(from) = peer else {
+                    return Frame::Refused(Status::MCAPI_ERR_PARAMETER.code());
+                };
+                node.answer_credit_request(from, *port, *want, *seen)
+            }
+            Frame::EndpointDeleted { port } => {
+                if let Some(from) = peer {
+                    node.forget_remote(from, *port);
+                }
+                Frame::Value(0)
+            }
+            Frame::NodeAttribute { attribute } => match node.attributes.get(*attribute) {
+                Ok(v) => Frame::Value(v),
+                Err(s) => Frame::Refused(s.code()),
+            },
+            Frame::GetAttribute { port, attribute } => {
+                let value = EndpointAttribute::from_number(*attribute).and_then(|a| {
+                    node.live_state()
+                        .and_then(|st| node.local_attribute(&st, *port, a))
+                });
+                match value {
+                    Ok(v) => Frame::Value(v),
+                    Err(s) => Frame::Refused(s.code()),
+                }
+            }
+            Frame::Channel {
+                op,
+                port,
+                args,
+                bytes,
+            } => match node.channel_frame(*op, *port, *args, bytes) {
+                Ok(v) => Frame::Value(v),
+                Err(s) => Frame::Refused(s.code()),
+            },
+            Frame::Lookup { port } => match node.live_state() {
+                Ok(st) if st.endpoints.contains_key(port) => Frame::Value(1),
+                Ok(_) => Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code()),
+                Err(s) => Frame::Refused(s.code()),
+            },
+            _ => Frame::Refused(Status::MCAPI_ERR_PARAMETER.code()),
+        }
+    }
+}
+
+impl NodeInner {
+    /// A credit request from node `from` (on its control connection): grants for it go back
+    /// in the answer, other decisions (grants to others, recalls) over the fabric.
+    pub(super) fn answer_credit_request(
+        &self,
+        from: (u32, u32),
+        port: u32,
+        want: u32,
+        seen: u32,
+    ) -> Frame {
+        let Ok(mut st) = self.live_state() else {
+            return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
+        };
+        // A message taken is done with: its credit can be part of the answer.
+        self.repost_taken(&mut st);
+        let Some(&peer) = st.peer_of.get(&from) else {
+            return Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code());
+        };
+        let me = SenderId(u32::from(peer));
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            ..
+        } = &mut *st;
+        let Some(ep) = endpoints.get_mut(&port) else {
+            return Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code());
+        };
+        if ep.channel.is_connected() {
+            // Spec 3.6: no messages to a connected endpoint.
+            return Frame::Refused(Status::MCAPI_ERR_GENERAL.code());
+        }
+        if let Err(s) = ep.credits.request(me, want, seen) {
+            return Frame::Refused(s.code());
+        }
+        let mut granted = 0u64;
+        while let Some(ctl) = ep.credits.poll() {
+            match ctl {
+                Control::Grant(g) if g.to == me => granted += u64::from(g.credits),
+                other => queue_control(peers, outbox, port, other),
+            }
+        }
+        self.flush_outbox(&mut st);
+        Frame::Value(granted)
+    }
+}

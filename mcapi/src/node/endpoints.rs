@@ -1,0 +1,369 @@
+//! Endpoints: create, delete, get (resolving remote ones), attributes.
+
+use super::channels::{EndpointChannel, MAX_PKT_SIZE};
+use super::common::{Result, MAX_MSG_SIZE, NUM_PRIORITIES};
+use super::fabric::CONTROL_SLOTS_PER_REMOTE;
+use super::inner::NodeInner;
+use super::state::{LocalEndpoint, Remote, RetiredPool, State};
+use super::Node;
+use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE};
+use crate::control::Frame;
+use crate::semantics::credit::{CreditPool, CreditWindow};
+use crate::semantics::endpoint_id::{EndpointId, PORT_ANY};
+use crate::semantics::queue::{PriorityQueues, SeqReorder};
+use crate::semantics::wire::{Context, MAX_WIRE_PORT};
+use crate::semantics::Status;
+use mcapi_ofi::MemoryRegion;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// How long a deleted endpoint's node tries to reach a sender to tell it.
+const PEER_NOTICE: Duration = Duration::from_secs(1);
+/// Sender nodes one endpoint serves at once (its credit pool and reorder state are
+/// preallocated for them).
+const MAX_SENDERS: usize = 256;
+
+impl Node {
+    /// `mcapi_endpoint_create`: a local endpoint on `port` (`PORT_ANY`: a free port).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_PORT_INVALID`, `MCAPI_ERR_ENDP_EXISTS`, `MCAPI_ERR_NODE_NOTINIT`,
+    /// `MCAPI_ERR_MEM_LIMIT` if the receive slots cannot be allocated.
+    pub fn endpoint_create(&self, port: u32) -> Result<EndpointId> {
+        let mut st = self.inner.live_state()?;
+        let port = if port == PORT_ANY {
+            let mut p = st.next_any_port;
+            while st.endpoints.contains_key(&p) {
+                p += 1;
+            }
+            st.next_any_port = p + 1;
+            p
+        } else {
+            port
+        };
+        if port > MAX_WIRE_PORT {
+            return Err(Status::MCAPI_ERR_PORT_INVALID);
+        }
+        if st.endpoints.contains_key(&port) {
+            return Err(Status::MCAPI_ERR_ENDP_EXISTS);
+        }
+        let id = EndpointId::encode(self.inner.domain_id, self.inner.node_id, port)?;
+        let n = self.inner.config.recv_buffers as u32;
+        // Cancelled receives of deleted endpoints come back through the CQ.
+        if !st.retired_pools.is_empty() {
+            self.inner.progress(&mut st);
+        }
+        let pool = match st.reusable_pool(n) {
+            Some(pool) => pool,
+            None => MemoryRegion::new(&self.inner.fab.domain, n as usize * MAX_MSG_SIZE)
+                .map_err(|_| Status::MCAPI_ERR_MEM_LIMIT)?,
+        };
+        let mut ep = LocalEndpoint {
+            pool,
+            slots: n,
+            queue: PriorityQueues::new(NUM_PRIORITIES as usize, n as usize),
+            credits: CreditPool::new(n, MAX_SENDERS),
+            // A sender has at most n messages in flight (its credits): that is the window.
+            reorder: SeqReorder::new(MAX_SENDERS, n),
+            timeout: None,
+            priority: 0,
+            pending_recvs: VecDeque::with_capacity(16),
+            max_payload: MAX_MSG_SIZE,
+            channel: EndpointChannel::default(),
+            generation: st.next_endpoint_generation,
+            posted: 0,
+        };
+        st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
+        for slot in 0..n {
+            self.inner.fab.post_recv_slot(&mut ep, port, slot)?;
+        }
+        st.endpoints.insert(port, ep);
+        Ok(id)
+    }
+
+    /// `mcapi_endpoint_delete`: deletes a local endpoint; queued messages are discarded.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID` for a value that is no endpoint (or already deleted),
+    /// `MCAPI_ERR_ENDP_NOTOWNER` for another node's endpoint.
+    pub fn endpoint_delete(&self, endpoint: EndpointId) -> Result<()> {
+        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
+            return Err(Status::MCAPI_ERR_ENDP_NOTOWNER);
+        }
+        let port = self.local_port(endpoint)?;
+        let mut st = self.inner.live_state()?;
+        if st
+            .endpoints
+            .get(&port)
+            .is_some_and(|e| e.channel.is_connected())
+        {
+            return Err(Status::MCAPI_ERR_CHAN_CONNECTED);
+        }
+        let ep = st
+            .endpoints
+            .remove(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        for slot in 0..ep.slots {
+            let _ = self.inner.fab.ep.cancel(
+                Context::RecvSlot {
+                    port,
+                    generation: ep.generation,
+                    slot,
+                }
+                .encode(),
+            );
+        }
+        // Its pending receives end now (an endpoint created at the port later is another).
+        for &r in &ep.pending_recvs {
+            let _ = st.requests.complete(r, Status::MCAPI_ERR_ENDP_INVALID, 0);
+        }
+        // The pool is reused once every receive posted into it has come back.
+        st.retired_pools.push(RetiredPool {
+            port,
+            generation: ep.generation,
+            slots: ep.slots,
+            pool: ep.pool.clone(),
+            outstanding: ep.posted,
+        });
+        drop(st);
+        let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
+        self.inner.announce_deleted(port, &senders);
+        Ok(())
+    }
+
+    /// `mcapi_endpoint_get`: the endpoint `<domain, node, port>`, waiting up to `timeout`
+    /// (`None`: forever) for it to be created, also when its node starts later.
+    ///
+    /// # Errors
+    /// `MCAPI_TIMEOUT`, `MCAPI_ERR_DOMAIN_INVALID`, `MCAPI_ERR_NODE_INVALID`,
+    /// `MCAPI_ERR_PORT_INVALID`, `MCAPI_ERR_NODE_NOTINIT`.
+    pub fn endpoint_get(
+        &self,
+        domain: u32,
+        node: u32,
+        port: u32,
+        timeout: Option<Duration>,
+    ) -> Result<EndpointId> {
+        let id = EndpointId::encode(domain, node, port)?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        if (domain, node) == (self.inner.domain_id, self.inner.node_id) {
+            let mut backoff = self.inner.backoff();
+            loop {
+                if self.inner.live_state()?.endpoints.contains_key(&port) {
+                    return Ok(id);
+                }
+                backoff.wait(deadline)?;
+            }
+        }
+        self.resolve_remote(id, deadline)?;
+        Ok(id)
+    }
+
+    /// Connects to the endpoint's node, waits until the endpoint exists there (in whichever
+    /// run of the node answers: one that dies meanwhile is waited past) and sets up the
+    /// credit window for sending to it. Returns the peer index.
+    pub(super) fn resolve_remote(&self, id: EndpointId, deadline: Option<Instant>) -> Result<u16> {
+        let port = id.port();
+        let mut backoff = self.inner.backoff();
+        let peer = loop {
+            let peer = self.inner.connect_peer(id.domain(), id.node(), deadline)?;
+            match self.inner.control_call(peer, &Frame::Lookup { port }) {
+                Ok(Frame::Value(_)) => break peer,
+                // Not created yet; or the run we reached is gone: wait for the next one.
+                Ok(_) | Err(Status::MCAPI_ERR_TRANSMISSION) => backoff.wait(deadline)?,
+                Err(e) => return Err(e),
+            }
+        };
+        let mut st = self.inner.live_state()?;
+        if let std::collections::hash_map::Entry::Vacant(e) = st.remotes.entry((peer, port)) {
+            e.insert(Remote {
+                window: CreditWindow::new(),
+                spare: 0,
+                next_seq: 0,
+            });
+            self.inner
+                .fab
+                .post_control_slots(&mut st, CONTROL_SLOTS_PER_REMOTE)?;
+        }
+        Ok(peer)
+    }
+
+    /// `mcapi_endpoint_get_attribute` of a local or remote endpoint (a remote one is asked
+    /// over its node's control plane).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_TRANSMISSION` (remote node
+    /// gone).
+    pub fn endpoint_get_attribute(&self, endpoint: EndpointId, attribute: u32) -> Result<u64> {
+        let attr = EndpointAttribute::from_number(attribute)?;
+        if (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id) {
+            let st = self.inner.live_state()?;
+            return self.inner.local_attribute(&st, endpoint.port(), attr);
+        }
+        let peer = self.inner.connect_peer(
+            endpoint.domain(),
+            endpoint.node(),
+            Some(Instant::now() + Duration::from_secs(10)),
+        )?;
+        match self.inner.control_call(
+            peer,
+            &Frame::GetAttribute {
+                port: endpoint.port(),
+                attribute,
+            },
+        )? {
+            Frame::Value(v) => Ok(v),
+            Frame::Refused(code) => {
+                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
+            }
+            _ => Err(Status::MCAPI_ERR_GENERAL),
+        }
+    }
+
+    /// `mcapi_endpoint_set_attribute` of a local endpoint. Writable: priority (below
+    /// `NUM_PRIORITIES`) and timeout (milliseconds, `TIMEOUT_INFINITE`); the others are
+    /// read-only.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_REMOTE` for another node's endpoint, `MCAPI_ERR_ENDP_INVALID`,
+    /// `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_ATTR_READONLY`, `MCAPI_ERR_ATTR_VALUE`.
+    pub fn endpoint_set_attribute(
+        &self,
+        endpoint: EndpointId,
+        attribute: u32,
+        value: u64,
+    ) -> Result<()> {
+        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
+            return Err(Status::MCAPI_ERR_ENDP_REMOTE);
+        }
+        let attr = EndpointAttribute::from_number(attribute)?;
+        let mut st = self.inner.live_state()?;
+        let ep = st
+            .endpoints
+            .get_mut(&endpoint.port())
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        if ep.channel.is_connected() {
+            return Err(Status::MCAPI_ERR_CHAN_CONNECTED);
+        }
+        match attr {
+            EndpointAttribute::MaxPayloadSize if (1..=MAX_PKT_SIZE as u64).contains(&value) => {
+                ep.max_payload = value as usize
+            }
+            EndpointAttribute::Priority if value < u64::from(NUM_PRIORITIES) => {
+                ep.priority = value as u32
+            }
+            EndpointAttribute::Timeout if value <= TIMEOUT_INFINITE => {
+                ep.timeout = (value != TIMEOUT_INFINITE).then(|| Duration::from_millis(value));
+            }
+            a if a.writable() => return Err(Status::MCAPI_ERR_ATTR_VALUE),
+            _ => return Err(Status::MCAPI_ERR_ATTR_READONLY),
+        }
+        Ok(())
+    }
+
+    /// Sets the timeout of blocking sends and receives of local endpoint `endpoint`
+    /// (`MCAPI_ENDP_ATTR_TIMEOUT`; `None`: infinite).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`.
+    pub fn set_endpoint_timeout(
+        &self,
+        endpoint: EndpointId,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let port = self.local_port(endpoint)?;
+        let mut st = self.inner.live_state()?;
+        st.endpoints
+            .get_mut(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
+            .timeout = timeout;
+        Ok(())
+    }
+
+    /// The port of `endpoint` if it is one of this node's live endpoints; another node's
+    /// endpoint is "not a valid local endpoint" (`MCAPI_ERR_ENDP_INVALID`, spec 4.3).
+    pub(super) fn local_port(&self, endpoint: EndpointId) -> Result<u32> {
+        let st = self.inner.live_state()?;
+        self.local_endpoint(&st, endpoint).map(|_| endpoint.port())
+    }
+
+    /// `endpoint` if it is one of this node's live endpoints, under a lock already held.
+    pub(super) fn local_endpoint<'s>(
+        &self,
+        st: &'s State,
+        endpoint: EndpointId,
+    ) -> Result<&'s LocalEndpoint> {
+        let ours =
+            (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id);
+        st.endpoints
+            .get(&endpoint.port())
+            .filter(|_| ours)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)
+    }
+}
+
+impl NodeInner {
+    pub(super) fn local_attribute(
+        &self,
+        st: &State,
+        port: u32,
+        attr: EndpointAttribute,
+    ) -> Result<u64> {
+        let ep = st
+            .endpoints
+            .get(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        Ok(match attr {
+            EndpointAttribute::MaxPayloadSize => ep.max_payload as u64,
+            EndpointAttribute::BufferType => FIFO_BUFFER,
+            EndpointAttribute::MemoryType => LOCAL_MEMORY,
+            EndpointAttribute::NumPriorities => u64::from(NUM_PRIORITIES),
+            EndpointAttribute::Priority => u64::from(ep.priority),
+            EndpointAttribute::NumSendBuffers => st.send_free.len() as u64,
+            EndpointAttribute::NumRecvBuffers => {
+                // The message taken last left its buffer, which is only not posted yet.
+                let taken = st
+                    .taken
+                    .is_some_and(|t| t.port == port && t.generation == ep.generation);
+                u64::from(ep.credits.free_buffers() + u32::from(taken))
+            }
+            EndpointAttribute::Status => ep.channel.status_flags(),
+            EndpointAttribute::Timeout => ep
+                .timeout
+                .map_or(TIMEOUT_INFINITE, |t| t.as_millis() as u64),
+        })
+    }
+
+    /// Endpoint `port` of node `from` was deleted: what we kept for sending to it goes (a
+    /// new endpoint at that port starts afresh), and sends queued for it fail.
+    pub(super) fn forget_remote(&self, from: (u32, u32), port: u32) {
+        let Ok(mut st) = self.live_state() else {
+            return;
+        };
+        if let Some(&peer) = st.peer_of.get(&from) {
+            st.remotes.remove(&(peer, port));
+            self.advance_sends(&mut st);
+        }
+    }
+
+    /// Tells the nodes that sent to local endpoint `port` that it was deleted.
+    pub(super) fn announce_deleted(&self, port: u32, senders: &[u16]) {
+        for &peer in senders {
+            let node = {
+                let Ok(st) = self.live_state() else { return };
+                st.peer_of
+                    .iter()
+                    .find(|(_, &p)| p == peer)
+                    .map(|(&node, _)| node)
+            };
+            let Some((domain, node)) = node else { continue };
+            // A node that cannot be reached has no credits to forget.
+            if self
+                .connect_peer(domain, node, Some(Instant::now() + PEER_NOTICE))
+                .is_ok()
+            {
+                let _ = self.control_call(peer, &Frame::EndpointDeleted { port });
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The node's libfabric stack: opening it (provider, CQ wait object), posting receives.
+
+use super::common::{ofi_status, Result, MAX_MSG_SIZE};
+use super::state::{LocalEndpoint, State};
+use crate::config::Config;
+use crate::semantics::wire::{Context, Kind, Tag};
+use crate::semantics::Status;
+use mcapi_ofi::{
+    flags, AddressVector, CompletionQueue, Domain, Endpoint, EndpointOptions, Error as OfiError,
+    FiAddr, Hints, Info, MemoryRegion, WaitObject,
+};
+
+/// Send slots of a node (copies of messages above the inject size until sent).
+pub(super) const SEND_SLOTS: u32 = 64;
+/// Control receive slots a node keeps posted per remote endpoint it sends to, and at least.
+pub(super) const CONTROL_SLOTS_PER_REMOTE: u32 = 4;
+pub(super) const CONTROL_SLOTS_MIN: u32 = 64;
+
+/// The node's libfabric objects.
+pub(super) struct Fab {
+    pub(super) ep: Endpoint,
+    pub(super) cq: CompletionQueue,
+    pub(super) av: AddressVector,
+    pub(super) domain: Domain,
+    pub(super) provider: String,
+    /// The wait object of the node's CQs (an fd where the provider has one).
+    pub(super) cq_wait: WaitObject,
+    pub(super) inject_size: usize,
+    pub(super) send_pool: MemoryRegion,
+    pub(super) control_pool: MemoryRegion,
+}
+
+/// Opens the fabric stack with the first provider candidate that works.
+pub(super) fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Option<Fab> {
+    // The local address the network providers bind to: the chosen interface's, else this
+    // node's topology entry, else loopback (every node on this host).
+    let local = match (&config.tcp_iface, &config.topology) {
+        (Some(iface), _) => interface_address(iface)?,
+        (None, Some(t)) => t.get(domain_id, node_id)?.host.clone(),
+        (None, None) => "127.0.0.1".to_owned(),
+    };
+    for provider in config.provider_candidates() {
+        let mut hints = Hints::new()
+            .provider(provider.clone())
+            .caps(flags::TAGGED | flags::MSG | flags::MULTI_RECV);
+        if provider != "shm" {
+            hints = hints.source(Some(&local), None);
+        }
+        let Ok(info) = Info::first(&hints) else {
+            continue;
+        };
+        let open = || -> std::result::Result<Fab, OfiError> {
+            let domain = Domain::open_info(&info)?;
+            let (cq, cq_wait) = open_node_cq(&domain, info.provider())?;
+            let av = AddressVector::open(&domain, 64)?;
+            let ep = Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?;
+            Ok(Fab {
+                inject_size: info.attributes().inject_size,
+                provider: info.provider().to_owned(),
+                cq_wait,
+                send_pool: MemoryRegion::new(&domain, SEND_SLOTS as usize * MAX_MSG_SIZE)?,
+                control_pool: MemoryRegion::new(&domain, 8 * 4096)?,
+                ep,
+                cq,
+                av,
+                domain,
+            })
+        };
+        if let Ok(fab) = open() {
+            return Some(fab);
+        }
+    }
+    None
+}
+
+/// The first IPv4 address of network interface `name` (`MCAPI_TCP_IFACE`).
+pub(super) fn interface_address(name: &str) -> Option<String> {
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|i| i.interface_name == name)
+        .find_map(|i| i.address?.as_sockaddr_in().map(|a| a.ip().to_string()))
+}
+
+/// Opens a CQ of the node: with an fd wait object where the provider has one to hand out
+/// and it costs nothing measurable (sockets, net), so blocked calls sleep until a
+/// completion; else without. Not on shm (-FI_ENOSYS), udp;ofi_rxd (no fd exposed) or
+/// providers under ofi_rxm: there the wait object made every tcp;ofi_rxm round trip
+/// slower (docs/performance-log.md), which the faster wake-up of a long wait does not buy
+/// back. Returns the wait object used, for the node's later CQs.
+pub(super) fn open_node_cq(
+    domain: &Domain,
+    provider: &str,
+) -> std::result::Result<(CompletionQueue, WaitObject), OfiError> {
+    if !provider.contains("ofi_rxm") {
+        if let Ok(cq) = CompletionQueue::open(domain, 0, WaitObject::Fd) {
+            if cq.wait_fd().is_some() {
+                return Ok((cq, WaitObject::Fd));
+            }
+        }
+    }
+    Ok((
+        CompletionQueue::open(domain, 0, WaitObject::None)?,
+        WaitObject::None,
+    ))
+}
+
+impl Fab {
+    pub(super) fn post_recv_slot(
+        &self,
+        ep: &mut LocalEndpoint,
+        port: u32,
+        slot: u32,
+    ) -> Result<()> {
+        let buf = ep
+            .pool
+            .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
+            .map_err(ofi_status)?;
+        let (tag, ignore) = Tag::match_port(Kind::Message, port);
+        let context = Context::RecvSlot {
+            port,
+            generation: ep.generation,
+            slot,
+        };
+        self.post_receive(buf, tag, ignore, context)?;
+        ep.posted += 1;
+        Ok(())
+    }
+
+    /// Posts control receive slot `slot`. Control messages travel untagged (their tag as
+    /// an 8-byte payload, their numbers as remote CQ data), so their receives wait in the
+    /// provider's untagged queue and every tagged message matches its endpoint's slot
+    /// without walking past them (shm and rxm match by walking the posted list).
+    pub(super) fn post_control_slot(&self, slot: u32) -> Result<()> {
+        let buf = self
+            .control_pool
+            .slice(slot as usize * 8, 8)
+            .map_err(ofi_status)?;
+        let ctx = Context::ControlSlot(slot).encode();
+        for _ in 0..100 {
+            match self.ep.recv(buf, FiAddr::UNSPEC, ctx) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => std::thread::yield_now(),
+                Err(e) => return Err(ofi_status(e)),
+            }
+        }
+        Err(Status::MCAPI_ERR_MEM_LIMIT)
+    }
+
+    /// Posts one receive. A full receive queue (-FI_EAGAIN: shm takes 1024 posted receives,
+    /// tcp;ofi_rxm 2048) is retried briefly without reading the CQ, whose completions only
+    /// the caller can dispatch, then reported as `MCAPI_ERR_MEM_LIMIT`.
+    pub(super) fn post_receive(
+        &self,
+        buf: mcapi_ofi::Buf<'_>,
+        tag: u64,
+        ignore: u64,
+        ctx: Context,
+    ) -> Result<()> {
+        let ctx = ctx.encode();
+        for _ in 0..100 {
+            match self.ep.recv_tagged(buf, FiAddr::UNSPEC, tag, ignore, ctx) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => std::thread::yield_now(),
+                Err(e) => return Err(ofi_status(e)),
+            }
+        }
+        Err(Status::MCAPI_ERR_MEM_LIMIT)
+    }
+
+    pub(super) fn post_control_slots(&self, st: &mut State, n: u32) -> Result<()> {
+        let capacity = (self.control_pool.len() / 8) as u32;
+        let want = (st.control_posted + n).min(capacity);
+        for slot in st.control_posted..want {
+            self.post_control_slot(slot)?;
+        }
+        st.control_posted = want;
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! The node's shared core ([`NodeInner`]) and the checks every call makes on it.
+
+use super::channels::ChannelTable;
+use super::common::{lock, Result};
+use super::fabric::Fab;
+use super::state::State;
+use super::wait::{Backoff, SleepCqs};
+use crate::attributes::NodeAttributes;
+use crate::config::Config;
+use crate::control::ControlServer;
+use crate::semantics::Status;
+use mcapi_ofi::WaitObject;
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+pub(super) struct NodeInner {
+    pub(super) domain_id: u32,
+    pub(super) node_id: u32,
+    pub(super) attributes: NodeAttributes,
+    pub(super) config: Config,
+    pub(super) fab: Fab,
+    pub(super) state: Mutex<State>,
+    pub(super) control: Mutex<Option<ControlServer>>,
+    pub(super) progress_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Counts progress made by application calls, so the background thread can keep away.
+    pub(super) app_progress: AtomicU64,
+    pub(super) channels: ChannelTable,
+    /// Tells this run of the node from earlier ones with the same id (peers' view).
+    pub(super) incarnation: u64,
+    /// One lock per node we make first contact with: two threads contacting it at once
+    /// must share one control connection (a second one replacing the first would close
+    /// it, and the peer would take us for dead).
+    pub(super) contacting: Mutex<HashMap<(u32, u32), ContactLock>>,
+    /// Where the liveness watcher's next round starts among the peers.
+    pub(super) watch_cursor: std::sync::atomic::AtomicUsize,
+    /// Why the node stopped working, once a background thread (progress, control server)
+    /// panicked: its state may be half-changed, so every later call fails.
+    pub(super) broken: OnceLock<String>,
+    /// Makes the background thread panic once (tests of the guard).
+    #[cfg(test)]
+    pub(super) panic_in_background: std::sync::atomic::AtomicBool,
+}
+
+/// Held while first contact with one node is made.
+type ContactLock = Arc<Mutex<()>>;
+
+impl NodeInner {
+    pub(super) fn live_state(&self) -> Result<MutexGuard<'_, State>> {
+        self.check_working()?;
+        let st = lock(&self.state);
+        if st.finalized {
+            return Err(Status::MCAPI_ERR_NODE_NOTINIT);
+        }
+        Ok(st)
+    }
+
+    /// `MCAPI_ERR_GENERAL` once a background thread of the node panicked.
+    #[inline(always)]
+    pub(super) fn check_working(&self) -> Result<()> {
+        match self.broken.get() {
+            None => Ok(()),
+            Some(_) => Err(Status::MCAPI_ERR_GENERAL),
+        }
+    }
+
+    /// Records that a background thread panicked (`what` names it) and says so on
+    /// stderr: the node is unusable from now on, and the application is told why once.
+    pub(super) fn mark_broken(&self, what: &str, panic: &(dyn std::any::Any + Send)) {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let reason = format!("{what} panicked: {reason}");
+        if self.broken.set(reason.clone()).is_ok() {
+            eprintln!(
+                "mcapi: node <{}, {}>: {reason}; every later call on this node fails with \
+                 MCAPI_ERR_GENERAL",
+                self.domain_id, self.node_id
+            );
+        }
+    }
+
+    /// The wait of a blocked call: it polls for the node's configured spin first.
+    pub(super) fn backoff(&self) -> Backoff {
+        Backoff::new(self.config.spin)
+    }
+
+    /// What a blocked message call sleeps on: the node's CQ where it has an fd wait object,
+    /// else nothing (the sleeps are timed).
+    pub(super) fn node_sleep_cqs(&self) -> SleepCqs {
+        let mut cqs = SleepCqs::new();
+        if self.fab.cq_wait == WaitObject::Fd {
+            cqs.push(self.fab.cq.clone());
+        }
+        cqs
+    }
+}

@@ -1,0 +1,214 @@
+//! A node's life in the process: initialize, the calling thread's node, finalize.
+
+use super::channels::ChannelTable;
+use super::common::{lock, Result};
+use super::control_handler::ControlHandler;
+use super::fabric::{open_fabric, CONTROL_SLOTS_MIN, SEND_SLOTS};
+use super::inner::NodeInner;
+use super::progress::background_progress;
+use super::state::{State, CQ_BATCH};
+use super::Node;
+use crate::attributes::NodeAttributes;
+use crate::config::Config;
+use crate::control::{ControlServer, Handler, StartError};
+use crate::semantics::endpoint_id::{MAX_DOMAIN, MAX_NODE};
+use crate::semantics::request::RequestTable;
+use crate::semantics::Status;
+use mcapi_ofi::Completion;
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// A value no earlier run of a node with the same id had: the clock, the process and a
+/// per-process counter.
+fn new_incarnation() -> u64 {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    (nanos ^ u64::from(std::process::id()).rotate_left(32) ^ n.rotate_left(48)) | 1
+}
+
+/// Nodes initialized in this process, so a second `initialize` of one is refused.
+fn live_nodes() -> &'static Mutex<HashSet<(u32, u32)>> {
+    static LIVE: OnceLock<Mutex<HashSet<(u32, u32)>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+/// Every live node of the process, for [`Node::current`].
+fn process_nodes() -> &'static Mutex<Vec<Weak<NodeInner>>> {
+    static NODES: OnceLock<Mutex<Vec<Weak<NodeInner>>>> = OnceLock::new();
+    NODES.get_or_init(Default::default)
+}
+
+thread_local! {
+    /// The node this thread initialized, if any.
+    static THREAD_NODE: std::cell::RefCell<Weak<NodeInner>> = const { std::cell::RefCell::new(Weak::new()) };
+}
+
+impl Node {
+    /// `mcapi_initialize`: creates node `<domain, node>` with `config`.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_DOMAIN_INVALID` / `MCAPI_ERR_NODE_INVALID` for out-of-range ids,
+    /// `MCAPI_ERR_NODE_INITIALIZED` if this process already runs that node,
+    /// `MCAPI_ERR_NODE_INITFAILED` if another process does, or no provider works.
+    pub fn initialize(domain_id: u32, node_id: u32, config: Config) -> Result<Node> {
+        Node::initialize_with(domain_id, node_id, NodeAttributes::default(), config)
+    }
+
+    /// `mcapi_initialize` with node attributes (`mcapi_node_init_attributes` /
+    /// `mcapi_node_set_attribute`).
+    ///
+    /// # Errors
+    /// As [`Node::initialize`].
+    pub fn initialize_with(
+        domain_id: u32,
+        node_id: u32,
+        attributes: NodeAttributes,
+        config: Config,
+    ) -> Result<Node> {
+        if domain_id > MAX_DOMAIN {
+            return Err(Status::MCAPI_ERR_DOMAIN_INVALID);
+        }
+        if node_id > MAX_NODE {
+            return Err(Status::MCAPI_ERR_NODE_INVALID);
+        }
+        if !lock(live_nodes()).insert((domain_id, node_id)) {
+            return Err(Status::MCAPI_ERR_NODE_INITIALIZED);
+        }
+        let node = Node::start(domain_id, node_id, attributes, config);
+        match &node {
+            Ok(n) => {
+                THREAD_NODE.with(|t| *t.borrow_mut() = Arc::downgrade(&n.inner));
+                let mut all = lock(process_nodes());
+                all.retain(|w| w.strong_count() > 0);
+                all.push(Arc::downgrade(&n.inner));
+            }
+            Err(_) => {
+                lock(live_nodes()).remove(&(domain_id, node_id));
+            }
+        }
+        node
+    }
+
+    /// The node the calling thread works with, as the C API's implicit node: the one this
+    /// thread initialized, else the process's node when there is exactly one (threads of a
+    /// process sharing one node, the FAQ's model).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` when the thread initialized none and the process has zero or
+    /// several live nodes.
+    pub fn current() -> Result<Node> {
+        let live = |w: &Weak<NodeInner>| w.upgrade().filter(|n| !lock(&n.state).finalized);
+        if let Some(inner) = THREAD_NODE.with(|t| live(&t.borrow())) {
+            return Ok(Node { inner });
+        }
+        let all = lock(process_nodes());
+        let mut alive = all.iter().filter_map(live);
+        match (alive.next(), alive.next()) {
+            (Some(inner), None) => Ok(Node { inner }),
+            _ => Err(Status::MCAPI_ERR_NODE_NOTINIT),
+        }
+    }
+
+    fn start(
+        domain_id: u32,
+        node_id: u32,
+        attributes: NodeAttributes,
+        config: Config,
+    ) -> Result<Node> {
+        let fab =
+            open_fabric(&config, domain_id, node_id).ok_or(Status::MCAPI_ERR_NODE_INITFAILED)?;
+        let state = State {
+            endpoints: HashMap::default(),
+            next_any_port: 1 << 20,
+            next_endpoint_generation: 0,
+            retired_pools: Vec::new(),
+            peers: Vec::new(),
+            peer_of: HashMap::default(),
+            remotes: HashMap::default(),
+            send_free: (0..SEND_SLOTS).rev().collect(),
+            control_posted: 0,
+            outbox: VecDeque::with_capacity(256),
+            requests: RequestTable::new(config.request_table_size),
+            pending_sends: VecDeque::with_capacity(64),
+            departing: 0,
+            cq_buf: [Completion::default(); CQ_BATCH],
+            taken: None,
+            delivered: HashMap::default(),
+            finalized: false,
+        };
+        let busy_every_poll = fab.provider.contains("ofi_rxm");
+        let inner = Arc::new(NodeInner {
+            domain_id,
+            node_id,
+            attributes,
+            config,
+            fab,
+            state: Mutex::new(state),
+            control: Mutex::new(None),
+            progress_thread: Mutex::new(None),
+            app_progress: AtomicU64::new(0),
+            channels: ChannelTable::new(busy_every_poll),
+            incarnation: new_incarnation(),
+            contacting: Mutex::new(HashMap::default()),
+            watch_cursor: Default::default(),
+            broken: OnceLock::new(),
+            #[cfg(test)]
+            panic_in_background: Default::default(),
+        });
+        inner
+            .fab
+            .post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
+        let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
+        let server = ControlServer::start(&inner.config, domain_id, node_id, handler).map_err(
+            |e| match e {
+                StartError::NodeTaken | StartError::NotInTopology | StartError::Io(_) => {
+                    Status::MCAPI_ERR_NODE_INITFAILED
+                }
+            },
+        )?;
+        *lock(&inner.control) = Some(server);
+        let weak = Arc::downgrade(&inner);
+        let thread = std::thread::Builder::new()
+            .name(format!("mcapi-progress-{domain_id}.{node_id}"))
+            .spawn(move || background_progress(weak))
+            .map_err(|_| Status::MCAPI_ERR_NODE_INITFAILED)?;
+        *lock(&inner.progress_thread) = Some(thread);
+        Ok(Node { inner })
+    }
+
+    /// `mcapi_finalize`: stops the control server, discards pending data and releases every
+    /// fabric resource once the last handle of this node is gone.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` if the node was already finalized.
+    pub fn finalize(&self) -> Result<()> {
+        self.inner.notify_channel_peers();
+        {
+            let mut st = lock(&self.inner.state);
+            if st.finalized {
+                return Err(Status::MCAPI_ERR_NODE_NOTINIT);
+            }
+            st.finalized = true;
+            st.endpoints.clear();
+            st.delivered.clear();
+            for p in &st.peers {
+                if let Some(link) = &p.link {
+                    lock(&link.stream).shutdown();
+                }
+            }
+        }
+        self.inner.channels.clear();
+        drop(lock(&self.inner.control).take());
+        if let Some(t) = lock(&self.inner.progress_thread).take() {
+            let _ = t.join();
+        }
+        lock(process_nodes()).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.inner)));
+        lock(live_nodes()).remove(&(self.inner.domain_id, self.inner.node_id));
+        Ok(())
+    }
+}

@@ -1,0 +1,295 @@
+//! The message data path: queued sends and credits, arrivals, receives taking messages.
+
+use super::common::{Result, MAX_MSG_SIZE};
+use super::credit_plane::{control_tag, queue_control};
+use super::inner::NodeInner;
+use super::seq::widen;
+use super::state::{Arrived, LocalEndpoint, Req, State, TakenSlot};
+use crate::semantics::credit::SenderId;
+use crate::semantics::request::{RequestHandle, RequestState};
+use crate::semantics::wire::{Context, Kind, Tag};
+use crate::semantics::Status;
+use mcapi_ofi::Completion;
+
+impl NodeInner {
+    /// Copies a message into a send slot and queues it as a request.
+    pub(super) fn queue_send(
+        &self,
+        st: &mut State,
+        remote: (u16, u32),
+        priority: u8,
+        data: &[u8],
+    ) -> Result<RequestHandle> {
+        let slot = st.send_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        let req = Req::Send {
+            remote,
+            priority,
+            slot,
+            len: data.len(),
+        };
+        let h = match st.requests.alloc(req) {
+            Ok(h) => h,
+            Err(e) => {
+                st.send_free.push(slot);
+                return Err(e);
+            }
+        };
+        self.fab.send_pool.write(slot as usize * MAX_MSG_SIZE, data);
+        st.pending_sends.push_back(h);
+        Ok(h)
+    }
+
+    /// Posts queued sends that have credits now, in order per destination; asks for
+    /// credits (over the fabric) where a destination has none.
+    pub(super) fn advance_sends(&self, st: &mut State) {
+        let mut i = 0;
+        let mut blocked: [(u16, u32); 8] = [(u16::MAX, 0); 8];
+        let mut nblocked = 0;
+        while i < st.pending_sends.len() {
+            let h = st.pending_sends[i];
+            let Ok(&Req::Send {
+                remote,
+                priority,
+                slot,
+                len,
+            }) = st.requests.get(h)
+            else {
+                st.pending_sends.remove(i);
+                continue;
+            };
+            if blocked[..nblocked].contains(&remote) {
+                i += 1;
+                continue;
+            }
+            let peer = remote.0;
+            let index = st.peers[peer as usize].index_at_peer;
+            let dest = st.peers[peer as usize].addr;
+            let alive = st.peers[peer as usize].is_alive();
+            let Some(r) = st.remotes.get_mut(&remote) else {
+                let _ = st.requests.complete(h, Status::MCAPI_ERR_ENDP_INVALID, 0);
+                st.send_free.push(slot);
+                st.pending_sends.remove(i);
+                continue;
+            };
+            if !alive {
+                let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                st.send_free.push(slot);
+                st.pending_sends.remove(i);
+                continue;
+            }
+            if !r.take_credit() {
+                if r.window.needs_request() {
+                    let seen = r.window.request_sent();
+                    let want = self.config.recv_buffers as u64;
+                    st.outbox.push_back((
+                        peer,
+                        control_tag(Kind::Request, remote.1, index),
+                        want << 32 | u64::from(seen),
+                    ));
+                }
+                if nblocked < blocked.len() {
+                    blocked[nblocked] = remote;
+                    nblocked += 1;
+                }
+                i += 1;
+                continue;
+            }
+            let seq = r.next_seq;
+            r.next_seq = seq.wrapping_add(1);
+            let tag = Tag {
+                kind: Kind::Message,
+                priority,
+                port: remote.1,
+                peer: index,
+                seq,
+            };
+            let Ok(buf) = self.fab.send_pool.slice(slot as usize * MAX_MSG_SIZE, len) else {
+                break;
+            };
+            match self
+                .fab
+                .ep
+                .send_tagged(buf, dest, tag.encode(), Context::SendSlot(slot).encode())
+            {
+                Ok(()) => {
+                    let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, len);
+                    st.pending_sends.remove(i);
+                }
+                Err(e) if e.is_again() => {
+                    // Give the credit and sequence number back; retry on the next progress.
+                    if let Some(r) = st.remotes.get_mut(&remote) {
+                        r.spare += 1;
+                        r.next_seq = seq;
+                    }
+                    break;
+                }
+                Err(_) => {
+                    let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                    st.send_free.push(slot);
+                    st.pending_sends.remove(i);
+                }
+            }
+        }
+    }
+
+    /// Completes a pending receive request if it is the oldest on its endpoint and a
+    /// message is queued; a buffer too small completes it with `MCAPI_ERR_MSG_TRUNCATED`
+    /// and leaves the message queued.
+    pub(super) fn try_complete(
+        &self,
+        st: &mut State,
+        request: RequestHandle,
+        buf: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let port = match (st.requests.state(request)?, st.requests.get(request)) {
+            (RequestState::Pending, Ok(&Req::Recv { port })) => port,
+            _ => return Ok(()),
+        };
+        let Some(ep) = st.endpoints.get(&port) else {
+            st.requests
+                .complete(request, Status::MCAPI_ERR_ENDP_INVALID, 0)?;
+            return Ok(());
+        };
+        if ep.pending_recvs.front() != Some(&request) {
+            return Ok(());
+        }
+        let buf = buf.ok_or(Status::MCAPI_ERR_PARAMETER)?;
+        let outcome = match self.take_message(st, port, buf) {
+            Ok(Some(n)) => Some((Status::MCAPI_SUCCESS, n)),
+            Ok(None) => None,
+            Err(Status::MCAPI_ERR_MSG_TRUNCATED) => Some((Status::MCAPI_ERR_MSG_TRUNCATED, 0)),
+            Err(e) => return Err(e),
+        };
+        if let Some((status, n)) = outcome {
+            st.requests.complete(request, status, n)?;
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.pending_recvs.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the next message of `port` into `buf` and leaves its slot in `State::taken`
+    /// (see [`NodeInner::repost_taken`]); `Ok(None)` if none is queued.
+    pub(super) fn take_message(
+        &self,
+        st: &mut State,
+        port: u32,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>> {
+        if st.taken.is_some() {
+            self.repost_taken(st);
+        }
+        let ep = st
+            .endpoints
+            .get_mut(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        let Some(head) = ep.queue.peek().copied() else {
+            return Ok(None);
+        };
+        let len = head.len as usize;
+        if len > buf.len() {
+            return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
+        }
+        ep.queue.pop();
+        ep.pool
+            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len]);
+        // The message is the caller's now; its slot goes back to the fabric later.
+        st.taken = Some(TakenSlot {
+            port,
+            generation: ep.generation,
+            slot: head.slot,
+            peer: head.peer,
+        });
+        Ok(Some(len))
+    }
+
+    /// Posts the slot of the message taken last again and returns its sender's credit.
+    /// Done by the next receive or CQ read rather than by the receive that took the
+    /// message: a ping-pong's reply then goes out first (on shm the post costs about as much
+    /// as a CQ read that delivers a message). A slot the provider refused to take back costs
+    /// its credit (never returned: the sender must not count on a receive not posted).
+    #[inline(never)]
+    pub(super) fn repost_taken(&self, st: &mut State) {
+        let Some(t) = st.taken.take() else {
+            return;
+        };
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            ..
+        } = st;
+        // Deleted since (its pool is retired: the slot is simply not posted).
+        let Some(ep) = endpoints
+            .get_mut(&t.port)
+            .filter(|ep| ep.generation == t.generation)
+        else {
+            return;
+        };
+        if self.fab.post_recv_slot(ep, t.port, t.slot).is_ok() {
+            let _ = ep.credits.consumed(SenderId(u32::from(t.peer)));
+        }
+        while let Some(ctl) = ep.credits.poll() {
+            queue_control(peers, outbox, t.port, ctl);
+        }
+        if !st.outbox.is_empty() {
+            self.flush_outbox(st);
+        }
+    }
+
+    pub(super) fn message_arrived(
+        &self,
+        st: &mut State,
+        port: u32,
+        generation: u8,
+        slot: u32,
+        c: &Completion,
+    ) {
+        // A slot of a deleted endpoint (its messages are discarded, spec 4.2.2), also when
+        // another endpoint was created at the port since: that one's slots are its own.
+        let Some(ep) = st
+            .endpoints
+            .get_mut(&port)
+            .filter(|ep| ep.generation == generation)
+        else {
+            st.retired_slot_back(port, generation);
+            return;
+        };
+        ep.posted = ep.posted.saturating_sub(1);
+        let Some(tag) = Tag::decode(c.tag()) else {
+            return;
+        };
+        let arrived = Arrived {
+            slot,
+            len: c.len() as u32,
+            peer: tag.peer,
+            priority: tag.priority,
+        };
+        if ep.credits.arrived(SenderId(u32::from(tag.peer))).is_err() {
+            // Protocol violation: a message without a credit. Drop it, keep the slot.
+            let _ = self.fab.post_recv_slot(ep, port, slot);
+            return;
+        }
+        let LocalEndpoint { reorder, queue, .. } = ep;
+        // Completion order is not delivery order on most providers: release in sequence.
+        let wire = tag.seq;
+        let accepted = match reorder.accept_relative(tag.peer, |next| widen(next, wire), arrived) {
+            Ok(ready) => {
+                for a in ready {
+                    // Credits bound the queue to its slots, so it has room.
+                    let _ = queue.push(a.priority as usize, a);
+                }
+                true
+            }
+            Err(_) => false,
+        };
+        if !accepted {
+            // A duplicate or a number far ahead: a protocol violation (credits bound what a
+            // sender has in flight, and so the window and the keys). Drop it, keep the slot
+            // and the credit.
+            let _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
+            let _ = self.fab.post_recv_slot(ep, port, slot);
+        }
+    }
+}

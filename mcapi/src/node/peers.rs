@@ -1,0 +1,258 @@
+//! The peer lifecycle driver over `semantics::peer`: contact, control calls, liveness.
+
+use super::common::{lock, ofi_status, Result};
+use super::inner::NodeInner;
+use super::state::{ControlLink, LocalEndpoint, Peer, State};
+use crate::control::{self, Frame, Rendezvous};
+use crate::semantics::credit::SenderId;
+use crate::semantics::peer::{PeerEvent, PeerLife};
+use crate::semantics::wire::MAX_PEERS;
+use crate::semantics::Status;
+use mcapi_ofi::FiAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long messages of a peer that closed its control connection are still accepted.
+const DEPARTURE_GRACE: Duration = Duration::from_secs(2);
+
+/// A liveness event about one peer, with the run it is about.
+#[derive(Clone, Copy)]
+pub(super) enum PeerInput {
+    /// A handshake with this run completed.
+    Met(u64),
+    /// A connection to this run ended, or the fabric cannot reach it.
+    Lost(u64),
+}
+
+impl NodeInner {
+    /// Our peer index for `<domain, node>`, connecting its control plane (and exchanging
+    /// fabric addresses) on first use.
+    pub(super) fn connect_peer(
+        &self,
+        domain: u32,
+        node: u32,
+        deadline: Option<Instant>,
+    ) -> Result<u16> {
+        let connected =
+            || -> Result<Option<u16>> { Ok(self.live_state()?.connected_peer(domain, node)) };
+        if let Some(p) = connected()? {
+            return Ok(p);
+        }
+        let contact = lock(&self.contacting)
+            .entry((domain, node))
+            .or_default()
+            .clone();
+        let _contact = lock(&contact);
+        // Another thread may have made the contact meanwhile.
+        if let Some(p) = connected()? {
+            return Ok(p);
+        }
+        let to =
+            Rendezvous::of(&self.config, domain, node).ok_or(Status::MCAPI_ERR_NODE_INVALID)?;
+        let mut stream = match control::connect_when_up(&to, deadline) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(Status::MCAPI_TIMEOUT),
+            Err(_) => return Err(Status::MCAPI_ERR_TRANSMISSION),
+        };
+        let index = {
+            let mut st = self.live_state()?;
+            match st.peer_of.get(&(domain, node)) {
+                Some(&p) => p,
+                None => self.add_peer(&mut st, domain, node, None)?,
+            }
+        };
+        let hello = Frame::Hello {
+            domain: self.domain_id,
+            node: self.node_id,
+            peer: u32::from(index),
+            incarnation: self.incarnation,
+            fabric_addr: self.fab.ep.address().to_vec(),
+        };
+        let Ok(Frame::Welcome {
+            peer,
+            incarnation,
+            fabric_addr,
+        }) = stream.call(&hello)
+        else {
+            return Err(Status::MCAPI_ERR_TRANSMISSION);
+        };
+        let addr = self.fab.av.insert(&fabric_addr).map_err(ofi_status)?;
+        let mut st = self.live_state()?;
+        self.peer_met(&mut st, index, incarnation, addr, peer as u16);
+        st.peers[index as usize].link = Some(Arc::new(ControlLink {
+            stream: Mutex::new(stream),
+            incarnation,
+            closed: Default::default(),
+        }));
+        Ok(index)
+    }
+
+    pub(super) fn add_peer(
+        &self,
+        st: &mut State,
+        domain: u32,
+        node: u32,
+        addr: Option<FiAddr>,
+    ) -> Result<u16> {
+        if st.peers.len() >= MAX_PEERS {
+            return Err(Status::MCAPI_ERR_MEM_LIMIT);
+        }
+        let index = st.peers.len() as u16;
+        st.peers.push(Peer {
+            addr: addr.unwrap_or(FiAddr::UNSPEC),
+            index_at_peer: 0,
+            life: PeerLife::Unknown,
+            link: None,
+        });
+        st.peer_of.insert((domain, node), index);
+        Ok(index)
+    }
+
+    /// A request and its answer over our control connection to `peer`. A connection that
+    /// fails is closed for good: the run it talked to is lost, and the next contact makes a
+    /// new one (to a restarted run, if one answers).
+    pub(super) fn control_call(&self, peer: u16, request: &Frame) -> Result<Frame> {
+        let link = {
+            let st = self.live_state()?;
+            st.peers[peer as usize]
+                .link
+                .clone()
+                .ok_or(Status::MCAPI_ERR_TRANSMISSION)?
+        };
+        let answer = lock(&link.stream).call(request);
+        answer.map_err(|_| {
+            link.closed.store(true, Ordering::Release);
+            self.peer_event(peer, PeerInput::Lost(link.incarnation));
+            Status::MCAPI_ERR_TRANSMISSION
+        })
+    }
+
+    /// The liveness watcher: finds our control connections whose other end closed (the
+    /// run died or finalized) and reports each run lost. Runs on the background thread,
+    /// so no application call ever probes a socket.
+    pub(super) fn watch_links(&self) {
+        let links: Vec<(u16, Arc<ControlLink>)> = {
+            let Some(st) = self.state.try_lock().ok() else {
+                return;
+            };
+            let start = self.watch_cursor.load(Ordering::Relaxed) % st.peers.len().max(1);
+            let order = (start..st.peers.len()).chain(0..start);
+            order
+                .filter_map(|i| {
+                    let l = st.peers[i].link.as_ref()?;
+                    (!l.is_closed() && st.peers[i].is_alive()).then(|| (i as u16, l.clone()))
+                })
+                .take(64)
+                .collect()
+        };
+        self.watch_cursor
+            .fetch_add(links.len().max(1), Ordering::Relaxed);
+        for (peer, link) in links {
+            // try_lock: a call in progress on the link will see its end itself.
+            let closed = link.stream.try_lock().is_ok_and(|s| s.is_closed());
+            if closed {
+                link.closed.store(true, Ordering::Release);
+                self.peer_event(peer, PeerInput::Lost(link.incarnation));
+            }
+        }
+    }
+
+    /// Feeds one liveness event about `peer` into its state machine and carries out what
+    /// comes back.
+    pub(super) fn peer_event(&self, peer: u16, input: PeerInput) {
+        let mut st = lock(&self.state);
+        self.peer_event_locked(&mut st, peer, input);
+    }
+
+    pub(super) fn peer_event_locked(&self, st: &mut State, peer: u16, input: PeerInput) {
+        let Some(p) = st.peers.get_mut(peer as usize) else {
+            return;
+        };
+        let was_departing = p.life.is_departing();
+        let event = match input {
+            PeerInput::Met(run) => p.life.met(run),
+            PeerInput::Lost(run) => p.life.lost(run, Instant::now(), DEPARTURE_GRACE),
+        };
+        match (was_departing, p.life.is_departing()) {
+            (false, true) => st.departing += 1,
+            (true, false) => st.departing -= 1,
+            _ => {}
+        }
+        match event {
+            Some(PeerEvent::Restarted { .. }) => self.forget_run(st, peer),
+            Some(PeerEvent::Gone) => self.reclaim_run(st, peer),
+            Some(PeerEvent::Departed) | None => {}
+        }
+    }
+
+    /// A handshake with run `incarnation` of peer `index` completed: it is alive, at
+    /// `addr`, and numbers us `index_at_peer`.
+    pub(super) fn peer_met(
+        &self,
+        st: &mut State,
+        index: u16,
+        incarnation: u64,
+        addr: FiAddr,
+        index_at_peer: u16,
+    ) {
+        let p = &mut st.peers[index as usize];
+        p.addr = addr;
+        p.index_at_peer = index_at_peer;
+        self.peer_event_locked(st, index, PeerInput::Met(incarnation));
+    }
+
+    /// A new run of peer `index` replaced the old one, which starts from nothing: what we
+    /// kept of the old one — its credits and queued message accounting, the sequence
+    /// numbers in both directions, our windows for its endpoints and our control
+    /// connection — is forgotten.
+    fn forget_run(&self, st: &mut State, index: u16) {
+        if let Some(old) = st.peers[index as usize].link.take() {
+            old.closed.store(true, Ordering::Release);
+        }
+        self.reclaim_run(st, index);
+        for ((peer, _), remote) in st.remotes.iter_mut() {
+            if *peer == index {
+                remote.window.reset();
+                (remote.spare, remote.next_seq) = (0, 0);
+            }
+        }
+    }
+
+    /// The credits and sequence state a lost run held at our endpoints go back.
+    fn reclaim_run(&self, st: &mut State, index: u16) {
+        forget_sequence(st, index);
+        let ports: Vec<u32> = st.endpoints.keys().copied().collect();
+        for port in ports {
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.credits.sender_gone(SenderId(u32::from(index)));
+            }
+            self.collect_credit_controls(st, port);
+        }
+    }
+
+    /// Ends the departure graces that are over.
+    pub(super) fn end_graces(&self, st: &mut State) {
+        let now = Instant::now();
+        for i in 0..st.peers.len() {
+            if st.peers[i].life.tick(now) == Some(PeerEvent::Gone) {
+                st.departing -= 1;
+                self.reclaim_run(st, i as u16);
+            }
+        }
+    }
+}
+
+/// Forgets the sequence numbers of `peer`'s messages to every endpoint (it departed, or
+/// restarted and numbers from 0 again). Messages of its still waiting for an earlier one,
+/// which can no longer come, are queued for the application rather than dropped (they hold
+/// a receive slot and a credit until received).
+fn forget_sequence(st: &mut State, peer: u16) {
+    for ep in st.endpoints.values_mut() {
+        let LocalEndpoint { reorder, queue, .. } = ep;
+        reorder.remove(&peer, |a| {
+            // Credits bound the queue to its slots, so it has room.
+            let _ = queue.push(a.priority as usize, a);
+        });
+    }
+}

@@ -1,0 +1,195 @@
+//! Progress: reading the node's CQ and dispatching completions; the background thread.
+
+use super::inner::NodeInner;
+use super::state::{State, CQ_BATCH};
+use crate::semantics::wire::{Context, Tag};
+use mcapi_ofi::{Completion, Error as OfiError};
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+impl NodeInner {
+    /// Reads the CQ and dispatches what completed; sends queued control messages.
+    /// Progress on behalf of an application call (the background thread then keeps away).
+    pub(super) fn progress(&self, st: &mut State) {
+        // Application threads count under the state lock (held: `st`), so a plain store
+        // will do; the background thread only looks for a change.
+        let n = self.app_progress.load(Ordering::Relaxed);
+        self.app_progress
+            .store(n.wrapping_add(1), Ordering::Relaxed);
+        self.progress_counting(st);
+    }
+
+    /// As `progress`, returning how many completions were handled.
+    pub(super) fn progress_counting(&self, st: &mut State) -> usize {
+        if st.taken.is_some() {
+            self.repost_taken(st);
+        }
+        let mut handled = 0;
+        loop {
+            match self.fab.cq.read(&mut st.cq_buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    handled += n;
+                    for i in 0..n {
+                        let c = st.cq_buf[i];
+                        self.dispatch(st, &c);
+                    }
+                    if n < CQ_BATCH {
+                        break;
+                    }
+                }
+                Err(OfiError::Completion(e)) => match Context::decode(e.context) {
+                    // A send to a dead peer.
+                    Some(Context::SendSlot(s)) => st.send_free.push(s),
+                    // A cancelled slot of a deleted endpoint.
+                    Some(Context::RecvSlot {
+                        port, generation, ..
+                    }) => st.retired_slot_back(port, generation),
+                    _ => {}
+                },
+                Err(_) => break,
+            }
+        }
+        if !st.pending_sends.is_empty() {
+            self.advance_sends(st);
+        }
+        if st.departing > 0 {
+            self.end_graces(st);
+        }
+        if !st.outbox.is_empty() {
+            self.flush_outbox(st);
+        }
+        handled
+    }
+
+    pub(super) fn dispatch(&self, st: &mut State, c: &Completion) {
+        match Context::decode(c.context()) {
+            Some(Context::SendSlot(s)) => st.send_free.push(s),
+            Some(Context::RecvSlot {
+                port,
+                generation,
+                slot,
+            }) => self.message_arrived(st, port, generation, slot, c),
+            Some(Context::ControlSlot(slot)) => {
+                let mut tag = [0u8; 8];
+                self.fab.control_pool.read(slot as usize * 8, &mut tag);
+                if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)) {
+                    self.control_arrived(st, tag, c.data());
+                }
+                let _ = self.fab.post_control_slot(slot);
+            }
+            None => {}
+        }
+    }
+}
+
+/// How often the background thread looks for control connections closed by the other end.
+const LINK_WATCH_PERIOD: Duration = Duration::from_millis(5);
+
+/// The background thread's body, guarded: a panic marks the node broken (every later
+/// call fails with `MCAPI_ERR_GENERAL`) instead of silently stopping its progress.
+pub(super) fn background_progress(node: Weak<NodeInner>) {
+    let run = std::panic::AssertUnwindSafe(|| progress_in_background(node.clone()));
+    if let Err(panic) = std::panic::catch_unwind(run) {
+        if let Some(node) = node.upgrade() {
+            node.mark_broken("the background progress thread", &*panic);
+        }
+    }
+}
+
+/// Progresses a node while no application thread does: with manual-progress providers
+/// (shm, tcp;ofi_rxm) nothing arrives, and shm does not even connect, unless someone reads
+/// the CQ. It never waits for the state lock: a thread inside an MCAPI call is already
+/// progressing. It polls often while traffic flows and backs off to a few milliseconds
+/// when the node is idle.
+fn progress_in_background(node: Weak<NodeInner>) {
+    let mut pause = Duration::from_micros(100);
+    let mut seen_app_progress = u64::MAX;
+    let mut seen_channel_use = match node.upgrade() {
+        Some(node) => node.channels.touch_memory(),
+        None => return,
+    };
+    let mut next_watch = Instant::now();
+    loop {
+        std::thread::sleep(pause);
+        let Some(node) = node.upgrade() else { return };
+        #[cfg(test)]
+        if node.panic_in_background.swap(false, Ordering::Relaxed) {
+            panic!("injected");
+        }
+        node.channels.close_retired();
+        if Instant::now() >= next_watch {
+            node.watch_links();
+            next_watch = Instant::now() + LINK_WATCH_PERIOD;
+        }
+        // While application threads progress the node themselves, stay out of their way
+        // (no lock traffic, no preemption of a busy core).
+        let app = node.app_progress.load(Ordering::Relaxed);
+        if app != seen_app_progress {
+            seen_app_progress = app;
+            pause = Duration::from_millis(1);
+            // Application calls progress the message endpoint and the channel side they
+            // use; the other sides (a receiver nobody waits on yet, whose CQ must be read
+            // for the provider to connect and take data) are ours.
+            node.channels.progress_idle(&mut seen_channel_use);
+            node.flush_completed();
+            continue;
+        }
+        let Ok(mut st) = node.state.try_lock() else {
+            pause = Duration::from_millis(1);
+            continue;
+        };
+        if st.finalized {
+            return;
+        }
+        let busy = node.progress_counting(&mut st) > 0;
+        drop(st);
+        let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;
+        node.flush_completed();
+        pause = if busy {
+            Duration::from_micros(100)
+        } else {
+            (pause * 2).min(Duration::from_millis(5))
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::semantics::Status;
+    use crate::Node;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    /// A panic in the background progress thread is caught: the node reports it once and
+    /// every later call fails with MCAPI_ERR_GENERAL instead of hanging on a node that no
+    /// longer progresses.
+    #[test]
+    fn a_panic_in_the_background_thread_makes_every_later_call_fail() {
+        let mut config = Config::defaults();
+        config.provider = Some("tcp".into());
+        config.job = format!("background-panic-{}", std::process::id());
+        config.recv_buffers = 4;
+        let node = Node::initialize(0, 7, config).expect("a node over tcp");
+        let ep = node.endpoint_create(1).expect("an endpoint");
+        node.msg_send(ep, ep, b"before", 0).expect("works before");
+        node.inner
+            .panic_in_background
+            .store(true, Ordering::Relaxed);
+        let until = Instant::now() + Duration::from_secs(20);
+        while node.inner.broken.get().is_none() {
+            assert!(Instant::now() < until, "the panic was never recorded");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(node.inner.broken.get().unwrap().contains("injected"));
+        assert_eq!(node.endpoint_create(2), Err(Status::MCAPI_ERR_GENERAL));
+        assert_eq!(
+            node.msg_send(ep, ep, b"after", 0),
+            Err(Status::MCAPI_ERR_GENERAL)
+        );
+        let mut buf = [0u8; 8];
+        assert_eq!(node.msg_recv(ep, &mut buf), Err(Status::MCAPI_ERR_GENERAL));
+    }
+}

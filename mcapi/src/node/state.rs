@@ -1,0 +1,233 @@
+//! What the node's one mutex guards: endpoints, peers, remotes, requests, slots.
+
+use super::channels::{ChanReq, EndpointChannel, Packet};
+use crate::control::Stream;
+use crate::semantics::credit::{CreditPool, CreditWindow};
+use crate::semantics::endpoint_id::EndpointId;
+use crate::semantics::peer::PeerLife;
+use crate::semantics::queue::{PriorityQueues, SeqReorder};
+use crate::semantics::request::{RequestHandle, RequestTable};
+use crate::semantics::wire::Tag;
+use mcapi_ofi::{Completion, FiAddr, MemoryRegion};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Completions read from the CQ at once.
+pub(super) const CQ_BATCH: usize = 16;
+
+pub(super) struct State {
+    // Fx hashing: these maps are looked up on every message with small integer keys that
+    // only this process chooses, so SipHash's flooding resistance buys nothing here.
+    pub(super) endpoints: HashMap<u32, LocalEndpoint>,
+    pub(super) next_any_port: u32,
+    /// The generation the next endpoint created gets (see [`LocalEndpoint::generation`]).
+    pub(super) next_endpoint_generation: u8,
+    pub(super) retired_pools: Vec<RetiredPool>,
+    pub(super) peers: Vec<Peer>,
+    pub(super) peer_of: HashMap<(u32, u32), u16>,
+    pub(super) remotes: HashMap<(u16, u32), Remote>,
+    pub(super) send_free: Vec<u32>,
+    pub(super) control_posted: u32,
+    /// Control messages waiting for the provider to accept them.
+    pub(super) outbox: VecDeque<(u16, Tag, u64)>,
+    pub(super) requests: RequestTable<Req>,
+    /// Non-blocking sends waiting for credits, in the order they were made.
+    pub(super) pending_sends: VecDeque<RequestHandle>,
+    /// Peers in their departure grace ([`PeerLife::Departing`]): when none, the progress
+    /// loop skips looking for a grace that is over.
+    pub(super) departing: u16,
+    /// Where the CQ is read into (kept here so no read has to clear a fresh buffer).
+    pub(super) cq_buf: [Completion; CQ_BATCH],
+    /// The receive slot of the message taken last, to be posted again (returning its
+    /// sender's credit) by the next receive or CQ read: after the application's reply to
+    /// it, not before (see [`NodeInner::repost_taken`](super::inner::NodeInner::repost_taken)).
+    pub(super) taken: Option<TakenSlot>,
+    /// Packets of completed `pktchan_recv_i` requests, until asked for.
+    pub(super) delivered: HashMap<RequestHandle, Packet>,
+    pub(super) finalized: bool,
+}
+
+impl State {
+    /// The peer index of a remote endpoint already resolved by `endpoint_get` (or a send).
+    pub(super) fn known_remote(&self, to: EndpointId) -> Option<u16> {
+        let peer = *self.peer_of.get(&(to.domain(), to.node()))?;
+        self.remotes
+            .contains_key(&(peer, to.port()))
+            .then_some(peer)
+    }
+
+    /// A receive posted by a deleted endpoint came back (a message, or cancelled).
+    pub(super) fn retired_slot_back(&mut self, port: u32, generation: u8) {
+        if let Some(r) = self
+            .retired_pools
+            .iter_mut()
+            .find(|r| (r.port, r.generation) == (port, generation))
+        {
+            r.outstanding = r.outstanding.saturating_sub(1);
+        }
+    }
+
+    /// A retired pool of `slots` slots that nothing is posted into any more.
+    pub(super) fn reusable_pool(&mut self, slots: u32) -> Option<MemoryRegion> {
+        let i = self
+            .retired_pools
+            .iter()
+            .position(|r| r.outstanding == 0 && r.slots == slots)?;
+        Some(self.retired_pools.swap_remove(i).pool)
+    }
+
+    /// Node `<domain, node>`'s peer index and the run of it alive now (0: none met yet),
+    /// for a channel side to bind to.
+    pub(super) fn peer_run(&self, domain: u32, node: u32) -> Option<PeerRun> {
+        let p = *self.peer_of.get(&(domain, node))?;
+        let run = self.peers[p as usize].life.incarnation().unwrap_or(0);
+        Some((p, run))
+    }
+
+    /// Whether the run of node `<domain, node>` we knew was lost and no other has been met.
+    pub(super) fn run_lost(&self, domain: u32, node: u32) -> bool {
+        self.peer_of.get(&(domain, node)).is_some_and(|&p| {
+            let life = &self.peers[p as usize].life;
+            life.incarnation().is_some() && !life.is_alive()
+        })
+    }
+
+    /// Whether run `run.1` of peer `run.0` is alive (0: whichever run is alive now).
+    pub(super) fn run_alive(&self, (peer, run): PeerRun) -> bool {
+        self.peers.get(peer as usize).is_some_and(|p| match run {
+            0 => p.life.is_alive(),
+            run => p.life.is_alive_as(run),
+        })
+    }
+
+    /// Our index of node `<domain, node>` while we hold a control connection to it that
+    /// has not been seen closed.
+    pub(super) fn connected_peer(&self, domain: u32, node: u32) -> Option<u16> {
+        let p = *self.peer_of.get(&(domain, node))?;
+        self.peers[p as usize]
+            .link
+            .as_ref()
+            .is_some_and(|l| !l.is_closed())
+            .then_some(p)
+    }
+}
+
+/// What a request is for.
+pub(super) enum Req {
+    /// A message copied into send slot `slot`, waiting for a credit of `remote`.
+    Send {
+        remote: (u16, u32),
+        priority: u8,
+        slot: u32,
+        len: usize,
+    },
+    /// A receive on local endpoint `port`; it takes a message when tested or waited on.
+    Recv { port: u32 },
+    /// An endpoint lookup; it completes once the endpoint exists.
+    Get { id: EndpointId },
+    /// A channel operation.
+    Chan(ChanReq),
+}
+
+pub(super) struct Peer {
+    pub(super) addr: FiAddr,
+    /// How the peer numbers us: goes into the tags we send it.
+    pub(super) index_at_peer: u16,
+    /// Which run of the node we know, and whether it is alive (`semantics::peer`).
+    pub(super) life: PeerLife,
+    /// Our control connection to the run in `life`, once made.
+    pub(super) link: Option<Arc<ControlLink>>,
+}
+
+impl Peer {
+    pub(super) fn is_alive(&self) -> bool {
+        self.life.is_alive()
+    }
+}
+
+/// A peer's index and one run of it (an incarnation; 0: whichever run is alive).
+pub(super) type PeerRun = (u16, u64);
+
+/// A control connection we opened to one run of a peer node.
+pub(super) struct ControlLink {
+    pub(super) stream: Mutex<Stream>,
+    /// The run that answered its handshake: the one this connection's end is about.
+    pub(super) incarnation: u64,
+    /// Set once the connection is seen closed (by the liveness watcher or a failed call):
+    /// a sender spinning under the state lock reads it without a system call.
+    pub(super) closed: AtomicBool,
+}
+
+impl ControlLink {
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+pub(super) struct LocalEndpoint {
+    pub(super) pool: MemoryRegion,
+    pub(super) slots: u32,
+    pub(super) queue: PriorityQueues<Arrived>,
+    pub(super) credits: CreditPool,
+    pub(super) reorder: SeqReorder<u16, Arrived>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) priority: u32,
+    /// Non-blocking receives in the order they were made; each takes the next message.
+    pub(super) pending_recvs: VecDeque<RequestHandle>,
+    /// Largest packet (`MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE`, settable for channels).
+    pub(super) max_payload: usize,
+    pub(super) channel: EndpointChannel,
+    /// Tells this endpoint's receive slots from those of an earlier one at the same port.
+    pub(super) generation: u8,
+    /// Receive slots posted to the fabric (not holding a message).
+    pub(super) posted: u32,
+}
+
+/// The receive pool of a deleted endpoint, reused by a new endpoint once the provider has
+/// given back every receive that was posted into it (completed or cancelled).
+pub(super) struct RetiredPool {
+    pub(super) port: u32,
+    pub(super) generation: u8,
+    pub(super) slots: u32,
+    pub(super) pool: MemoryRegion,
+    /// Receives still posted into the pool.
+    pub(super) outstanding: u32,
+}
+
+/// The receive slot of a message the application took.
+#[derive(Clone, Copy)]
+pub(super) struct TakenSlot {
+    pub(super) port: u32,
+    pub(super) generation: u8,
+    pub(super) slot: u32,
+    pub(super) peer: u16,
+}
+
+/// A message in its receive slot (12 bytes: cheap to move through the queues).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Arrived {
+    pub(super) slot: u32,
+    pub(super) len: u32,
+    pub(super) peer: u16,
+    pub(super) priority: u8,
+}
+
+pub(super) struct Remote {
+    pub(super) window: CreditWindow,
+    /// A credit taken for a send the provider refused (-FI_EAGAIN), used first next time.
+    pub(super) spare: u32,
+    pub(super) next_seq: u16,
+}
+
+impl Remote {
+    pub(super) fn take_credit(&mut self) -> bool {
+        if self.spare > 0 {
+            self.spare -= 1;
+            return true;
+        }
+        self.window.try_take()
+    }
+}
