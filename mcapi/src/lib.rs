@@ -12,7 +12,7 @@
 pub mod attributes;
 pub mod capi;
 pub mod config;
-pub mod control;
+mod control;
 mod node;
 pub mod semantics;
 
