@@ -9,12 +9,17 @@
 //!   and is replaced; a live one means the node id is taken.
 //! - Several hosts: TCP on the host and port the topology gives for the node.
 //!
-//! Frames are a little-endian `u32` length followed by the bytes of a [`Frame`]. Requests are
-//! answered in order on the connection they came on. A peer that keeps its connection open is
-//! alive: end-of-file on it means the process died or finalized.
+//! Frames are a little-endian `u32` length followed by the bytes of a [`Frame`] (format and
+//! versioning: [`frame`]). Requests are answered in order on the connection they came on. A
+//! peer that keeps its connection open is alive: end-of-file on it means the process died or
+//! finalized.
+
+mod frame;
 
 use crate::config::Config;
-use smallvec::SmallVec;
+use crate::semantics::Status;
+pub use frame::{ChannelAttributes, ChannelOp, ConnectEnd, Frame, PROTOCOL_VERSION};
+use frame::{DecodeError, FrameBytes, MAX_FRAME};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -26,14 +31,6 @@ use std::time::{Duration, Instant};
 
 /// Peer connections of a server: a handle to shut each down, and its thread.
 type Connections = Arc<Mutex<Vec<(Stream, JoinHandle<()>)>>>;
-
-/// Largest frame accepted (fabric addresses and attribute lists are small).
-const MAX_FRAME: usize = 64 * 1024;
-
-/// A frame's bytes, inline up to 64 (every frame but those that carry a fabric address or
-/// channel bytes): a sender out of credits asks the receiver's control plane for more, and
-/// that call allocates nothing.
-type FrameBytes = SmallVec<[u8; 64]>;
 
 /// Where a node's control socket is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,17 +93,6 @@ impl Stream {
         }
     }
 
-    /// Sets the read timeout (`None`: block).
-    ///
-    /// # Errors
-    /// Socket errors.
-    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.set_read_timeout(t),
-            Stream::Tcp(s) => s.set_read_timeout(t),
-        }
-    }
-
     /// Another handle to the same socket.
     ///
     /// # Errors
@@ -148,12 +134,18 @@ impl Stream {
     /// Writes one frame.
     ///
     /// # Errors
-    /// The peer is gone.
+    /// The peer is gone, or the frame is larger than a peer accepts (`InvalidInput`).
     pub fn send(&mut self, frame: &Frame) -> io::Result<()> {
         let mut buf = FrameBytes::from_slice(&[0; 4]);
         frame.encode_into(&mut buf);
-        let len = (buf.len() - 4) as u32;
-        buf[..4].copy_from_slice(&len.to_le_bytes());
+        let len = buf.len() - 4;
+        if len > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "oversized control frame",
+            ));
+        }
+        buf[..4].copy_from_slice(&(len as u32).to_le_bytes());
         self.write_all(&buf)?;
         self.flush()
     }
@@ -161,8 +153,24 @@ impl Stream {
     /// Reads one frame.
     ///
     /// # Errors
-    /// End of file (peer gone), timeout, or a malformed frame (`InvalidData`).
+    /// End of file (peer gone), timeout, or a malformed, oversized or other-version frame
+    /// (`InvalidData`).
     pub fn recv(&mut self) -> io::Result<Frame> {
+        let body = self.recv_body()?;
+        Frame::decode(&body).map_err(|e| {
+            let why = match e {
+                DecodeError::Malformed => "malformed control frame".to_string(),
+                DecodeError::Version(v) => {
+                    format!("control protocol version {v}, this node speaks {PROTOCOL_VERSION}")
+                }
+            };
+            io::Error::new(io::ErrorKind::InvalidData, why)
+        })
+    }
+
+    /// Reads one frame's body. The length is checked before anything is allocated or read,
+    /// so a garbage prefix costs nothing and leaves the rest unread.
+    fn recv_body(&mut self) -> io::Result<FrameBytes> {
         let mut len = [0u8; 4];
         self.read_exact(&mut len)?;
         let len = u32::from_le_bytes(len) as usize;
@@ -174,8 +182,7 @@ impl Stream {
         }
         let mut body = FrameBytes::from_elem(0, len);
         self.read_exact(&mut body)?;
-        Frame::decode(&body)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed control frame"))
+        Ok(body)
     }
 
     /// Sends `request` and waits for the answer.
@@ -212,209 +219,6 @@ impl Write for Stream {
     }
 }
 
-/// One control message. Requests and their answers share the type.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Frame {
-    /// First contact: who I am, my fabric address, and how I number you.
-    Hello {
-        /// Sender's domain.
-        domain: u32,
-        /// Sender's node.
-        node: u32,
-        /// The index the sender gave the receiver among its peers (goes into the tags of
-        /// messages the receiver sends to it).
-        peer: u32,
-        /// Tells this run of the node from an earlier one with the same id (a restart).
-        incarnation: u64,
-        /// Sender's fabric (libfabric endpoint) address.
-        fabric_addr: Vec<u8>,
-    },
-    /// The answer to Hello: how I number you, and my fabric address.
-    Welcome {
-        /// The index the server gave the client among its peers.
-        peer: u32,
-        /// As in Hello.
-        incarnation: u64,
-        /// The server's fabric address.
-        fabric_addr: Vec<u8>,
-    },
-    /// Does `port` exist on the node?
-    Lookup {
-        /// The port asked for.
-        port: u32,
-    },
-    /// Read an endpoint attribute.
-    GetAttribute {
-        /// Endpoint port.
-        port: u32,
-        /// MCAPI attribute number.
-        attribute: u32,
-    },
-    /// Read a node attribute.
-    NodeAttribute {
-        /// MCAPI node attribute number.
-        attribute: u32,
-    },
-    /// A sender out of credits for endpoint `port` asks for `want` (with the stamp of its
-    /// credit window); the answer is the credits granted now (`Value`), more may follow
-    /// over the fabric.
-    CreditRequest {
-        /// Endpoint port.
-        port: u32,
-        /// Credits wanted.
-        want: u32,
-        /// The window's stamp (credits received so far).
-        seen: u32,
-    },
-    /// A channel operation (connect, undo, opened, closed) on endpoint `port` of the
-    /// receiving node.
-    Channel {
-        /// Which operation.
-        op: u32,
-        /// Endpoint port.
-        port: u32,
-        /// Operation arguments.
-        args: [u64; 3],
-        /// Operation bytes (a fabric address).
-        bytes: Vec<u8>,
-    },
-    /// Endpoint `port` of the sending node was deleted: forget the credits and sequence
-    /// numbers kept for sending to it.
-    EndpointDeleted {
-        /// Endpoint port.
-        port: u32,
-    },
-    /// A positive answer carrying a value (attribute value, 1 for "exists").
-    Value(u64),
-    /// A negative answer carrying an MCAPI status code.
-    Refused(u32),
-}
-
-impl Frame {
-    /// Appends the frame's body to `out`.
-    fn encode_into(&self, out: &mut FrameBytes) {
-        let mut put = |v: u64| out.extend_from_slice(&v.to_le_bytes());
-        match self {
-            Frame::Hello {
-                domain,
-                node,
-                peer,
-                incarnation,
-                fabric_addr,
-            } => {
-                put(1);
-                put(u64::from(*domain));
-                put(u64::from(*node));
-                put(u64::from(*peer));
-                put(*incarnation);
-                out.extend_from_slice(fabric_addr);
-            }
-            Frame::Welcome {
-                peer,
-                incarnation,
-                fabric_addr,
-            } => {
-                put(6);
-                put(u64::from(*peer));
-                put(*incarnation);
-                out.extend_from_slice(fabric_addr);
-            }
-            Frame::Lookup { port } => {
-                put(2);
-                put(u64::from(*port));
-            }
-            Frame::GetAttribute { port, attribute } => {
-                put(3);
-                put(u64::from(*port));
-                put(u64::from(*attribute));
-            }
-            Frame::Value(v) => {
-                put(4);
-                put(*v);
-            }
-            Frame::NodeAttribute { attribute } => {
-                put(8);
-                put(u64::from(*attribute));
-            }
-            Frame::CreditRequest { port, want, seen } => {
-                put(7);
-                put(u64::from(*port));
-                put(u64::from(*want));
-                put(u64::from(*seen));
-            }
-            Frame::Refused(code) => {
-                put(5);
-                put(u64::from(*code));
-            }
-            Frame::EndpointDeleted { port } => {
-                put(10);
-                put(u64::from(*port));
-            }
-            Frame::Channel {
-                op,
-                port,
-                args,
-                bytes,
-            } => {
-                put(9);
-                put(u64::from(*op));
-                put(u64::from(*port));
-                for a in args {
-                    put(*a);
-                }
-                out.extend_from_slice(bytes);
-            }
-        }
-    }
-
-    fn decode(b: &[u8]) -> Option<Frame> {
-        let word = |i: usize| -> Option<u64> {
-            Some(u64::from_le_bytes(
-                b.get(8 * i..8 * i + 8)?.try_into().ok()?,
-            ))
-        };
-        let small = |i: usize| -> Option<u32> { u32::try_from(word(i)?).ok() };
-        let exact = |n: usize| (b.len() == 8 * n).then_some(());
-        Some(match word(0)? {
-            1 => Frame::Hello {
-                domain: small(1)?,
-                node: small(2)?,
-                peer: small(3)?,
-                incarnation: word(4)?,
-                fabric_addr: b.get(40..)?.to_vec(),
-            },
-            6 => Frame::Welcome {
-                peer: small(1)?,
-                incarnation: word(2)?,
-                fabric_addr: b.get(24..)?.to_vec(),
-            },
-            2 => exact(2).and(Some(Frame::Lookup { port: small(1)? }))?,
-            3 => exact(3).and(Some(Frame::GetAttribute {
-                port: small(1)?,
-                attribute: small(2)?,
-            }))?,
-            4 => exact(2).and(Some(Frame::Value(word(1)?)))?,
-            8 => exact(2).and(Some(Frame::NodeAttribute {
-                attribute: small(1)?,
-            }))?,
-            7 => exact(4).and(Some(Frame::CreditRequest {
-                port: small(1)?,
-                want: small(2)?,
-                seen: small(3)?,
-            }))?,
-            5 => exact(2).and(Some(Frame::Refused(small(1)?)))?,
-            10 => exact(2).and(Some(Frame::EndpointDeleted { port: small(1)? }))?,
-            9 => Frame::Channel {
-                op: small(1)?,
-                port: small(2)?,
-                args: [word(3)?, word(4)?, word(5)?],
-                bytes: b.get(48..)?.to_vec(),
-            },
-            _ => return None,
-        })
-    }
-}
-
 /// What the node answers on its control plane.
 pub trait Handler: Send + Sync + 'static {
     /// Answers one request from the peer `peer` (its Hello, once received).
@@ -431,7 +235,8 @@ pub enum StartError {
     NodeTaken,
     /// The topology does not list this node.
     NotInTopology,
-    /// Socket errors.
+    /// Socket errors (read through `Debug` only, when a start fails in a test).
+    #[allow(dead_code)]
     Io(io::Error),
 }
 
@@ -475,6 +280,7 @@ impl ControlServer {
     }
 
     /// Where this server listens.
+    #[cfg(test)]
     pub fn rendezvous(&self) -> &Rendezvous {
         &self.rendezvous
     }
@@ -594,7 +400,7 @@ fn serve(mut stream: Stream, handler: Arc<dyn Handler>) {
     // The node and run that introduced themselves, once welcomed: the end of this
     // connection is news about that run only (a refused Hello names nobody).
     let mut peer: Option<((u32, u32), u64)> = None;
-    while let Ok(request) = stream.recv() {
+    while let Some(request) = next_request(&mut stream) {
         let answer = handler.handle(peer.map(|p| p.0), &request);
         if let (
             Frame::Hello {
@@ -614,6 +420,24 @@ fn serve(mut stream: Stream, handler: Arc<dyn Handler>) {
     }
     if let Some((node, incarnation)) = peer {
         handler.peer_gone(node, incarnation);
+    }
+}
+
+/// The next request on a served connection; `None` ends the connection. A handshake in
+/// another protocol version is refused here, before any handler sees it, with
+/// `MCAPI_ERR_TRANSMISSION`: the spec has no code for an incompatible peer, and
+/// "transmission failure" is what the connecting node reports for any failed handshake.
+fn next_request(stream: &mut Stream) -> Option<Frame> {
+    let body = stream.recv_body().ok()?;
+    match Frame::decode(&body) {
+        Ok(frame) => Some(frame),
+        Err(DecodeError::Version(_)) => {
+            let _ = stream.send(&Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code()));
+            // The server keeps a handle to the socket: shut it, so the peer sees the end now.
+            stream.shutdown();
+            None
+        }
+        Err(DecodeError::Malformed) => None,
     }
 }
 
@@ -682,49 +506,6 @@ mod tests {
         c.runtime_dir =
             std::env::temp_dir().join(format!("mcapi-ctl-test-{}-{tag}", std::process::id()));
         c
-    }
-
-    #[test]
-    fn frames_round_trip_and_garbage_is_rejected() {
-        for f in [
-            Frame::Hello {
-                domain: 1,
-                node: 2,
-                peer: 3,
-                incarnation: u64::MAX - 1,
-                fabric_addr: vec![9, 8, 7],
-            },
-            Frame::Welcome {
-                peer: 4,
-                incarnation: 5,
-                fabric_addr: vec![1],
-            },
-            Frame::Lookup { port: 5 },
-            Frame::GetAttribute {
-                port: 5,
-                attribute: 7,
-            },
-            Frame::Value(u64::MAX),
-            Frame::Refused(3),
-            Frame::CreditRequest {
-                port: 1,
-                want: 2,
-                seen: 3,
-            },
-            Frame::NodeAttribute { attribute: 1 },
-        ] {
-            let mut body = FrameBytes::new();
-            f.encode_into(&mut body);
-            assert_eq!(Frame::decode(&body), Some(f));
-        }
-        for junk in [
-            &[][..],
-            &[1, 2, 3],
-            &[9, 0, 0, 0, 0, 0, 0, 0],
-            &[2, 0, 0, 0, 0, 0, 0, 0],
-        ] {
-            assert_eq!(Frame::decode(junk), None);
-        }
     }
 
     #[test]
@@ -817,6 +598,81 @@ mod tests {
             drop(server);
             assert!(start.elapsed() < Duration::from_secs(2));
         }
+    }
+
+    /// A handshake in another protocol version (or in the format before versions) is
+    /// refused with `MCAPI_ERR_TRANSMISSION`, the connection closed, and the handler never
+    /// sees it.
+    #[test]
+    fn another_protocol_version_is_refused() {
+        let c = config("v");
+        let handler = Arc::new(Ports {
+            ports: vec![],
+            gone: AtomicUsize::new(0),
+        });
+        let server = ControlServer::start(&c, 0, 1, handler.clone()).unwrap();
+        let mut hello = FrameBytes::new();
+        Frame::Hello {
+            domain: 0,
+            node: 2,
+            peer: 0,
+            incarnation: 1,
+            fabric_addr: vec![1],
+        }
+        .encode_into(&mut hello);
+        hello[1..5].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
+        let mut before_versions = Vec::new();
+        for w in [1u64, 0, 2, 0, 1, 1] {
+            before_versions.extend_from_slice(&w.to_le_bytes());
+        }
+        for body in [&hello[..], &before_versions] {
+            let mut s = connect_when_up(server.rendezvous(), None).unwrap().unwrap();
+            s.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
+            s.write_all(body).unwrap();
+            assert_eq!(
+                s.recv().unwrap(),
+                Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code())
+            );
+            assert_eq!(s.recv().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        }
+        drop(server);
+        assert_eq!(handler.gone.load(Ordering::SeqCst), 0);
+        let _ = std::fs::remove_dir_all(&c.runtime_dir);
+    }
+
+    /// A length prefix over the bound is refused at once: the body is neither allocated nor
+    /// waited for. A frame over it is not sent.
+    #[test]
+    fn oversized_frames_are_refused() {
+        for len in [MAX_FRAME as u32 + 1, u32::MAX] {
+            let (a, b) = UnixStream::pair().unwrap();
+            b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let (mut a, mut b) = (Stream::Unix(a), Stream::Unix(b));
+            a.write_all(&len.to_le_bytes()).unwrap();
+            let start = Instant::now();
+            assert_eq!(b.recv().unwrap_err().kind(), io::ErrorKind::InvalidData);
+            assert!(start.elapsed() < Duration::from_secs(5));
+        }
+        let (a, _b) = UnixStream::pair().unwrap();
+        let big = Frame::Welcome {
+            peer: 0,
+            incarnation: 0,
+            fabric_addr: vec![0; MAX_FRAME],
+        };
+        assert_eq!(
+            Stream::Unix(a).send(&big).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+
+    /// A body that is not a frame ends the connection (the peer is garbage, not alive).
+    #[test]
+    fn malformed_frame_is_an_error() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut a, mut b) = (Stream::Unix(a), Stream::Unix(b));
+        a.write_all(&3u32.to_le_bytes()).unwrap();
+        a.write_all(&[2, 0, 0]).unwrap();
+        assert_eq!(b.recv().unwrap_err().kind(), io::ErrorKind::InvalidData);
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub mod attributes;
 #[allow(unsafe_code)]
 pub mod capi;
 pub mod config;
-pub mod control;
+mod control;
 mod node;
 pub mod semantics;
 

@@ -31,6 +31,7 @@
 
 use super::scalar_hub::{self, HubItem, ScalarHub};
 use super::*;
+use crate::control::{ChannelAttributes, ChannelOp, ConnectEnd};
 use crate::semantics::channel::{Binding, ChannelKind, CreditReturn, Direction};
 use crate::semantics::channel_side::{
     Completions, Item, NextSend, Outgoing, Posted, Posting, RecvSide, Repost, SendSide, UserBuffer,
@@ -60,14 +61,6 @@ const CTX_MASK: u64 = (1 << 40) - 1;
 /// How long zero-copy packets in flight when the receiver closed or died may still complete
 /// before the sender's endpoint is closed under them (and they fail).
 const ZERO_COPY_GRACE: Duration = Duration::from_millis(100);
-
-/// Channel control operations (`Frame::Channel { op, .. }`).
-pub(super) mod op {
-    pub const CONNECT: u32 = 1;
-    pub const UNDO_CONNECT: u32 = 2;
-    pub const OPENED: u32 = 3;
-    pub const CLOSED: u32 = 4;
-}
 
 /// A channel send or receive handle (`mcapi_pktchan_send_hndl_t` and its kin): a plain value
 /// that names the kind and direction and is checked, so a stale or garbage value is refused
@@ -161,8 +154,8 @@ impl Packet {
 /// What the other side told us when it opened.
 #[derive(Clone, Debug)]
 pub(super) struct PeerOpen {
-    /// The endpoint that opened (raw id): only the one connected to counts.
-    from: u64,
+    /// The endpoint that opened: only the one connected to counts.
+    from: EndpointId,
     fabric_addr: Vec<u8>,
     credits: u32,
     max_payload: usize,
@@ -1212,8 +1205,11 @@ impl NodeInner {
         if !self.peer_alive(run) {
             return;
         }
-        let me = self.endpoint_raw(port);
-        let _ = self.channel_call(peer, op::CLOSED, [u64::from(sent), me, 0], Vec::new());
+        // A local endpoint's id always encodes.
+        let Ok(from) = self.endpoint_id(port) else {
+            return;
+        };
+        let _ = self.channel_call(peer, ChannelOp::Closed { sent, from });
     }
 
     /// A closed send side withdrew a queued packet: the receiver must not wait for it.
@@ -1227,9 +1223,9 @@ impl NodeInner {
         }
     }
 
-    /// The raw id of local endpoint `port` (what channel frames name their sender by).
-    fn endpoint_raw(&self, port: u32) -> u64 {
-        EndpointId::encode(self.domain_id, self.node_id, port).map_or(0, |e| e.as_raw())
+    /// The id of local endpoint `port` (what channel operations name their sender by).
+    fn endpoint_id(&self, port: u32) -> Result<EndpointId> {
+        EndpointId::encode(self.domain_id, self.node_id, port)
     }
 
     /// Whether the run of the other side's node that a side is bound to is still there, as
@@ -1240,27 +1236,19 @@ impl NodeInner {
         lock(&self.state).run_alive(run)
     }
 
-    /// Handles a channel control frame addressed to local endpoint `port` (from the control
-    /// plane, or directly when both ends are on this node).
+    /// Handles a channel operation on local endpoint `port` (from the control plane, or
+    /// directly when both ends are on this node). Answers a connect with the endpoint's
+    /// attributes, anything else with `None`.
     pub(super) fn channel_frame(
         &self,
-        op: u32,
         port: u32,
-        args: [u64; 3],
-        bytes: &[u8],
-    ) -> std::result::Result<u64, Status> {
-        match op {
-            op::CONNECT => {
-                let peer = EndpointId::from_raw(args[0]).ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-                let kind = if args[1] >> 8 & 1 == 1 {
-                    ChannelKind::Scalar
-                } else {
-                    ChannelKind::Packet
-                };
-                let dir = if args[1] & 1 == 1 {
-                    Direction::Receive
-                } else {
-                    Direction::Send
+        op: &ChannelOp,
+    ) -> std::result::Result<Option<ChannelAttributes>, Status> {
+        match *op {
+            ChannelOp::Connect { peer, kind, end } => {
+                let dir = match end {
+                    ConnectEnd::Send => Direction::Send,
+                    ConnectEnd::Receive { .. } => Direction::Receive,
                 };
                 let mut st = self.live_state()?;
                 // A message taken is done with: its credit counts back before the check.
@@ -1272,9 +1260,9 @@ impl NodeInner {
                 let users = usize::from(ep.credits.in_use() || !ep.queue.is_empty());
                 ep.channel.binding.check_connect(users)?;
                 // The receiver checks compatibility with the sender's attributes.
-                if dir == Direction::Receive {
-                    let (payload, priority) = (args[2] >> 8, args[2] & 0xFF);
-                    if payload as usize > ep.max_payload || priority != u64::from(ep.priority) {
+                if let ConnectEnd::Receive { sender } = end {
+                    if sender.max_payload > ep.max_payload as u64 || sender.priority != ep.priority
+                    {
                         return Err(Status::MCAPI_ERR_ATTR_INCOMPATIBLE);
                     }
                 }
@@ -1285,27 +1273,30 @@ impl NodeInner {
                     .channel
                     .binding
                     .peer_info()
-                    .is_some_and(|p| p.from != peer.as_raw())
+                    .is_some_and(|p| p.from != peer)
                 {
                     ep.channel.binding.forget_peer_open();
                 }
-                let answer = (ep.max_payload as u64) << 8 | u64::from(ep.priority);
+                let answer = ChannelAttributes {
+                    max_payload: ep.max_payload as u64,
+                    priority: ep.priority,
+                };
                 // Senders that sent messages here earlier sit on credits: take them back
                 // (their next message is refused, spec 3.6).
                 ep.credits.recall_all();
                 self.collect_credit_controls(&mut st, port);
                 self.flush_outbox(&mut st);
-                Ok(answer)
+                Ok(Some(answer))
             }
-            op::UNDO_CONNECT => {
+            ChannelOp::UndoConnect => {
                 let side = {
                     let mut st = self.live_state()?;
                     let Some(ep) = st.endpoints.get_mut(&port) else {
-                        return Ok(0);
+                        return Ok(None);
                     };
                     ep.channel.binding.undo_connect();
                     if ep.channel.binding.is_connected() {
-                        return Ok(0);
+                        return Ok(None);
                     }
                     ep.channel.peer = None;
                     ep.channel.side
@@ -1317,9 +1308,15 @@ impl NodeInner {
                         side.announced_to = None;
                     }
                 }
-                Ok(0)
+                Ok(None)
             }
-            op::OPENED => {
+            ChannelOp::Opened {
+                from,
+                credits,
+                route,
+                max_payload,
+                ref fabric_addr,
+            } => {
                 let mut st = self.live_state()?;
                 let ep = st
                     .endpoints
@@ -1327,27 +1324,27 @@ impl NodeInner {
                     .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
                 // From an endpoint we are not connected to (a connect that failed half-way):
                 // ignored. Before our connect arrives it is kept, and checked then.
-                if ep.channel.peer.is_some_and(|p| p.as_raw() != args[2]) {
-                    return Ok(0);
+                if ep.channel.peer.is_some_and(|p| p != from) {
+                    return Ok(None);
                 }
                 ep.channel.binding.peer_opened(PeerOpen {
-                    from: args[2],
-                    fabric_addr: bytes.to_vec(),
-                    credits: args[0] as u32,
-                    max_payload: args[1] as usize,
-                    route: (args[0] >> 32) as u16,
+                    from,
+                    fabric_addr: fabric_addr.clone(),
+                    credits,
+                    max_payload: max_payload as usize,
+                    route,
                 });
-                Ok(0)
+                Ok(None)
             }
-            op::CLOSED => {
+            ChannelOp::Closed { sent, from } => {
                 let handle = {
                     let mut st = self.live_state()?;
                     let ep = st
                         .endpoints
                         .get_mut(&port)
                         .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-                    if ep.channel.peer.is_none_or(|p| p.as_raw() != args[1]) {
-                        return Ok(0);
+                    if ep.channel.peer != Some(from) {
+                        return Ok(None);
                     }
                     ep.channel.binding.peer_closed();
                     ep.channel.side
@@ -1363,25 +1360,27 @@ impl NodeInner {
                             ..
                         }) = &mut side.io
                         {
-                            r.state.sender_closed(args[0] as u32);
+                            r.state.sender_closed(sent);
                         }
                     }
                 }
-                Ok(0)
+                Ok(None)
             }
-            _ => Err(Status::MCAPI_ERR_PARAMETER),
         }
     }
 
-    /// Sends a channel frame to the node of endpoint `to` (or handles it here).
-    fn channel_call(&self, to: EndpointId, op: u32, args: [u64; 3], bytes: Vec<u8>) -> Result<u64> {
+    /// Sends a channel operation to the node of endpoint `to` (or handles it here); answers
+    /// as [`NodeInner::channel_frame`].
+    fn channel_call(&self, to: EndpointId, op: ChannelOp) -> Result<Option<ChannelAttributes>> {
         if (to.domain(), to.node()) == (self.domain_id, self.node_id) {
-            return self.channel_frame(op, to.port(), args, &bytes);
+            return self.channel_frame(to.port(), &op);
         }
         // Only a connect starts something new; every other frame is about a binding made
         // with the run we knew, which a later run of the node never heard of: no waiting
         // for one to start.
-        if op != op::CONNECT && self.live_state()?.run_lost(to.domain(), to.node()) {
+        if !matches!(op, ChannelOp::Connect { .. })
+            && self.live_state()?.run_lost(to.domain(), to.node())
+        {
             return Err(Status::MCAPI_ERR_TRANSMISSION);
         }
         let peer = self.connect_peer(
@@ -1392,13 +1391,12 @@ impl NodeInner {
         match self.control_call(
             peer,
             &Frame::Channel {
-                op,
                 port: to.port(),
-                args,
-                bytes,
+                op,
             },
         )? {
-            Frame::Value(v) => Ok(v),
+            Frame::Value(_) => Ok(None),
+            Frame::Connected { attributes } => Ok(Some(attributes)),
             Frame::Refused(code) => {
                 Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
             }
@@ -1723,27 +1721,32 @@ impl Node {
             | Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_ENDP_INVALID,
             e => e,
         };
-        let kind_bits = u64::from(kind == ChannelKind::Scalar) << 8;
         let connected = self
             .inner
             .channel_call(
                 send,
-                op::CONNECT,
-                [receive.as_raw(), kind_bits, 0],
-                Vec::new(),
+                ChannelOp::Connect {
+                    peer: receive,
+                    kind,
+                    end: ConnectEnd::Send,
+                },
             )
-            .and_then(|attrs| {
-                self.inner
-                    .channel_call(
-                        receive,
-                        op::CONNECT,
-                        [send.as_raw(), kind_bits | 1, attrs],
-                        Vec::new(),
-                    )
+            .and_then(|sender| {
+                // A connect is always answered with attributes.
+                sender
+                    .ok_or(Status::MCAPI_ERR_GENERAL)
+                    .and_then(|sender| {
+                        self.inner.channel_call(
+                            receive,
+                            ChannelOp::Connect {
+                                peer: send,
+                                kind,
+                                end: ConnectEnd::Receive { sender },
+                            },
+                        )
+                    })
                     .inspect_err(|_| {
-                        let _ = self
-                            .inner
-                            .channel_call(send, op::UNDO_CONNECT, [0; 3], Vec::new());
+                        let _ = self.inner.channel_call(send, ChannelOp::UndoConnect);
                     })
             });
         let mut st = lock(&self.inner.state);
@@ -2072,18 +2075,24 @@ impl Node {
         if let Some((addr, route)) = announce {
             // No liveness pre-check: the call itself finds a dead node (its closed control
             // connection, or 10 s unreachable), and a dead mark is not tied to one run.
-            let me = self.inner.endpoint_raw(port);
             let credits = match (dir, kind) {
-                (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u64,
-                (Direction::Receive, ChannelKind::Scalar) => self.inner.scalar_capacity().into(),
+                (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u32,
+                (Direction::Receive, ChannelKind::Scalar) => self.inner.scalar_capacity(),
                 (Direction::Send, _) => 0,
             };
-            if let Err(e) = self.inner.channel_call(
-                peer_id,
-                op::OPENED,
-                [credits | u64::from(route) << 32, max_payload as u64, me],
-                addr,
-            ) {
+            // A local endpoint's id always encodes.
+            let from = match self.inner.endpoint_id(port) {
+                Ok(from) => from,
+                Err(e) => return fail(e, None),
+            };
+            let opened = ChannelOp::Opened {
+                from,
+                credits,
+                route,
+                max_payload: max_payload as u64,
+                fabric_addr: addr,
+            };
+            if let Err(e) = self.inner.channel_call(peer_id, opened) {
                 // Its node answered the connect, so one that cannot be reached now (the
                 // call's 10 s to reach it) or is finalizing is gone.
                 return match e {

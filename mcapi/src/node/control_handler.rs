@@ -98,13 +98,9 @@ impl ControlHandler {
                     Err(s) => Frame::Refused(s.code()),
                 }
             }
-            Frame::Channel {
-                op,
-                port,
-                args,
-                bytes,
-            } => match node.channel_frame(*op, *port, *args, bytes) {
-                Ok(v) => Frame::Value(v),
+            Frame::Channel { port, op } => match node.channel_frame(*port, op) {
+                Ok(Some(attributes)) => Frame::Connected { attributes },
+                Ok(None) => Frame::Value(0),
                 Err(s) => Frame::Refused(s.code()),
             },
             Frame::Lookup { port } => match node.live_state() {
