@@ -119,13 +119,16 @@ impl Stream {
             Stream::Unix(s) => (&*s).read(&mut probe),
             Stream::Tcp(s) => (&*s).read(&mut probe),
         };
-        let _ = set(false);
+        // Left non-blocking, the next call's read fails with WouldBlock and counts as the
+        // connection's end: the same answer this probe would give a broken socket.
+        _ = set(false);
         !matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Shuts both directions down, waking any reader.
     pub fn shutdown(&self) {
-        let _ = match self {
+        // A socket already shut or closed by the peer has nothing left to wake.
+        _ = match self {
             Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
         };
@@ -235,8 +238,7 @@ pub enum StartError {
     NodeTaken,
     /// The topology does not list this node.
     NotInTopology,
-    /// Socket errors (read through `Debug` only, when a start fails in a test).
-    #[allow(dead_code)]
+    /// Socket errors.
     Io(io::Error),
 }
 
@@ -304,8 +306,10 @@ impl Drop for ControlServer {
                 break;
             }
         }
+        // The threads catch nothing and end on their sockets' errors; a join error would
+        // only repeat a panic already printed.
         if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
+            _ = t.join();
         }
         let conns =
             std::mem::take(&mut *self.connections.lock().unwrap_or_else(|p| p.into_inner()));
@@ -313,13 +317,15 @@ impl Drop for ControlServer {
             stream.shutdown();
         }
         for (_, t) in conns {
-            let _ = t.join();
+            _ = t.join();
         }
         if let Rendezvous::Unix(path) = &self.rendezvous {
-            let _ = std::fs::remove_file(path);
+            // Cleanup only: a socket file left behind is detected and replaced by the next
+            // node at this path.
+            _ = std::fs::remove_file(path);
             // The job's directory goes with its last node (a no-op while others remain).
             if let Some(dir) = path.parent() {
-                let _ = std::fs::remove_dir(dir);
+                _ = std::fs::remove_dir(dir);
             }
         }
     }
@@ -372,7 +378,8 @@ fn accept_loop(
         let stream = match &listener {
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
             Listener::Tcp(l) => l.accept().map(|(s, _)| {
-                let _ = s.set_nodelay(true);
+                // A latency hint: without it the connection still works.
+                _ = s.set_nodelay(true);
                 Stream::Tcp(s)
             }),
         };
@@ -432,12 +439,17 @@ fn next_request(stream: &mut Stream) -> Option<Frame> {
     match Frame::decode(&body) {
         Ok(frame) => Some(frame),
         Err(DecodeError::Version(_)) => {
-            let _ = stream.send(&Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code()));
+            log::info!("control connection refused: another protocol version");
+            // Best effort: the shutdown below tells the peer anyway.
+            _ = stream.send(&Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code()));
             // The server keeps a handle to the socket: shut it, so the peer sees the end now.
             stream.shutdown();
             None
         }
-        Err(DecodeError::Malformed) => None,
+        Err(DecodeError::Malformed) => {
+            log::info!("control connection closed: a malformed frame");
+            None
+        }
     }
 }
 

@@ -45,6 +45,7 @@ pub mod attributes;
 pub mod capi;
 pub mod config;
 mod control;
+mod diagnostics;
 mod node;
 pub mod semantics;
 

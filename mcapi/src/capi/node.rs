@@ -103,8 +103,16 @@ fn param_string(field: &[c_char]) -> Result<Option<String>, Status> {
 
 /// The node's configuration: the environment, then what `params` overrides.
 fn configure(params: Option<&mcapi_param_t>) -> Result<Config, Status> {
-    let mut config = Config::from_env().map_err(|_| Status::MCAPI_ERR_NODE_INITFAILED)?;
+    crate::diagnostics::init();
+    let mut config = Config::from_env().map_err(|e| {
+        log::error!("initialize failed: {e}");
+        Status::MCAPI_ERR_NODE_INITFAILED
+    })?;
     if config.request_table_size > MAX_REQUESTS {
+        log::error!(
+            "initialize failed: MCAPI_REQUESTS={} is above the C ABI's {MAX_REQUESTS}",
+            config.request_table_size
+        );
         return Err(Status::MCAPI_ERR_NODE_INITFAILED);
     }
     let Some(p) = params.filter(|p| p.magic == MCAPI_PARAM_MAGIC) else {

@@ -16,7 +16,10 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Any failed fabric call, as MCAPI reports it.
-pub(super) fn ofi_status(_: OfiError) -> Status {
+/// Any failed fabric call, as MCAPI reports it; the call and libfabric's reason are logged
+/// (`MCAPI_LOG=info`).
+#[cold]
+pub(super) fn ofi_status(e: OfiError) -> Status {
+    log::info!("MCAPI_ERR_TRANSMISSION: {e}");
     Status::MCAPI_ERR_TRANSMISSION
 }

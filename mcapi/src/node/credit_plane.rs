@@ -60,11 +60,15 @@ impl NodeInner {
                     return;
                 };
                 let sender = SenderId(u32::from(from));
-                let _ = if tag.kind == Kind::Request {
+                let r = if tag.kind == Kind::Request {
                     ep.credits.request(sender, (data >> 32) as u32, data as u32)
                 } else {
                     ep.credits.returned(sender, data as u32)
                 };
+                if let Err(e) = r {
+                    // A sender's own accounting error; the pool stays as it was.
+                    log::debug!("credit message from peer {from} to port {}: {e}", tag.port);
+                }
                 self.collect_credit_controls(st, tag.port);
             }
             Kind::Message => {}

@@ -31,14 +31,27 @@ pub(super) struct Fab {
 }
 
 /// Opens the fabric stack with the first provider candidate that works.
-pub(super) fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Option<Fab> {
+///
+/// # Errors
+/// Why no provider could be opened, one reason per provider tried.
+pub(super) fn open_fabric(
+    config: &Config,
+    domain_id: u32,
+    node_id: u32,
+) -> std::result::Result<Fab, String> {
     // The local address the network providers bind to: the chosen interface's, else this
     // node's topology entry, else loopback (every node on this host).
     let local = match (&config.tcp_iface, &config.topology) {
-        (Some(iface), _) => interface_address(iface)?,
-        (None, Some(t)) => t.get(domain_id, node_id)?.host.clone(),
+        (Some(iface), _) => interface_address(iface)
+            .ok_or_else(|| format!("MCAPI_TCP_IFACE={iface}: no IPv4 address on that interface"))?,
+        (None, Some(t)) => t
+            .get(domain_id, node_id)
+            .ok_or_else(|| format!("node <{domain_id}, {node_id}> is not in the topology file"))?
+            .host
+            .clone(),
         (None, None) => "127.0.0.1".to_owned(),
     };
+    let mut reasons = Vec::new();
     for provider in config.provider_candidates() {
         let mut hints = Hints::new()
             .provider(provider.clone())
@@ -46,8 +59,12 @@ pub(super) fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Opti
         if provider != "shm" {
             hints = hints.source(Some(&local), None);
         }
-        let Ok(info) = Info::first(&hints) else {
-            continue;
+        let info = match Info::first(&hints) {
+            Ok(info) => info,
+            Err(e) => {
+                reasons.push(format!("{provider}: {e}"));
+                continue;
+            }
         };
         let open = || -> std::result::Result<Fab, OfiError> {
             let domain = Domain::open_info(&info)?;
@@ -66,11 +83,15 @@ pub(super) fn open_fabric(config: &Config, domain_id: u32, node_id: u32) -> Opti
                 domain,
             })
         };
-        if let Ok(fab) = open() {
-            return Some(fab);
+        match open() {
+            Ok(fab) => return Ok(fab),
+            Err(e) => reasons.push(format!("{provider} ({}): {e}", info.provider())),
         }
     }
-    None
+    Err(format!(
+        "no libfabric provider could be opened: {}",
+        reasons.join("; ")
+    ))
 }
 
 /// The first IPv4 address of network interface `name` (`MCAPI_TCP_IFACE`).

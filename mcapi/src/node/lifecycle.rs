@@ -70,6 +70,7 @@ impl Node {
         attributes: NodeAttributes,
         config: Config,
     ) -> Result<Node> {
+        crate::diagnostics::init();
         if domain_id > MAX_DOMAIN {
             return Err(Status::MCAPI_ERR_DOMAIN_INVALID);
         }
@@ -120,8 +121,16 @@ impl Node {
         attributes: NodeAttributes,
         config: Config,
     ) -> Result<Node> {
-        let fab =
-            open_fabric(&config, domain_id, node_id).ok_or(Status::MCAPI_ERR_NODE_INITFAILED)?;
+        let failed = |why: &dyn std::fmt::Display| {
+            log::error!("node <{domain_id}, {node_id}>: initialize failed: {why}");
+            Status::MCAPI_ERR_NODE_INITFAILED
+        };
+        let fab = open_fabric(&config, domain_id, node_id).map_err(|why| failed(&why))?;
+        log::info!(
+            "node <{domain_id}, {node_id}>: provider {} (job {})",
+            fab.provider,
+            config.job
+        );
         let state = State {
             endpoints: HashMap::default(),
             next_any_port: 1 << 20,
@@ -166,9 +175,12 @@ impl Node {
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
         let server = ControlServer::start(&inner.config, domain_id, node_id, handler).map_err(
             |e| match e {
-                StartError::NodeTaken | StartError::NotInTopology | StartError::Io(_) => {
-                    Status::MCAPI_ERR_NODE_INITFAILED
-                }
+                StartError::NodeTaken => failed(&format_args!(
+                    "another process of job '{}' runs this node",
+                    inner.config.job
+                )),
+                StartError::NotInTopology => failed(&"the topology file does not list this node"),
+                StartError::Io(e) => failed(&format_args!("control server: {e}")),
             },
         )?;
         *lock(&inner.control) = Some(server);
@@ -176,7 +188,7 @@ impl Node {
         let thread = std::thread::Builder::new()
             .name(format!("mcapi-progress-{domain_id}.{node_id}"))
             .spawn(move || background_progress(weak))
-            .map_err(|_| Status::MCAPI_ERR_NODE_INITFAILED)?;
+            .map_err(|e| failed(&format_args!("progress thread: {e}")))?;
         *lock(&inner.progress_thread) = Some(thread);
         Ok(Node { inner })
     }
@@ -205,7 +217,8 @@ impl Node {
         self.inner.channels.clear();
         drop(lock(&self.inner.control).take());
         if let Some(t) = lock(&self.inner.progress_thread).take() {
-            let _ = t.join();
+            // Its panics are caught inside (the node is marked broken): nothing to report.
+            _ = t.join();
         }
         lock(process_nodes()).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.inner)));
         lock(live_nodes()).remove(&(self.inner.domain_id, self.inner.node_id));

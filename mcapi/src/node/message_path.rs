@@ -66,13 +66,15 @@ impl NodeInner {
             let dest = st.peers[peer as usize].addr;
             let alive = st.peers[peer as usize].is_alive();
             let Some(r) = st.remotes.get_mut(&remote) else {
-                let _ = st.requests.complete(h, Status::MCAPI_ERR_ENDP_INVALID, 0);
+                st.requests
+                    .complete_if_pending(h, Status::MCAPI_ERR_ENDP_INVALID, 0);
                 st.send_free.push(slot);
                 st.pending_sends.remove(i);
                 continue;
             };
             if !alive {
-                let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                st.requests
+                    .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
                 st.send_free.push(slot);
                 st.pending_sends.remove(i);
                 continue;
@@ -112,7 +114,8 @@ impl NodeInner {
                 .send_tagged(buf, dest, tag.encode(), Context::SendSlot(slot).encode())
             {
                 Ok(()) => {
-                    let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, len);
+                    st.requests
+                        .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
                     st.pending_sends.remove(i);
                 }
                 Err(e) if e.is_again() => {
@@ -124,7 +127,8 @@ impl NodeInner {
                     break;
                 }
                 Err(_) => {
-                    let _ = st.requests.complete(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                    st.requests
+                        .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
                     st.send_free.push(slot);
                     st.pending_sends.remove(i);
                 }
@@ -227,8 +231,10 @@ impl NodeInner {
         else {
             return;
         };
-        if self.fab.post_recv_slot(ep, t.port, t.slot).is_ok() {
-            let _ = ep.credits.consumed(SenderId(u32::from(t.peer)));
+        match self.fab.post_recv_slot(ep, t.port, t.slot) {
+            // (A sender that left meanwhile has nothing to be credited.)
+            Ok(()) => _ = ep.credits.consumed(SenderId(u32::from(t.peer))),
+            Err(e) => slot_lost(t.port, &e),
         }
         while let Some(ctl) = ep.credits.poll() {
             queue_control(peers, outbox, t.port, ctl);
@@ -268,7 +274,13 @@ impl NodeInner {
         };
         if ep.credits.arrived(SenderId(u32::from(tag.peer))).is_err() {
             // Protocol violation: a message without a credit. Drop it, keep the slot.
-            let _ = self.fab.post_recv_slot(ep, port, slot);
+            log::info!(
+                "port {port}: dropped a message of peer {} sent without a credit",
+                tag.peer
+            );
+            if let Err(e) = self.fab.post_recv_slot(ep, port, slot) {
+                slot_lost(port, &e);
+            }
             return;
         }
         let LocalEndpoint { reorder, queue, .. } = ep;
@@ -288,8 +300,21 @@ impl NodeInner {
             // A duplicate or a number far ahead: a protocol violation (credits bound what a
             // sender has in flight, and so the window and the keys). Drop it, keep the slot
             // and the credit.
-            let _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
-            let _ = self.fab.post_recv_slot(ep, port, slot);
+            log::info!(
+                "port {port}: dropped a duplicate or out-of-window message of peer {}",
+                tag.peer
+            );
+            _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
+            if let Err(e) = self.fab.post_recv_slot(ep, port, slot) {
+                slot_lost(port, &e);
+            }
         }
     }
+}
+
+/// A receive slot that could not be posted again: the endpoint takes one message fewer at
+/// once from now on (its senders' credits still bound what arrives).
+#[cold]
+fn slot_lost(port: u32, e: &Status) {
+    log::warn!("port {port}: a receive slot could not be posted again: {e}");
 }

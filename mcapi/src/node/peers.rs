@@ -179,6 +179,9 @@ impl NodeInner {
             (true, false) => st.departing -= 1,
             _ => {}
         }
+        if let Some(event) = event {
+            log_peer_event(st, peer, event);
+        }
         match event {
             Some(PeerEvent::Restarted { .. }) => self.forget_run(st, peer),
             Some(PeerEvent::Gone) => self.reclaim_run(st, peer),
@@ -254,5 +257,29 @@ fn forget_sequence(st: &mut State, peer: u16) {
             // Credits bound the queue to its slots, so it has room.
             let _ = queue.push(a.priority as usize, a);
         });
+    }
+}
+
+/// Says what happened to a peer: the reason later `MCAPI_ERR_TRANSMISSION`s and channel
+/// errors with it have.
+#[cold]
+fn log_peer_event(st: &State, peer: u16, event: PeerEvent) {
+    let node = st
+        .peer_of
+        .iter()
+        .find(|(_, &p)| p == peer)
+        .map_or((u32::MAX, u32::MAX), |(&node, _)| node);
+    let (domain, node) = node;
+    match event {
+        PeerEvent::Restarted { old } => log::info!(
+            "node <{domain}, {node}> runs again (run {:x} replaces {old:x}): what was kept for \
+             the old run is forgotten",
+            st.peers[peer as usize].life.incarnation().unwrap_or(0)
+        ),
+        PeerEvent::Departed => log::info!(
+            "node <{domain}, {node}> is gone (its control connection closed): sends to it fail \
+             with MCAPI_ERR_TRANSMISSION, its channels with their loss status"
+        ),
+        PeerEvent::Gone => log::debug!("node <{domain}, {node}>: departure grace over"),
     }
 }

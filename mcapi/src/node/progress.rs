@@ -77,7 +77,9 @@ impl NodeInner {
                 if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)) {
                     self.control_arrived(st, tag, c.data());
                 }
-                let _ = self.fab.post_control_slot(slot);
+                if let Err(e) = self.fab.post_control_slot(slot) {
+                    log::warn!("a control receive slot could not be posted again: {e}");
+                }
             }
             None => {}
         }

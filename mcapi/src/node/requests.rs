@@ -38,11 +38,11 @@ impl Node {
             self.resolve_remote(id, Some(Instant::now())).is_ok()
         };
         if found {
-            let _ = self
-                .inner
-                .live_state()?
-                .requests
-                .complete(request, Status::MCAPI_SUCCESS, 0);
+            self.inner.live_state()?.requests.complete_if_pending(
+                request,
+                Status::MCAPI_SUCCESS,
+                0,
+            );
         }
         Ok(())
     }

@@ -145,8 +145,9 @@ impl ScalarHub {
         let a = self.av.insert(addr)?;
         peers.insert(addr.to_vec(), a);
         // Sets up the provider's connection now, as a packet sender does (`connect_side_io`);
-        // the reader ignores messages without CQ data.
-        let _ = self.ep.inject(&[], a);
+        // the reader ignores messages without CQ data. Best effort: a failure shows at the
+        // first real send.
+        _ = self.ep.inject(&[], a);
         Ok(a)
     }
 
@@ -246,8 +247,9 @@ impl ScalarHub {
         drop(guard);
         if handed_over && self.cq.wait_fd().is_some() {
             // A side asleep on the CQ's wait object may have missed its message, which
-            // this read took off the CQ: wake it.
-            let _ = self.cq.signal();
+            // this read took off the CQ: wake it (if that fails, it wakes at its next timed
+            // look).
+            _ = self.cq.signal();
         }
         failed.map_or(Ok(n), Err)
     }

@@ -255,6 +255,19 @@ impl<T> RequestTable<T> {
             .ok_or(Status::MCAPI_ERR_REQUEST_INVALID)
     }
 
+    /// [`RequestTable::complete`] for a driver whose result has nowhere else to go: a
+    /// request cancelled or released meanwhile is simply no longer there (a cancelled
+    /// request already reports its cancel). A second completion of one request is a driver
+    /// bug, caught in debug builds.
+    pub fn complete_if_pending(&mut self, handle: RequestHandle, status: Status, size: usize) {
+        let r = self.complete(handle, status, size);
+        debug_assert_ne!(
+            r,
+            Err(Status::MCAPI_ERR_GENERAL),
+            "{handle:?} completed twice"
+        );
+    }
+
     /// Records that the operation finished with `status` and `size` bytes.
     /// Called by the driver when the transport completes the operation.
     ///
