@@ -35,9 +35,14 @@ impl Handler for ControlHandler {
 
     fn peer_gone(&self, peer: (u32, u32), incarnation: u64) {
         let Some(node) = self.0.upgrade() else { return };
-        let index = lock(&node.state).peer_of.get(&peer).copied();
-        if let Some(i) = index {
-            node.peer_event(i, PeerInput::Lost(incarnation));
+        let lost = std::panic::AssertUnwindSafe(|| {
+            let index = lock(&node.state).peer_of.get(&peer).copied();
+            if let Some(i) = index {
+                node.peer_event(i, PeerInput::Lost(incarnation));
+            }
+        });
+        if let Err(panic) = std::panic::catch_unwind(lost) {
+            node.mark_broken("the control server", &*panic);
         }
     }
 }

@@ -200,7 +200,7 @@ impl Node {
     /// `MCAPI_ERR_NODE_NOTINIT` if the node was already finalized.
     pub fn finalize(&self) -> Result<()> {
         self.inner.notify_channel_peers();
-        {
+        let links: Vec<_> = {
             let mut st = lock(&self.inner.state);
             if st.finalized {
                 return Err(Status::MCAPI_ERR_NODE_NOTINIT);
@@ -208,11 +208,13 @@ impl Node {
             st.finalized = true;
             st.endpoints.clear();
             st.delivered.clear();
-            for p in &st.peers {
-                if let Some(link) = &p.link {
-                    lock(&link.stream).shutdown();
-                }
-            }
+            st.peers.iter().filter_map(|p| p.link.clone()).collect()
+        };
+        // Outside the state lock, and through the second handle: a call in progress on a
+        // link (whose answer may need the peer's state while the peer finalizes too) ends
+        // with its connection instead of holding finalize.
+        for link in links {
+            link.closer.shutdown();
         }
         self.inner.channels.clear();
         drop(lock(&self.inner.control).take());

@@ -78,10 +78,15 @@ impl NodeInner {
             return Err(Status::MCAPI_ERR_TRANSMISSION);
         };
         let addr = self.fab.av.insert(&fabric_addr).map_err(ofi_status)?;
+        let closer = stream.try_clone().map_err(|e| {
+            log::info!("node <{domain}, {node}>: control connection: {e}");
+            Status::MCAPI_ERR_TRANSMISSION
+        })?;
         let mut st = self.live_state()?;
         self.peer_met(&mut st, index, incarnation, addr, peer as u16);
         st.peers[index as usize].link = Some(Arc::new(ControlLink {
             stream: Mutex::new(stream),
+            closer,
             incarnation,
             closed: Default::default(),
         }));

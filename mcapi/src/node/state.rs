@@ -154,6 +154,9 @@ pub(super) type PeerRun = (u16, u64);
 /// A control connection we opened to one run of a peer node.
 pub(super) struct ControlLink {
     pub(super) stream: Mutex<Stream>,
+    /// A second handle on the same socket, to shut it down (finalize) without waiting for
+    /// a call in progress on `stream`, which the shutdown ends.
+    pub(super) closer: Stream,
     /// The run that answered its handshake: the one this connection's end is about.
     pub(super) incarnation: u64,
     /// Set once the connection is seen closed (by the liveness watcher or a failed call):
