@@ -10,18 +10,18 @@
 //! is copied out of its slot by `msg_recv`. The slot is posted again, and its credit
 //! returned, by the node's next receive call or CQ read, so a reply goes out first.
 //!
-//! Modules, each depending only on those listed before it (besides `channels`, see below):
+//! Modules, each depending only on those listed before it (besides `channel`, see below):
 //! `common` (result, lock, limits), `seq` (wire sequences), `wait` (backoff, deadlines),
 //! `state` (what the mutex guards), `fabric` (libfabric stack, posting),
 //! `inner` (`NodeInner`), `credit_plane`, `peers`, `message_path`, `progress` (CQ, background
 //! thread), `endpoints`, `control_handler`, `lifecycle` (initialize/finalize), `requests`,
-//! `messages`; `scalar_hub` serves `channels`.
+//! `messages`; `channel::hub` (the scalar hub) serves `channel`.
 
-// `channels` still reads this module through `use super::*` (its rewrite is under way). Only
+// `channel` still reads this module through `use super::*` (its rewrite is under way). Only
 // for it: the `use` block marked below, the `driver` alias (its path to `seq::widen`), and
 // the `pub(super)` fields of `NodeInner`, `State`, `LocalEndpoint` and `Fab` it reads.
 
-mod channels;
+mod channel;
 mod common;
 mod control_handler;
 mod credit_plane;
@@ -34,12 +34,11 @@ mod messages;
 mod peers;
 mod progress;
 mod requests;
-mod scalar_hub;
 mod seq;
 mod state;
 mod wait;
 
-pub use channels::{ChannelHandle, Packet, MAX_PKT_SIZE};
+pub use channel::{ChannelHandle, Packet, MAX_PKT_SIZE};
 pub use common::{MAX_MSG_SIZE, NUM_PRIORITIES};
 
 use crate::control::Frame;
@@ -50,7 +49,7 @@ use inner::NodeInner;
 use std::sync::Arc;
 use std::time::Instant;
 
-// Only for channels.rs (`use super::*`):
+// Only for channel/mod.rs (`use super::*`):
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::RequestHandle;
 use common::lock;

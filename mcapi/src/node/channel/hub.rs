@@ -17,8 +17,8 @@
 //! turn from 2^15, so a message still on its way to a side long gone finds no side, not a
 //! new one.
 
-use super::channels::MAX_SIDES;
-use super::common::lock;
+use super::MAX_SIDES;
+use crate::node::common::lock;
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
     Error as OfiError, FiAddr, MemoryRegion, WaitObject,

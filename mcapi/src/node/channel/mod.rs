@@ -2,7 +2,7 @@
 //!
 //! Each open side of a packet channel owns one RDM endpoint and CQ of its own (multi-receive
 //! is untagged-only in libfabric 1.17, so a receive pool needs an endpoint that carries
-//! nothing else); scalar sides share the node's scalar hub (`scalar_hub`), which keeps a
+//! nothing else); scalar sides share the node's scalar hub (`hub`), which keeps a
 //! scalar ping-pong between two nodes on one connection (except on shm, which has no
 //! connections: they have endpoints of their own there). The channel data path never takes
 //! the node's state lock:
@@ -29,7 +29,8 @@
 //! Connect, open and close run on the control plane (`Frame::Channel`), between the nodes
 //! owning the two endpoints; a third node may make the connect.
 
-use super::scalar_hub::{self, HubItem, ScalarHub};
+mod hub;
+
 use super::*;
 use crate::control::{ChannelAttributes, ChannelOp, ConnectEnd};
 use crate::semantics::channel::{Binding, ChannelKind, CreditReturn, Direction};
@@ -37,6 +38,7 @@ use crate::semantics::channel_side::{
     Completions, Item, NextSend, Outgoing, Posted, Posting, RecvSide, Repost, SendSide, UserBuffer,
     ZeroCopy,
 };
+use hub::{HubItem, ScalarHub};
 use mcapi_ofi::{SendBuffer, SendWait};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
@@ -511,7 +513,7 @@ struct HubSide {
     route: u16,
     /// The other side's route on its node's hub.
     peer_route: u16,
-    items: [HubItem; scalar_hub::READ_BURST],
+    items: [HubItem; hub::READ_BURST],
 }
 
 impl Drop for HubSide {
@@ -894,7 +896,7 @@ impl SideIo {
             match self.read_hub() {
                 Some(n) => {
                     seen += n;
-                    if n < scalar_hub::READ_BURST {
+                    if n < hub::READ_BURST {
                         break;
                     }
                 }
@@ -1501,7 +1503,7 @@ impl NodeInner {
     /// Scalars a receive side takes before the sender waits for credits: `recv_buffers`,
     /// within what the hub's CQ holds for every side at once.
     fn scalar_capacity(&self) -> u32 {
-        self.config.recv_buffers.min(scalar_hub::MAX_CAPACITY) as u32
+        self.config.recv_buffers.min(hub::MAX_CAPACITY) as u32
     }
 
     /// The fabric part of a scalar side, on the node's hub (nothing of its own is posted:
@@ -1529,7 +1531,7 @@ impl NodeInner {
                 hub,
                 route,
                 peer_route: 0,
-                items: [HubItem::default(); scalar_hub::READ_BURST],
+                items: [HubItem::default(); hub::READ_BURST],
             }),
             out: self.channels.outbox(slot),
         })
