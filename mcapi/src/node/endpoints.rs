@@ -1,6 +1,6 @@
 //! Endpoints: create, delete, get (resolving remote ones), attributes.
 
-use super::channels::{EndpointChannel, MAX_PKT_SIZE};
+use super::channel::{EndpointChannel, MAX_PKT_SIZE};
 use super::common::{Result, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;

@@ -1,6 +1,6 @@
 //! The node's shared core ([`NodeInner`]) and the checks every call makes on it.
 
-use super::channels::ChannelTable;
+use super::channel::ChannelTable;
 use super::common::{lock, Result};
 use super::fabric::Fab;
 use super::state::State;

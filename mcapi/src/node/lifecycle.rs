@@ -1,6 +1,6 @@
 //! A node's life in the process: initialize, the calling thread's node, finalize.
 
-use super::channels::ChannelTable;
+use super::channel::ChannelTable;
 use super::common::{lock, Result};
 use super::control_handler::ControlHandler;
 use super::fabric::{open_fabric, CONTROL_SLOTS_MIN, SEND_SLOTS};

@@ -1,6 +1,6 @@
 //! Message calls of a node (spec 4.3).
 
-use super::channels::SideSet;
+use super::channel::SideSet;
 use super::common::{ofi_status, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::inner::NodeInner;
 use super::peers::PeerInput;

@@ -10,18 +10,16 @@
 //! is copied out of its slot by `msg_recv`. The slot is posted again, and its credit
 //! returned, by the node's next receive call or CQ read, so a reply goes out first.
 //!
-//! Modules, each depending only on those listed before it (besides `channels`, see below):
-//! `common` (result, lock, limits), `seq` (wire sequences), `wait` (backoff, deadlines),
-//! `state` (what the mutex guards), `fabric` (libfabric stack, posting),
-//! `inner` (`NodeInner`), `credit_plane`, `peers`, `message_path`, `progress` (CQ, background
-//! thread), `endpoints`, `control_handler`, `lifecycle` (initialize/finalize), `requests`,
-//! `messages`; `scalar_hub` serves `channels`.
+//! Modules, each depending only on those listed before it: `common` (result, lock, limits),
+//! `seq` (wire sequences), `wait` (backoff, deadlines), `state` (what the mutex guards; it
+//! holds the channel types of `channel::{handle, endpoint, req}`), `fabric` (libfabric stack,
+//! posting), `inner` (`NodeInner`; it holds `channel::table`), `credit_plane`, `peers`,
+//! `message_path`, `progress` (CQ, background thread), `endpoints`, `control_handler`,
+//! `lifecycle` (initialize/finalize), `requests`, `messages`. `channel` (packet and scalar
+//! channels) has its data layer below `state` and `inner` and its operations on top of them;
+//! see its module map.
 
-// `channels` still reads this module through `use super::*` (its rewrite is under way). Only
-// for it: the `use` block marked below, the `driver` alias (its path to `seq::widen`), and
-// the `pub(super)` fields of `NodeInner`, `State`, `LocalEndpoint` and `Fab` it reads.
-
-mod channels;
+mod channel;
 mod common;
 mod control_handler;
 mod credit_plane;
@@ -34,12 +32,11 @@ mod messages;
 mod peers;
 mod progress;
 mod requests;
-mod scalar_hub;
 mod seq;
 mod state;
 mod wait;
 
-pub use channels::{ChannelHandle, Packet, MAX_PKT_SIZE};
+pub use channel::{ChannelHandle, Packet, MAX_PKT_SIZE};
 pub use common::{MAX_MSG_SIZE, NUM_PRIORITIES};
 
 use crate::control::Frame;
@@ -49,23 +46,6 @@ use common::Result;
 use inner::NodeInner;
 use std::sync::Arc;
 use std::time::Instant;
-
-// Only for channels.rs (`use super::*`):
-use crate::semantics::endpoint_id::EndpointId;
-use crate::semantics::request::RequestHandle;
-use common::lock;
-use fabric::Fab;
-use mcapi_ofi::{
-    flags, AddressVector, Completion, CompletionQueue, Endpoint, EndpointOptions,
-    Error as OfiError, FiAddr, MemoryRegion,
-};
-use seq as driver;
-use state::{PeerRun, Req};
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
-use wait::{Backoff, SleepCqs};
 
 /// An initialized MCAPI node. Cheap to clone; usable from any thread.
 #[derive(Clone)]

@@ -1,6 +1,6 @@
 //! Non-blocking lookups and the request calls (spec 4.2.3, 4.6).
 
-use super::channels::ChanReq;
+use super::channel::ChanReq;
 use super::common::Result;
 use super::state::{Req, State};
 use super::Node;

@@ -1,6 +1,6 @@
 //! What the node's one mutex guards: endpoints, peers, remotes, requests, slots.
 
-use super::channels::{ChanReq, EndpointChannel, Packet};
+use super::channel::{ChanReq, EndpointChannel, Packet};
 use crate::control::Stream;
 use crate::semantics::credit::{CreditPool, CreditWindow};
 use crate::semantics::endpoint_id::EndpointId;

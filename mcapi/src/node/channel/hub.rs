@@ -17,8 +17,8 @@
 //! turn from 2^15, so a message still on its way to a side long gone finds no side, not a
 //! new one.
 
-use super::channels::MAX_SIDES;
-use super::common::lock;
+use super::limits::MAX_SIDES;
+use crate::node::common::lock;
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
     Error as OfiError, FiAddr, MemoryRegion, WaitObject,
@@ -28,12 +28,12 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// Multi-receive buffers of the hub's pool, and their size.
-const POOL_BUFFERS: usize = 4;
-const POOL_BUFFER_SIZE: usize = 64 * 1024;
+pub(super) const POOL_BUFFERS: usize = 4;
+pub(super) const POOL_BUFFER_SIZE: usize = 64 * 1024;
 /// Completions read from the CQ at a time, and messages a side takes at a time.
 pub(super) const READ_BURST: usize = 16;
-const CREDIT_BIT: u64 = 1 << 31;
-const ROUTES: usize = 1 << 15;
+pub(super) const CREDIT_BIT: u64 = 1 << 31;
+pub(super) const ROUTES: usize = 1 << 15;
 /// Most scalars a receive side may have in flight to it: every side's may sit in the CQ at
 /// once, which holds 2^16 (and the 16-bit sequence numbers need a window below 2^15).
 pub(super) const MAX_CAPACITY: usize = (1 << 16) / MAX_SIDES - 8;
@@ -60,7 +60,7 @@ pub(super) struct ScalarHub {
     peers: Mutex<HashMap<Vec<u8>, FiAddr>>,
 }
 
-struct Routing {
+pub(super) struct Routing {
     buf: [Completion; READ_BURST],
     /// Messages read by one side for another, by the side's slot.
     inbox: Vec<VecDeque<HubItem>>,

@@ -1,0 +1,301 @@
+//! Channel close (`*_close_i`), finalize's notices, and freeing or retiring sides.
+
+use super::data::SideData;
+use super::endpoint::EndpointChannel;
+use super::handle::ChannelHandle;
+use super::req::ChanReq;
+use super::side_io::SideIo;
+use crate::node::common::{lock, Result};
+use crate::node::inner::NodeInner;
+use crate::node::state::Req;
+use crate::node::Node;
+use crate::semantics::channel::{ChannelKind, Direction};
+use crate::semantics::channel_side::Posting;
+use crate::semantics::endpoint_id::EndpointId;
+use crate::semantics::request::RequestHandle;
+use crate::semantics::Status;
+
+impl Node {
+    /// `mcapi_pktchan_recv_close_i`: closes the receive side; packets not yet received are
+    /// discarded, packets the application holds stay valid until released. Completes when
+    /// both sides have closed.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`,
+    /// `MCAPI_ERR_CHAN_NOTOPEN`, `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn pktchan_recv_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Packet, Direction::Receive)
+    }
+
+    /// `mcapi_pktchan_send_close_i`: closes the send side; packets sent stay to be received.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_close_i`].
+    pub fn pktchan_send_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Packet, Direction::Send)
+    }
+
+    /// `mcapi_sclchan_recv_close_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_close_i`].
+    pub fn sclchan_recv_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Scalar, Direction::Receive)
+    }
+
+    /// `mcapi_sclchan_send_close_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_close_i`].
+    pub fn sclchan_send_close_i(&self, handle: ChannelHandle) -> Result<RequestHandle> {
+        self.channel_close(handle, ChannelKind::Scalar, Direction::Send)
+    }
+
+    fn channel_close(
+        &self,
+        handle: ChannelHandle,
+        kind: ChannelKind,
+        dir: Direction,
+    ) -> Result<RequestHandle> {
+        drop(self.inner.live_state()?);
+        let (slot, generation, k, d) = handle.decode().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+        if k != kind {
+            return Err(Status::MCAPI_ERR_CHAN_TYPE);
+        }
+        if d != dir {
+            return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
+        }
+        let port = {
+            let g = self.inner.channels.sides[slot].lock();
+            let side = g
+                .as_ref()
+                .filter(|s| s.generation == generation)
+                .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            if side.io.is_none() || side.closed {
+                return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
+            }
+            side.port
+        };
+        let (req, peer_id) = {
+            let mut st = self.inner.live_state()?;
+            if !st.requests.has_room() {
+                return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
+            }
+            let ep = st
+                .endpoints
+                .get_mut(&port)
+                .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            ep.channel.binding.close(kind, dir)?;
+            let peer_id = ep.channel.peer;
+            (
+                st.requests
+                    .alloc(Req::Chan(ChanReq::Close { port, handle }))?,
+                peer_id,
+            )
+        };
+        // Closed, and what was sent counted, at one moment: no send slips in after the
+        // count, and a cancel of a queued packet from now on announces its own count.
+        let (cancelled, sent, run) = {
+            let mut g = self.inner.channels.sides[slot].lock();
+            let mut cancelled = Vec::new();
+            let mut sent = 0;
+            let mut run = None;
+            if let Some(side) = g.as_mut() {
+                side.closed = true;
+                run = side.peer;
+                if let Some(SideIo {
+                    data: SideData::Send(s),
+                    ..
+                }) = &side.io
+                {
+                    sent = s.state.announced_count();
+                }
+                if let Some(io) = &mut side.io {
+                    if let SideData::Recv(r) = &mut io.data {
+                        // Packets not received yet are discarded; their buffers go back.
+                        r.state.close();
+                        while let Some(c) = r.state.take_completed() {
+                            cancelled.push(c.request);
+                        }
+                        // Multi-receive buffers go back at once, as they do when released;
+                        // plain slots wait to be posted as usual.
+                        if r.state.posting() == Posting::MultiRecv {
+                            io.repost_slots();
+                        }
+                    }
+                }
+            }
+            (cancelled, sent, run)
+        };
+        {
+            let mut st = lock(&self.inner.state);
+            for h in cancelled {
+                let _ = st
+                    .requests
+                    .complete(h, Status::MCAPI_ERR_REQUEST_CANCELLED, 0);
+            }
+        }
+        // A dead peer cannot answer: the close then completes with an error below.
+        if let Some(peer_id) = peer_id {
+            self.inner.send_closed(peer_id, port, sent, run);
+        }
+        self.advance_close(req, port, handle)?;
+        Ok(req)
+    }
+
+    pub(super) fn advance_close(
+        &self,
+        request: RequestHandle,
+        port: u32,
+        handle: ChannelHandle,
+    ) -> Result<()> {
+        let (slot, generation, ..) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
+        let (peer, gone, queued) = {
+            let g = self.inner.channels.sides[slot].lock();
+            match g.as_ref().filter(|s| s.generation == generation) {
+                Some(side) => {
+                    // Zero-copy packets posted but not completed count as queued: the
+                    // endpoint must not close under them.
+                    let queued = matches!(&side.io, Some(SideIo {
+                        data: SideData::Send(s),
+                        ..
+                    }) if s.state.has_queued() || s.state.has_in_flight());
+                    (side.peer, side.peer_gone, queued)
+                }
+                None => (None, None, false),
+            }
+        };
+        // Liveness is asked (a control-socket check) only while the peer has not closed:
+        // this runs on every poll of the close request.
+        let peer_closed = self
+            .inner
+            .live_state()?
+            .endpoints
+            .get(&port)
+            .is_some_and(|ep| ep.channel.binding.is_peer_closed());
+        let peer_dead = !peer_closed && peer.is_some() && !self.inner.peer_alive(peer);
+        let finished = {
+            let mut st = self.inner.live_state()?;
+            let Some(ep) = st.endpoints.get_mut(&port) else {
+                let _ = st.requests.complete(request, Status::MCAPI_ERR_GENERAL, 0);
+                return Ok(());
+            };
+            // A peer that died without closing never will: its side counts as closed, and
+            // this close reports the loss.
+            let lost = peer_dead && !ep.channel.binding.is_peer_closed();
+            if lost {
+                ep.channel.binding.peer_closed();
+            }
+            // Packets queued here still go out first, unless the receiver is gone.
+            let receiver_here = gone.is_none() && !peer_dead;
+            if (queued && receiver_here) || !ep.channel.binding.try_finish_close() {
+                return Ok(());
+            }
+            ep.channel = EndpointChannel::default();
+            let status = if lost {
+                Status::MCAPI_ERR_GENERAL
+            } else {
+                Status::MCAPI_SUCCESS
+            };
+            let _ = st.requests.complete(request, status, 0);
+            true
+        };
+        if finished {
+            self.inner.retire_side(handle);
+        }
+        Ok(())
+    }
+}
+
+impl NodeInner {
+    /// Finalize: tells the other side of each open channel that this side is gone, as a
+    /// close does, so that its calls fail at once instead of reaching an endpoint that is
+    /// about to close (on shm within one process that memory is unmapped).
+    pub(in crate::node) fn notify_channel_peers(&self) {
+        let open: Vec<(u32, EndpointId, ChannelHandle)> = match self.live_state() {
+            Ok(st) => st
+                .endpoints
+                .iter()
+                .filter_map(|(&port, ep)| Some((port, ep.channel.peer?, ep.channel.side?)))
+                .filter(|(_, peer, _)| {
+                    (peer.domain(), peer.node()) != (self.domain_id, self.node_id)
+                })
+                .collect(),
+            Err(_) => return,
+        };
+        for (port, peer, handle) in open {
+            let Some((slot, generation, ..)) = handle.decode() else {
+                continue;
+            };
+            let (sent, run) = match self.channels.sides[slot]
+                .lock()
+                .as_ref()
+                .filter(|s| s.generation == generation && s.ready && !s.closed)
+                .and_then(|s| Some((s.io.as_ref()?, s.peer)))
+            {
+                Some((
+                    SideIo {
+                        data: SideData::Send(s),
+                        ..
+                    },
+                    run,
+                )) => (s.state.sent(), run),
+                Some((_, run)) => (0, run),
+                None => continue,
+            };
+            self.send_closed(peer, port, sent, run);
+        }
+    }
+
+    /// Frees a side slot at once (an open that never got its fabric part).
+    pub(super) fn free_side(&self, handle: ChannelHandle) {
+        if let Some((slot, generation, ..)) = handle.decode() {
+            let mut g = self.channels.sides[slot].lock();
+            if g.as_ref().is_some_and(|s| s.generation == generation) {
+                self.channels.vacate(&mut g, slot);
+            }
+        }
+    }
+
+    /// A side whose channel is disconnected: its endpoint closes now; a receive pool with
+    /// packets the application still holds stays until they are released.
+    fn retire_side(&self, handle: ChannelHandle) {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return;
+        };
+        let mut g = self.channels.sides[slot].lock();
+        let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+            return;
+        };
+        // Completions already there count (zero-copy sends that did complete).
+        side.progress();
+        let held = match &mut side.io {
+            Some(io) => {
+                if matches!(&io.data, SideData::Send(s) if s.state.has_in_flight()) {
+                    // Our only handle on zero-copy sends still posted: closing the endpoint
+                    // now stops the provider reading their memory.
+                    io.ep = None;
+                } else {
+                    self.channels.park(io.ep.take());
+                }
+                match &mut io.data {
+                    SideData::Recv(r) => r.state.holds_packets(),
+                    SideData::Send(s) => {
+                        // Sends the departed receiver can no longer take fail, not vanish.
+                        s.state.fail_queued(&mut io.out);
+                        s.state.fail_in_flight(&mut io.out);
+                        false
+                    }
+                    SideData::Unconnected => false,
+                }
+            }
+            None => false,
+        };
+        side.closed = true;
+        if !held {
+            self.channels.vacate(&mut g, slot);
+        }
+        drop(g);
+        self.flush_completed();
+    }
+}

@@ -1,0 +1,377 @@
+//! Channel connect and open (`*_connect_i`, `*_open_i`) and the open's completion.
+
+use super::data::SideData;
+use super::handle::ChannelHandle;
+use super::req::ChanReq;
+use crate::control::{ChannelOp, ConnectEnd};
+use crate::node::common::{lock, Result};
+use crate::node::state::Req;
+use crate::node::Node;
+use crate::semantics::channel::{ChannelKind, Direction};
+use crate::semantics::endpoint_id::EndpointId;
+use crate::semantics::request::RequestHandle;
+use crate::semantics::Status;
+
+impl Node {
+    /// `mcapi_pktchan_connect_i`: connects `send` to `receive` as a packet channel. Any node
+    /// may connect (also a third one); the result is known when this returns, so the
+    /// request comes back completed.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID` (no such endpoint, or both the same),
+    /// `MCAPI_ERR_CHAN_CONNECTED`, `MCAPI_ERR_CHAN_CLOSEPENDING`, `MCAPI_ERR_ENDP_GET_LIMIT`
+    /// (other nodes send messages to the endpoint), `MCAPI_ERR_ATTR_INCOMPATIBLE`,
+    /// `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn pktchan_connect_i(
+        &self,
+        send: EndpointId,
+        receive: EndpointId,
+    ) -> Result<RequestHandle> {
+        self.channel_connect(ChannelKind::Packet, send, receive)
+    }
+
+    /// `mcapi_sclchan_connect_i`: as [`Node::pktchan_connect_i`] for a scalar channel.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_connect_i`].
+    pub fn sclchan_connect_i(
+        &self,
+        send: EndpointId,
+        receive: EndpointId,
+    ) -> Result<RequestHandle> {
+        self.channel_connect(ChannelKind::Scalar, send, receive)
+    }
+
+    fn channel_connect(
+        &self,
+        kind: ChannelKind,
+        send: EndpointId,
+        receive: EndpointId,
+    ) -> Result<RequestHandle> {
+        // The request is taken first, so that no failure after both endpoints are bound
+        // can leave them connected.
+        let h = {
+            let mut st = self.inner.live_state()?;
+            if send == receive {
+                return Err(Status::MCAPI_ERR_ENDP_INVALID);
+            }
+            st.requests.alloc(Req::Chan(ChanReq::Connect))?
+        };
+        // An endpoint whose node cannot be reached (not running, finalized or dead) is no
+        // valid endpoint: the connect's ERRORS table has no MCAPI_ERR_TRANSMISSION.
+        let unreachable = |e: Status| match e {
+            Status::MCAPI_TIMEOUT
+            | Status::MCAPI_ERR_NODE_INVALID
+            | Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_ENDP_INVALID,
+            e => e,
+        };
+        let connected = self
+            .inner
+            .channel_call(
+                send,
+                ChannelOp::Connect {
+                    peer: receive,
+                    kind,
+                    end: ConnectEnd::Send,
+                },
+            )
+            .and_then(|sender| {
+                // A connect is always answered with attributes.
+                sender
+                    .ok_or(Status::MCAPI_ERR_GENERAL)
+                    .and_then(|sender| {
+                        self.inner.channel_call(
+                            receive,
+                            ChannelOp::Connect {
+                                peer: send,
+                                kind,
+                                end: ConnectEnd::Receive { sender },
+                            },
+                        )
+                    })
+                    .inspect_err(|_| {
+                        let _ = self.inner.channel_call(send, ChannelOp::UndoConnect);
+                    })
+            });
+        let mut st = lock(&self.inner.state);
+        match connected {
+            Ok(_) => {
+                let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, 0);
+                Ok(h)
+            }
+            Err(e) => {
+                let _ = st.requests.release(h);
+                Err(unreachable(e))
+            }
+        }
+    }
+
+    /// `mcapi_pktchan_recv_open_i`: opens the receive side on local endpoint `endpoint`.
+    /// The handle is usable once the request completes, which is when both sides are open.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`,
+    /// `MCAPI_ERR_CHAN_OPENPENDING`, `MCAPI_ERR_CHAN_OPEN`, `MCAPI_ERR_CHAN_CLOSEPENDING`,
+    /// `MCAPI_ERR_REQUEST_LIMIT`.
+    pub fn pktchan_recv_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Packet, Direction::Receive, endpoint)
+    }
+
+    /// `mcapi_pktchan_send_open_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_open_i`].
+    pub fn pktchan_send_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Packet, Direction::Send, endpoint)
+    }
+
+    /// `mcapi_sclchan_recv_open_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_open_i`].
+    pub fn sclchan_recv_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Scalar, Direction::Receive, endpoint)
+    }
+
+    /// `mcapi_sclchan_send_open_i`.
+    ///
+    /// # Errors
+    /// As [`Node::pktchan_recv_open_i`].
+    pub fn sclchan_send_open_i(
+        &self,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        self.channel_open(ChannelKind::Scalar, Direction::Send, endpoint)
+    }
+
+    fn channel_open(
+        &self,
+        kind: ChannelKind,
+        dir: Direction,
+        endpoint: EndpointId,
+    ) -> Result<(ChannelHandle, RequestHandle)> {
+        let port = self.local_port(endpoint)?;
+        // Reserved before taking the state lock: side locks are never taken under it.
+        let handle = self.inner.reserve_side(kind, dir, port)?;
+        let opened = (|| {
+            let mut st = self.inner.live_state()?;
+            if !st.requests.has_room() {
+                return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
+            }
+            let ep = st
+                .endpoints
+                .get_mut(&port)
+                .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+            ep.channel.binding.open(kind, dir)?;
+            ep.channel.side = Some(handle);
+            st.requests.alloc(Req::Chan(ChanReq::Open { port, handle }))
+        })();
+        match opened {
+            Ok(req) => {
+                self.drive_pending(req)?;
+                Ok((handle, req))
+            }
+            Err(e) => {
+                self.inner.free_side(handle);
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn advance_open(
+        &self,
+        request: RequestHandle,
+        port: u32,
+        handle: ChannelHandle,
+    ) -> Result<()> {
+        let (slot, generation, kind, dir) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
+        // `gone`: the other endpoint, whose node died or finalized; if this endpoint is
+        // still connected to it for this open, it is unconnected again (there is nothing
+        // to close against).
+        let fail = |status: Status, gone: Option<EndpointId>| -> Result<()> {
+            let mut st = self.inner.live_state()?;
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.channel.binding.abandon_open();
+                let ours =
+                    gone.is_some() && ep.channel.peer == gone && ep.channel.side == Some(handle);
+                if ours && ep.channel.binding.peer_lost_before_open() {
+                    ep.channel.peer = None;
+                }
+                ep.channel.side = None;
+            }
+            let _ = st.requests.complete(request, status, 0);
+            drop(st);
+            self.inner.free_side(handle);
+            Ok(())
+        };
+        // What the endpoint knows now.
+        let (connected, peer_id, peer_info, max_payload, timeout) = {
+            let st = self.inner.live_state()?;
+            let Some(ep) = st.endpoints.get(&port) else {
+                drop(st);
+                return fail(Status::MCAPI_ERR_ENDP_DELETED, None);
+            };
+            let b = &ep.channel.binding;
+            match b.early_open_status(kind, dir) {
+                Err(e) => {
+                    drop(st);
+                    return fail(e, None);
+                }
+                Ok(connected) => (
+                    connected,
+                    ep.channel.peer,
+                    b.peer_info().cloned(),
+                    ep.max_payload,
+                    ep.timeout,
+                ),
+            }
+        };
+        let Some(peer_id) = peer_id.filter(|_| connected) else {
+            return Ok(());
+        };
+        let peer = {
+            let st = self.inner.live_state()?;
+            let local =
+                (peer_id.domain(), peer_id.node()) == (self.inner.domain_id, self.inner.node_id);
+            if local {
+                None
+            } else {
+                st.peer_run(peer_id.domain(), peer_id.node())
+            }
+        };
+        // First time: open our fabric part; then tell the other side (again if a connect
+        // that failed half-way had us announce to another endpoint).
+        let announce = {
+            let mut g = self.inner.channels.sides[slot].lock();
+            let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+                return Ok(());
+            };
+            if side.io.is_none() {
+                let io = match self.inner.open_side_io(kind, dir, max_payload, slot) {
+                    Ok(io) => io,
+                    Err(_) => {
+                        drop(g);
+                        return fail(Status::MCAPI_ERR_GENERAL, None);
+                    }
+                };
+                if let (SideData::Recv(r), ChannelKind::Packet) = (&io.data, kind) {
+                    let start = r.pool.addr();
+                    lock(&self.inner.channels.pools).push((start, start + r.pool.len(), slot));
+                }
+                side.io = Some(io);
+                side.timeout = timeout;
+                side.max_payload = match kind {
+                    ChannelKind::Packet => max_payload,
+                    ChannelKind::Scalar => 8,
+                };
+            }
+            if side.announced_to == Some(peer_id) {
+                None
+            } else {
+                side.announced_to = Some(peer_id);
+                if kind == ChannelKind::Packet && dir == Direction::Send {
+                    // The endpoint's attribute may have changed since a first announce.
+                    side.max_payload = max_payload;
+                }
+                side.io.as_ref().and_then(|io| {
+                    let route = io.hub.as_ref().map_or(0, |h| h.route);
+                    Some((io.ep.as_ref()?.address().to_vec(), route))
+                })
+            }
+        };
+        if let Some((addr, route)) = announce {
+            // No liveness pre-check: the call itself finds a dead node (its closed control
+            // connection, or 10 s unreachable), and a dead mark is not tied to one run.
+            let credits = match (dir, kind) {
+                (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u32,
+                (Direction::Receive, ChannelKind::Scalar) => self.inner.scalar_capacity(),
+                (Direction::Send, _) => 0,
+            };
+            // A local endpoint's id always encodes.
+            let from = match self.inner.endpoint_id(port) {
+                Ok(from) => from,
+                Err(e) => return fail(e, None),
+            };
+            let opened = ChannelOp::Opened {
+                from,
+                credits,
+                route,
+                max_payload: max_payload as u64,
+                fabric_addr: addr,
+            };
+            if let Err(e) = self.inner.channel_call(peer_id, opened) {
+                // Its node answered the connect, so one that cannot be reached now (the
+                // call's 10 s to reach it) or is finalizing is gone.
+                return match e {
+                    Status::MCAPI_ERR_TRANSMISSION
+                    | Status::MCAPI_TIMEOUT
+                    | Status::MCAPI_ERR_NODE_NOTINIT => {
+                        fail(Status::MCAPI_ERR_GENERAL, Some(peer_id))
+                    }
+                    e => fail(e, None),
+                };
+            }
+        }
+        let info = match peer_info {
+            Some(info) => info,
+            None if peer.is_some() && !self.inner.peer_alive(peer) => {
+                // It may have opened (and gone) since we looked: then the open completes
+                // and the data path reports the loss.
+                let opened = self
+                    .inner
+                    .live_state()?
+                    .endpoints
+                    .get(&port)
+                    .and_then(|ep| {
+                        (ep.channel.peer == Some(peer_id))
+                            .then(|| ep.channel.binding.peer_info().cloned())
+                            .flatten()
+                    });
+                match opened {
+                    Some(info) => info,
+                    None => return fail(Status::MCAPI_ERR_GENERAL, Some(peer_id)),
+                }
+            }
+            None => return Ok(()),
+        };
+        // Both sides open: finish the fabric part and complete.
+        {
+            let mut g = self.inner.channels.sides[slot].lock();
+            let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+                return Ok(());
+            };
+            side.peer = peer;
+            if kind == ChannelKind::Packet && dir == Direction::Send {
+                side.max_payload = side.max_payload.min(info.max_payload);
+            }
+            let payload = side.max_payload;
+            let Some(io) = side.io.as_mut() else {
+                return Ok(());
+            };
+            if self
+                .inner
+                .connect_side_io(io, kind, payload, &info)
+                .is_err()
+            {
+                drop(g);
+                return fail(Status::MCAPI_ERR_GENERAL, None);
+            }
+            side.ready = true;
+        }
+        let mut st = self.inner.live_state()?;
+        if let Some(ep) = st.endpoints.get_mut(&port) {
+            ep.channel.binding.try_finish_open();
+        }
+        let _ = st.requests.complete(request, Status::MCAPI_SUCCESS, 0);
+        Ok(())
+    }
+}

@@ -1,0 +1,128 @@
+//! A side's memory: send staging and credits ([`SendData`]), the receive pool ([`RecvData`]).
+
+use super::handle::Packet;
+use super::limits::{CTX_CREDIT, CTX_MASK, CTX_STAGING, CTX_USER, CTX_ZERO_COPY};
+use super::outbox::Outbox;
+use crate::semantics::channel_side::{
+    Item, Posted, Posting, RecvSide, Repost, SendSide, UserBuffer,
+};
+use mcapi_ofi::{Endpoint, Error as OfiError, FiAddr, MemoryRegion, SendBuffer};
+
+pub(super) enum SideData {
+    /// A sender before the receiver's open arrived.
+    Unconnected,
+    Send(SendData),
+    Recv(RecvData),
+}
+
+/// A send side's memory and its state machine (`semantics::channel_side`).
+pub(super) struct SendData {
+    pub(super) state: SendSide<SendBuffer>,
+    /// Where the receiver's credit messages arrive, one 8-byte slot each.
+    pub(super) credit_slots: MemoryRegion,
+    pub(super) staging: MemoryRegion,
+    pub(super) inject_size: usize,
+    /// Credit receives that completed during a zero-copy send, to post again after it.
+    pub(super) credit_reposts: Vec<usize>,
+}
+
+impl UserBuffer for SendBuffer {
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
+}
+
+/// The packet of a `pktchan_send_i`.
+pub(super) enum Source<'a> {
+    /// To be copied.
+    Copy(&'a [u8]),
+    /// Zero copy where possible.
+    User(SendBuffer),
+}
+
+impl Source<'_> {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Source::Copy(d) => d.len(),
+            Source::User(b) => b.len(),
+        }
+    }
+
+    pub(super) fn bytes(&self) -> &[u8] {
+        match self {
+            Source::Copy(d) => d,
+            Source::User(b) => b.as_slice(),
+        }
+    }
+}
+
+impl SendData {
+    /// Handles a sender's completion (`ok`: not an error completion); returns the credit
+    /// receive slot of a credit message (to be posted again).
+    pub(super) fn event(&mut self, ctx: u64, ok: bool, out: &mut Outbox) -> Option<usize> {
+        let slot = (ctx & CTX_MASK) as usize;
+        match ctx & !CTX_MASK {
+            CTX_CREDIT if ok => {
+                let mut word = [0u8; 8];
+                self.credit_slots.read(slot * 8, &mut word);
+                self.state.credits_returned(u64::from_le_bytes(word) as u32);
+                return Some(slot);
+            }
+            CTX_STAGING => self.state.staged_sent(slot, ok),
+            CTX_ZERO_COPY => self.state.zero_copy_sent(ok),
+            CTX_USER => self.state.user_sent(slot, ok, out),
+            _ => {}
+        }
+        None
+    }
+}
+
+/// What a post to the fabric did, for the state machine.
+#[inline(always)]
+pub(super) fn posted(r: &std::result::Result<(), OfiError>) -> Posted {
+    match r {
+        Ok(()) => Posted::Sent,
+        Err(e) if e.is_again() => Posted::Again,
+        Err(_) => Posted::Failed,
+    }
+}
+
+/// A receive side's pool and its state machine (`semantics::channel_side`): the state
+/// machine decides, this only moves memory and posts.
+pub(super) struct RecvData {
+    pub(super) pool: MemoryRegion,
+    pub(super) state: RecvSide,
+}
+
+impl RecvData {
+    /// Posts buffer or slot `b` to `ep`.
+    #[inline(always)]
+    pub(super) fn post(&self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
+        let size = self.state.buffer_size();
+        let buf = self.pool.slice(b * size, size)?;
+        if self.state.posting() == Posting::MultiRecv {
+            ep.recv_multi(buf, b as u64)
+        } else {
+            ep.recv(buf, FiAddr::UNSPEC, b as u64)
+        }
+    }
+
+    /// Carries out what the state machine said about a buffer: a [`Repost::Now`] is posted
+    /// (listed for later if it cannot be, or the endpoint is closed).
+    #[inline(always)]
+    pub(super) fn repost(&mut self, ep: &Option<Endpoint>, what: Repost) {
+        if let Repost::Now(b) = what {
+            let ok = ep.as_ref().is_some_and(|ep| self.post(ep, b).is_ok());
+            self.state.posted(b, ok);
+        }
+    }
+
+    /// A packet handed to the application.
+    pub(super) fn packet(&self, item: Item) -> Packet {
+        Packet {
+            pool: self.pool.clone(),
+            offset: item.offset,
+            len: item.len,
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Driving channel requests: flushing outboxes, and the sides and CQs their waits poll.
+
+use super::handle::{ChannelHandle, Packet};
+use super::outbox::{Outbox, ORPHAN_SLOT};
+use super::req::ChanReq;
+use super::table::SideSet;
+use crate::node::common::{lock, Result};
+use crate::node::inner::NodeInner;
+use crate::node::state::Req;
+use crate::node::wait::{Backoff, SleepCqs};
+use crate::node::Node;
+use crate::semantics::request::RequestHandle;
+use crate::semantics::Status;
+use mcapi_ofi::CompletionQueue;
+use smallvec::SmallVec;
+
+impl NodeInner {
+    /// Completes the requests that side operations finished.
+    pub(in crate::node) fn flush_completed(&self) {
+        let table = &self.channels;
+        let mut flagged = table.done.flagged().peekable();
+        if flagged.peek().is_none() {
+            return;
+        }
+        let mut done: SmallVec<[(RequestHandle, Status, usize); 16]> = SmallVec::new();
+        let mut delivered: SmallVec<[(RequestHandle, Packet); 4]> = SmallVec::new();
+        for slot in flagged {
+            let mut take = |out: &mut Outbox| {
+                table.done.clear(slot);
+                done.extend(out.completed.drain(..));
+                delivered.extend(out.delivered.drain(..));
+            };
+            if slot == ORPHAN_SLOT {
+                take(&mut lock(&table.orphans));
+            } else if let Some(mut g) = table.sides[slot].try_lock() {
+                // A side locked elsewhere keeps its flag: its holder flushes it.
+                if let Some(io) = g.as_mut().and_then(|s| s.io.as_mut()) {
+                    take(&mut io.out);
+                } else {
+                    table.done.clear(slot);
+                }
+            }
+        }
+        if done.is_empty() {
+            return;
+        }
+        let mut st = lock(&self.state);
+        st.delivered.extend(delivered);
+        for &(req, status, size) in &done {
+            let _ = st.requests.complete(req, status, size);
+        }
+    }
+}
+
+impl Node {
+    /// The channel sides `requests` transfer on (their waits poll those already).
+    pub(in crate::node) fn transfer_sides(&self, requests: &[RequestHandle]) -> SideSet {
+        let mut set = SideSet::default();
+        if let Ok(st) = self.inner.live_state() {
+            for &r in requests {
+                if let Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) =
+                    st.requests.get(r)
+                {
+                    if let Some((slot, ..)) = handle.decode() {
+                        set.insert(slot);
+                    }
+                }
+            }
+        }
+        set
+    }
+
+    /// Between a blocked wait's looks: progresses the node's channel sides with transfers
+    /// under way, except those in `skip`, and takes `backoff` back to spinning when they
+    /// completed something (see [`ChannelTable::progress_others`]).
+    ///
+    /// [`ChannelTable::progress_others`]: super::table::ChannelTable::progress_others
+    pub(in crate::node) fn progress_busy_sides(&self, skip: &SideSet, backoff: &mut Backoff) {
+        let seen = self
+            .inner
+            .channels
+            .progress_used(|slot| skip.contains(slot), true);
+        if seen > 0 {
+            self.inner.flush_completed();
+            backoff.restart();
+        }
+    }
+
+    /// Advances pending channel request `request`, whose payload is `c`.
+    pub(in crate::node) fn drive_channel(&self, request: RequestHandle, c: ChanReq) -> Result<()> {
+        match c {
+            ChanReq::Open { port, handle } => self.advance_open(request, port, handle),
+            ChanReq::Close { port, handle } => self.advance_close(request, port, handle),
+            ChanReq::Send { handle } | ChanReq::Recv { handle } => {
+                self.progress_side(handle);
+                Ok(())
+            }
+            ChanReq::Connect => Ok(()),
+        }
+    }
+
+    /// The CQ of channel side `handle`, to sleep on while waiting for it.
+    pub(super) fn side_cq(&self, handle: ChannelHandle) -> Option<CompletionQueue> {
+        let (slot, generation, ..) = handle.decode()?;
+        self.inner.channels.sides[slot]
+            .lock()
+            .as_ref()
+            .filter(|s| s.generation == generation)
+            .and_then(|s| s.io.as_ref())
+            .map(|io| io.cq.clone())
+    }
+
+    /// Whether another side's read of the scalar hub left messages for side `handle` (its
+    /// sleep would miss them: the hub's signal may have been reset by `fi_trywait`).
+    pub(super) fn hub_inbox_holds(&self, handle: ChannelHandle) -> bool {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return false;
+        };
+        self.inner.channels.sides[slot]
+            .lock()
+            .as_ref()
+            .filter(|s| s.generation == generation)
+            .and_then(|s| s.io.as_ref()?.hub.as_ref())
+            .is_some_and(|h| h.hub.holds(h.route))
+    }
+
+    /// The CQs whose completions may finish `requests`: the node's, and those of the
+    /// channel sides that channel sends and receives among them wait on.
+    /// Empty where the node's CQs have no fd wait object, or when they are more than one
+    /// sleep can watch (the sleeps are timed then).
+    pub(in crate::node) fn request_cqs(&self, requests: &[RequestHandle]) -> SleepCqs {
+        let mut cqs = self.inner.node_sleep_cqs();
+        if cqs.is_empty() {
+            return cqs;
+        }
+        // Gathered under the state lock, looked up once it is released.
+        // Never more than a sleep can watch, so neither vector leaves its inline storage.
+        const MAX: usize = CompletionQueue::MAX_SLEEP_CQS;
+        let mut handles = SmallVec::<[ChannelHandle; MAX]>::new();
+        if let Ok(st) = self.inner.live_state() {
+            for &r in requests {
+                if let Ok(Req::Chan(ChanReq::Send { handle } | ChanReq::Recv { handle })) =
+                    st.requests.get(r)
+                {
+                    if !handles.contains(handle) {
+                        if handles.len() == MAX {
+                            return SleepCqs::new();
+                        }
+                        handles.push(*handle);
+                    }
+                }
+            }
+        }
+        for cq in handles.into_iter().filter_map(|h| self.side_cq(h)) {
+            if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
+                if cqs.len() == MAX {
+                    return SleepCqs::new();
+                }
+                cqs.push(cq);
+            }
+        }
+        cqs
+    }
+
+    /// Progresses a side requests wait on; on the slow path, finds out whether the other
+    /// side's node died, so that those requests fail instead of waiting forever.
+    pub(super) fn progress_side(&self, handle: ChannelHandle) {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return;
+        };
+        let progress = |peer_died: bool| {
+            let mut g = self.inner.channels.sides[slot].lock();
+            let side = g.as_mut().filter(|s| s.generation == generation)?;
+            if peer_died {
+                side.peer_died();
+            }
+            let progressed = side.progress() > 0;
+            self.inner.serve_pending_recvs(side);
+            side.liveness_check_due(progressed)
+        };
+        let check = progress(false);
+        self.inner.flush_completed();
+        if let Some(peer) = check {
+            if !self.inner.peer_alive(Some(peer)) {
+                progress(true);
+                self.inner.flush_completed();
+            }
+        }
+    }
+}

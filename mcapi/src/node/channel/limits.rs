@@ -1,0 +1,24 @@
+//! Channel limits and completion-context tags shared by the channel modules (a leaf: imports nothing of them).
+
+use std::time::Duration;
+
+/// Largest packet an endpoint may be configured for (`MCAPI_MAX_PKT_SIZE`).
+pub const MAX_PKT_SIZE: usize = 4 << 20;
+/// Channel sides one node can have open at once.
+pub(super) const MAX_SIDES: usize = 256;
+/// Extra bytes per multi-receive pool buffer, so small packets share a buffer (fewer
+/// re-posts).
+pub(super) const POOL_SLACK: usize = 8 * 1024;
+/// A scalar receive slot: one posted receive of the widest scalar.
+pub(super) const SCALAR_SLOT: usize = 8;
+/// Completion contexts on a sender's CQ (a receiver's contexts are pool buffer or scalar
+/// slot indexes).
+pub(super) const CTX_CREDIT: u64 = 1 << 40;
+pub(super) const CTX_STAGING: u64 = 2 << 40;
+pub(super) const CTX_ZERO_COPY: u64 = 3 << 40;
+/// A zero-copy `pktchan_send_i` packet; the low bits are its slot in `SendData::in_flight`.
+pub(super) const CTX_USER: u64 = 4 << 40;
+pub(super) const CTX_MASK: u64 = (1 << 40) - 1;
+/// How long zero-copy packets in flight when the receiver closed or died may still complete
+/// before the sender's endpoint is closed under them (and they fail).
+pub(super) const ZERO_COPY_GRACE: Duration = Duration::from_millis(100);

@@ -1,0 +1,218 @@
+//! Reserving a side and opening its fabric part (own endpoint, or a place on the scalar hub).
+
+use super::data::{RecvData, SendData, SideData};
+use super::endpoint::PeerOpen;
+use super::handle::ChannelHandle;
+use super::hub::{self, HubItem};
+use super::limits::{CTX_CREDIT, POOL_SLACK, SCALAR_SLOT};
+use super::side::Side;
+use super::side_io::{HubSide, SideIo};
+use crate::node::common::Result;
+use crate::node::inner::NodeInner;
+use crate::semantics::channel::{ChannelKind, CreditReturn, Direction};
+use crate::semantics::channel_side::{Posting, RecvSide, SendSide};
+use crate::semantics::Status;
+use mcapi_ofi::{
+    AddressVector, Completion, CompletionQueue, Endpoint, EndpointOptions, Error as OfiError,
+    FiAddr, MemoryRegion,
+};
+use std::sync::atomic::Ordering;
+
+impl NodeInner {
+    /// Reserves a side slot for an open of local endpoint `port`.
+    pub(super) fn reserve_side(
+        &self,
+        kind: ChannelKind,
+        dir: Direction,
+        port: u32,
+    ) -> Result<ChannelHandle> {
+        let generation = self.channels.generation.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
+        for (slot, s) in self.channels.sides.iter().enumerate() {
+            let mut g = s.lock();
+            if g.is_none() {
+                *g = Some(Side::reserved(generation, kind, port));
+                self.channels.used[slot / 64].fetch_or(1 << (slot % 64), Ordering::Relaxed);
+                return Ok(ChannelHandle::new(slot, generation, kind, dir));
+            }
+        }
+        // The open calls' ERRORS tables have no MCAPI_ERR_MEM_LIMIT.
+        Err(Status::MCAPI_ERR_GENERAL)
+    }
+
+    /// Opens the fabric part of a channel end before the other side is known: endpoint,
+    /// CQ and (receive side) the posted pool. Returns it with the payload limit it uses.
+    pub(super) fn open_side_io(
+        &self,
+        kind: ChannelKind,
+        dir: Direction,
+        max_payload: usize,
+        slot: usize,
+    ) -> std::result::Result<SideIo, OfiError> {
+        if kind == ChannelKind::Scalar && self.scalars_on_hub() {
+            return self.open_scalar_io(dir, slot);
+        }
+        let domain = &self.fab.domain;
+        let cq = CompletionQueue::open(domain, 0, self.fab.cq_wait)?;
+        let av = AddressVector::open(domain, 4)?;
+        let payload = match kind {
+            ChannelKind::Packet => max_payload,
+            ChannelKind::Scalar => 8,
+        };
+        let multi_recv = dir == Direction::Receive && kind == ChannelKind::Packet && !self.is_shm();
+        let min_multi_recv = multi_recv.then_some(payload.max(8));
+        let ep = Endpoint::open(domain, &cq, &av, EndpointOptions { min_multi_recv })?;
+        let capacity = match kind {
+            ChannelKind::Packet => self.config.recv_buffers as u32,
+            ChannelKind::Scalar => self.scalar_capacity(),
+        };
+        let data = match dir {
+            Direction::Send => SideData::Unconnected,
+            Direction::Receive => {
+                // On shm (scalar sides here are shm's) one plain receive per credit: shm
+                // matches a scalar or packet into a multi-receive buffer more slowly, all
+                // between its arrival and the application's reply,
+                // and a second completion when the buffer is full. An emptied slot is
+                // posted again off that path (`repost_slots`). Elsewhere packets share
+                // multi-receive buffers.
+                let n = capacity as usize;
+                let (buffer_size, posting) = match kind {
+                    ChannelKind::Scalar => (SCALAR_SLOT, Posting::Plain),
+                    ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, Posting::MultiRecv),
+                    ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
+                };
+                let pool = MemoryRegion::new(domain, n * buffer_size)?;
+                let r = RecvData {
+                    pool,
+                    state: RecvSide::new(kind, posting, buffer_size, n, capacity),
+                };
+                for b in 0..n {
+                    r.post(&ep, b)?;
+                }
+                SideData::Recv(r)
+            }
+        };
+        Ok(SideIo {
+            ep: Some(ep),
+            cq,
+            cq_buf: [Completion::default(); 16],
+            av,
+            dest: FiAddr::UNSPEC,
+            data,
+            hub: None,
+            out: self.channels.outbox(slot),
+        })
+    }
+
+    /// Whether scalar sides use the node's hub: wherever endpoints talk over connections
+    /// (everything but shm), so that a node pair's scalars share one. On shm there is no
+    /// connection to share, and reading a CQ shared with other sides adds the hub's lock and
+    /// routing to every scalar round trip: scalar sides keep endpoints of their
+    /// own there, as packet sides do.
+    fn scalars_on_hub(&self) -> bool {
+        !self.is_shm()
+    }
+
+    /// Whether the node runs over shm, where a packet or scalar matched into a plain
+    /// receive costs the receiver less than one matched into a multi-receive buffer.
+    fn is_shm(&self) -> bool {
+        self.fab.provider == "shm" || self.fab.provider.starts_with("shm;")
+    }
+
+    /// Scalars a receive side takes before the sender waits for credits: `recv_buffers`,
+    /// within what the hub's CQ holds for every side at once.
+    pub(super) fn scalar_capacity(&self) -> u32 {
+        self.config.recv_buffers.min(hub::MAX_CAPACITY) as u32
+    }
+
+    /// The fabric part of a scalar side, on the node's hub (nothing of its own is posted:
+    /// it takes its messages from the hub).
+    fn open_scalar_io(&self, dir: Direction, slot: usize) -> std::result::Result<SideIo, OfiError> {
+        let capacity = self.scalar_capacity();
+        let hub = self.channels.hub(&self.fab, capacity as usize)?;
+        let route = hub.attach(slot, capacity.max(8) as usize);
+        let data = match dir {
+            Direction::Send => SideData::Unconnected,
+            // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
+            Direction::Receive => SideData::Recv(RecvData {
+                pool: hub.pool().clone(),
+                state: RecvSide::new(ChannelKind::Scalar, Posting::Hub, 8, 0, capacity),
+            }),
+        };
+        Ok(SideIo {
+            ep: Some(hub.endpoint().clone()),
+            cq: hub.cq().clone(),
+            cq_buf: [Completion::default(); 16],
+            av: hub.av().clone(),
+            dest: FiAddr::UNSPEC,
+            data,
+            hub: Some(HubSide {
+                hub,
+                route,
+                peer_route: 0,
+                items: [HubItem::default(); hub::READ_BURST],
+            }),
+            out: self.channels.outbox(slot),
+        })
+    }
+
+    /// Completes the fabric part once the other side's open arrived: its address, and for a
+    /// sender the credits and staging sized by the receiver's pool.
+    pub(super) fn connect_side_io(
+        &self,
+        io: &mut SideIo,
+        kind: ChannelKind,
+        payload: usize,
+        peer: &PeerOpen,
+    ) -> std::result::Result<(), OfiError> {
+        match &mut io.hub {
+            Some(h) => {
+                io.dest = h.hub.peer(&peer.fabric_addr)?;
+                h.peer_route = peer.route;
+            }
+            None => io.dest = io.av.insert(&peer.fabric_addr)?,
+        }
+        if let SideData::Unconnected = io.data {
+            let domain = &self.fab.domain;
+            let credits = peer.credits;
+            // A scalar sender's credits come through the hub.
+            let slots = match io.hub {
+                Some(_) => 0,
+                None => CreditReturn::max_in_flight(credits) as usize,
+            };
+            let credit_slots = MemoryRegion::new(domain, (slots * 8).max(8))?;
+            if let (Some(ep), None) = (&io.ep, &io.hub) {
+                for i in 0..slots {
+                    ep.recv(
+                        credit_slots.slice(i * 8, 8)?,
+                        FiAddr::UNSPEC,
+                        CTX_CREDIT | i as u64,
+                    )?;
+                }
+            }
+            // Scalars go out by inject: no staging.
+            let staged = if kind == ChannelKind::Packet {
+                credits.max(1) as usize
+            } else {
+                0
+            };
+            io.data = SideData::Send(SendData {
+                state: SendSide::new(credits, staged),
+                credit_slots,
+                staging: MemoryRegion::new(domain, (staged * payload).max(8))?,
+                inject_size: self.fab.inject_size,
+                credit_reposts: Vec::with_capacity(slots),
+            });
+            // An empty message, which the receiver ignores (it carries no CQ data), makes
+            // the provider set up its connection while the open completes: rxm connects on
+            // a first send, in several steps 10 ms apart (its CM progress interval), which
+            // the first packet would wait for. Not on shm, which has no connections, and
+            // where the receiver's plain receives would take one for it without a credit.
+            if let (Some(ep), None, ChannelKind::Packet) = (&io.ep, &io.hub, kind) {
+                if !self.is_shm() {
+                    let _ = ep.inject(&[], io.dest);
+                }
+            }
+        }
+        Ok(())
+    }
+}

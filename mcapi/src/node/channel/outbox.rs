@@ -1,0 +1,92 @@
+//! Outboxes: requests completed under a side lock, flushed to the request table without one.
+
+use super::handle::Packet;
+use super::limits::MAX_SIDES;
+use crate::semantics::channel_side::Completions;
+use crate::semantics::request::RequestHandle;
+use crate::semantics::Status;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The flag of the table's orphan outbox in [`DoneFlags`] (a bit past the side slots).
+pub(super) const ORPHAN_SLOT: usize = MAX_SIDES;
+
+/// One bit per side slot (and one for the orphans): set when its outbox got its first
+/// completion, cleared when `flush_completed` takes them.
+#[derive(Default)]
+pub(super) struct DoneFlags([AtomicU64; MAX_SIDES / 64 + 1]);
+
+impl DoneFlags {
+    pub(super) fn set(&self, slot: usize) {
+        self.0[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+    }
+
+    pub(super) fn clear(&self, slot: usize) {
+        self.0[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::Relaxed);
+    }
+
+    /// The flagged slots, as they are now.
+    pub(super) fn flagged(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, word)| {
+            let mut bits = word.load(Ordering::Acquire);
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    }
+}
+
+/// Requests a side completed under its lock, until `flush_completed` records them in the
+/// node's request table with no side lock held (the state lock is never taken under one).
+/// Its capacity is kept, so a steady stream of completions allocates nothing.
+pub(super) struct Outbox {
+    slot: usize,
+    flags: Arc<DoneFlags>,
+    pub(super) completed: Vec<(RequestHandle, Status, usize)>,
+    /// Packets handed to completed `pktchan_recv_i` requests.
+    pub(super) delivered: Vec<(RequestHandle, Packet)>,
+}
+
+impl Outbox {
+    pub(super) fn new(slot: usize, flags: Arc<DoneFlags>) -> Outbox {
+        Outbox {
+            slot,
+            flags,
+            completed: Vec::with_capacity(16),
+            delivered: Vec::new(),
+        }
+    }
+
+    pub(super) fn complete(&mut self, request: RequestHandle, status: Status, len: usize) {
+        if self.completed.is_empty() {
+            self.flags.set(self.slot);
+        }
+        self.completed.push((request, status, len));
+    }
+
+    pub(super) fn deliver(&mut self, request: RequestHandle, packet: Packet) {
+        let len = packet.len();
+        self.delivered.push((request, packet));
+        self.complete(request, Status::MCAPI_SUCCESS, len);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.completed.is_empty()
+    }
+
+    /// Moves `other`'s completions here.
+    pub(super) fn take_from(&mut self, other: &mut Outbox) {
+        self.completed.append(&mut other.completed);
+        self.delivered.append(&mut other.delivered);
+    }
+}
+
+impl Completions for Outbox {
+    fn complete(&mut self, request: RequestHandle, status: Status, len: usize) {
+        Outbox::complete(self, request, status, len);
+    }
+}

@@ -1,0 +1,164 @@
+//! One side of a channel ([`Side`]): its state, status and CQ progress under its lock.
+
+use super::data::SideData;
+use super::side_io::SideIo;
+use crate::node::common::Result;
+use crate::node::state::PeerRun;
+use crate::semantics::channel::ChannelKind;
+use crate::semantics::endpoint_id::EndpointId;
+use crate::semantics::Status;
+use std::time::{Duration, Instant};
+
+/// One side of a channel, reserved by an open; its fabric part exists once both sides opened.
+pub(in crate::node) struct Side {
+    pub(super) generation: u32,
+    pub(super) kind: ChannelKind,
+    pub(super) port: u32,
+    /// The other endpoint's node among our peers and the run of it this side is bound to
+    /// (liveness: a later run of that node is another process); `None`: this node.
+    pub(super) peer: Option<PeerRun>,
+    /// Both sides open: data calls are allowed.
+    pub(super) ready: bool,
+    /// Closed here: data calls are refused.
+    pub(super) closed: bool,
+    /// The other side closed or died (the status data calls then get).
+    pub(super) peer_gone: Option<Status>,
+    /// When a request waiting on this side next checks that the other node is alive.
+    next_liveness_check: Option<Instant>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) max_payload: usize,
+    pub(super) io: Option<SideIo>,
+    /// The endpoint this side's open was announced to.
+    pub(super) announced_to: Option<EndpointId>,
+}
+
+pub(super) fn side_status(kind: ChannelKind) -> Status {
+    // Scalar calls have no MCAPI_ERR_TRANSMISSION in their ERRORS tables.
+    match kind {
+        ChannelKind::Packet => Status::MCAPI_ERR_TRANSMISSION,
+        ChannelKind::Scalar => Status::MCAPI_ERR_GENERAL,
+    }
+}
+
+impl Side {
+    /// Reads the side's CQ and dispatches; returns completions seen.
+    #[inline(always)]
+    pub(super) fn progress(&mut self) -> usize {
+        let (kind, payload, gone) = (self.kind, self.max_payload, self.peer_gone.is_some());
+        let seen = self
+            .io
+            .as_mut()
+            .map_or(0, |io| io.progress(kind, payload, gone));
+        if matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. }) if s.state.is_broken()) {
+            // Later sends fail instead of stalling behind the lost packet.
+            self.peer_gone.get_or_insert(side_status(kind));
+        }
+        seen
+    }
+
+    /// Whether requests wait on this side: queued or in-flight (zero-copy) `send_i` packets,
+    /// or pending `recv_i`s.
+    fn has_waiting_requests(&self) -> bool {
+        match &self.io {
+            Some(SideIo {
+                data: SideData::Send(s),
+                ..
+            }) => s.state.has_queued() || s.state.has_in_flight(),
+            Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) => r.state.has_pending(),
+            _ => false,
+        }
+    }
+
+    /// Whether transfers are under way here: requests waiting on the side, or copied
+    /// packets posted to the fabric and not yet complete.
+    pub(super) fn has_transfers(&self) -> bool {
+        self.has_waiting_requests()
+            || matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. })
+                if s.state.has_staged_in_flight())
+    }
+
+    /// The other node to check for liveness, at most every 20 ms while requests wait here
+    /// and nothing moves (the slow path of waiting on a request).
+    pub(super) fn liveness_check_due(&mut self, progressed: bool) -> Option<PeerRun> {
+        if progressed || !self.has_waiting_requests() {
+            return None;
+        }
+        if self.peer_gone.is_some() && !self.awaits_announced() {
+            return None;
+        }
+        let now = Instant::now();
+        if self.next_liveness_check.is_some_and(|t| now < t) {
+            return None;
+        }
+        self.next_liveness_check = Some(now + Duration::from_millis(20));
+        self.peer
+    }
+
+    /// Whether `addr` lies in this side's receive pool.
+    pub(super) fn pool_contains(&self, addr: usize) -> bool {
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. })
+            if addr.wrapping_sub(r.pool.addr()) < r.pool.len())
+    }
+
+    /// Whether a received item waits in the FIFO (taken without reading the CQ first).
+    pub(super) fn has_queued_item(&self) -> bool {
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.state.available() > 0)
+    }
+
+    /// Posts the listed packet buffers (shm: those released since the last receive call)
+    /// before this call reads the CQ: a ping-pong has sent its reply by now, and a stream
+    /// posts each buffer one call after its release.
+    pub(super) fn post_released(&mut self) {
+        if let Some(io) = self.io.as_mut().filter(|io| io.slots_listed()) {
+            io.repost_slots();
+        }
+    }
+
+    /// Whether the sender closed announcing items that have not all arrived.
+    fn awaits_announced(&self) -> bool {
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. })
+            if r.state.awaits_announced())
+    }
+
+    /// The other side's node is gone: data calls fail from now on (once what arrived is
+    /// received), whatever a close announced.
+    pub(super) fn peer_died(&mut self) {
+        self.peer_gone.get_or_insert(side_status(self.kind));
+        if let Some(SideIo {
+            data: SideData::Recv(r),
+            ..
+        }) = &mut self.io
+        {
+            r.state.sender_died();
+        }
+    }
+
+    pub(super) fn check_usable(&self) -> Result<&SideIo> {
+        match &self.io {
+            Some(io) if self.ready && !self.closed => Ok(io),
+            _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
+        }
+    }
+}
+
+impl Side {
+    pub(super) fn reserved(generation: u32, kind: ChannelKind, port: u32) -> Side {
+        Side {
+            generation,
+            kind,
+            port,
+            peer: None,
+            ready: false,
+            closed: false,
+            peer_gone: None,
+            next_liveness_check: None,
+            timeout: None,
+            max_payload: 0,
+            io: None,
+            announced_to: None,
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The fabric part of an open side ([`SideIo`]): CQ reads, dispatch, re-posts, queued sends and credit returns.
+
+use super::data::{posted, SendData, SideData};
+use super::hub::{self, HubItem, ScalarHub};
+use super::limits::{CTX_CREDIT, CTX_STAGING, CTX_USER, SCALAR_SLOT, ZERO_COPY_GRACE};
+use super::outbox::Outbox;
+use crate::node::common::Result;
+use crate::node::seq;
+use crate::semantics::channel::ChannelKind;
+use crate::semantics::channel_side::{NextSend, Outgoing, Posted, Posting};
+use crate::semantics::Status;
+use mcapi_ofi::{
+    flags, AddressVector, Completion, CompletionQueue, Endpoint, Error as OfiError, FiAddr,
+    SendBuffer,
+};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The fabric part of an open side.
+pub(super) struct SideIo {
+    // Declared before the objects it is bound to and before the memory it uses.
+    pub(super) ep: Option<Endpoint>,
+    pub(super) cq: CompletionQueue,
+    /// Read buffer of `progress`, kept here: clearing a fresh one on every poll showed.
+    pub(super) cq_buf: [Completion; 16],
+    pub(super) av: AddressVector,
+    pub(super) dest: FiAddr,
+    pub(super) data: SideData,
+    /// A scalar side's place on the hub (`ep`, `cq` and `av` are the hub's then).
+    pub(super) hub: Option<HubSide>,
+    /// Requests completed here, until flushed.
+    pub(super) out: Outbox,
+}
+
+pub(super) struct HubSide {
+    pub(super) hub: Arc<ScalarHub>,
+    pub(super) route: u16,
+    /// The other side's route on its node's hub.
+    pub(super) peer_route: u16,
+    pub(super) items: [HubItem; hub::READ_BURST],
+}
+
+impl Drop for HubSide {
+    /// What still comes for the side is dropped.
+    fn drop(&mut self) {
+        self.hub.detach(self.route);
+    }
+}
+
+impl SideIo {
+    pub(super) fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
+        let seen = if self.hub.is_some() {
+            self.progress_hub()
+        } else {
+            self.progress_cq(kind)
+        };
+        match &mut self.data {
+            SideData::Send(s) => {
+                if s.state.has_queued() || s.state.has_in_flight() {
+                    self.advance_queued(payload, gone);
+                }
+            }
+            // A credit return that could not be sent goes now, whoever progresses the side
+            // (a blocking receive, a wait on a `pktchan_recv_i`, `pktchan_available`, the
+            // background thread).
+            SideData::Recv(r) => {
+                if let Some(n) = r.state.credits_to_flush() {
+                    self.return_credits(n);
+                } else if seen == 0 && r.state.any_to_post() {
+                    // Idle: a ping-pong's receiver posts here while it waits for the
+                    // reply, not between a scalar's arrival and its own reply.
+                    self.repost_slots();
+                }
+            }
+            SideData::Unconnected => {}
+        }
+        seen
+    }
+
+    /// Reads the side's own CQ until it is drained; returns completions seen.
+    #[inline]
+    fn progress_cq(&mut self, kind: ChannelKind) -> usize {
+        let mut seen = 0;
+        // Without its endpoint (closed, or parked after retirement) the CQ has nothing to
+        // report, and reading it would progress a parked endpoint.
+        while self.ep.is_some() {
+            match self.cq.read(&mut self.cq_buf) {
+                Ok(n) => {
+                    seen += n;
+                    for i in 0..n {
+                        let c = self.cq_buf[i];
+                        self.dispatch(&c, kind);
+                    }
+                    if n < self.cq_buf.len() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    if !self.read_failed(e) {
+                        break;
+                    }
+                }
+            }
+        }
+        seen
+    }
+
+    /// An error completion (handled; read on) or a failing CQ (`false`: stop reading).
+    #[cold]
+    #[inline(never)]
+    fn read_failed(&mut self, e: OfiError) -> bool {
+        match e {
+            OfiError::Completion(e) => {
+                match &mut self.data {
+                    SideData::Send(s) => {
+                        s.event(e.context, false, &mut self.out);
+                    }
+                    // A plain receive that failed (say, truncated): its scalar slot or packet
+                    // buffer is free again (a scalar slot never holds a packet).
+                    SideData::Recv(r) => {
+                        let what = r.state.receive_failed(e.context as usize);
+                        r.repost(&self.ep, what);
+                    }
+                    _ => {}
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes a scalar side's messages from the hub until it has no more for the side.
+    #[inline(never)]
+    fn progress_hub(&mut self) -> usize {
+        let mut seen = 0;
+        while self.ep.is_some() {
+            match self.read_hub() {
+                Some(n) => {
+                    seen += n;
+                    if n < hub::READ_BURST {
+                        break;
+                    }
+                }
+                None => break,
+            }
+        }
+        seen
+    }
+
+    /// Takes one burst of a scalar side's messages from the hub; `None` when there were
+    /// none (or the read failed).
+    fn read_hub(&mut self) -> Option<usize> {
+        let h = self.hub.as_mut()?;
+        let n = h.hub.read(h.route, &mut h.items).ok().filter(|&n| n > 0)?;
+        let mut credits_due = 0;
+        for i in 0..n {
+            let it = h.items[i];
+            match &mut self.data {
+                SideData::Send(s) if it.credit => s.state.credits_returned(it.value as u32),
+                SideData::Recv(r) if !it.credit => {
+                    let seq = seq::widen(r.state.received(), it.seq);
+                    credits_due += r
+                        .state
+                        .hub_scalar_arrived(seq, it.value, usize::from(it.len))
+                        .unwrap_or(0);
+                }
+                _ => {}
+            }
+        }
+        if credits_due > 0 {
+            self.return_credits(credits_due);
+        }
+        Some(n)
+    }
+
+    fn dispatch(&mut self, c: &Completion, kind: ChannelKind) {
+        let ctx = c.context();
+        let mut credits_due = None;
+        match &mut self.data {
+            SideData::Unconnected => {}
+            SideData::Send(s) => {
+                if let Some(slot) = s.event(ctx, true, &mut self.out) {
+                    if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
+                        let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
+                    }
+                }
+            }
+            SideData::Recv(r) if kind == ChannelKind::Scalar => {
+                // Whatever arrived used up slot `ctx`, which is listed to be posted again.
+                let slot = ctx as u32;
+                let scalar = (c.flags() & flags::REMOTE_CQ_DATA != 0).then(|| {
+                    let len = c.len();
+                    let value = r
+                        .pool
+                        .read_le(slot as usize * SCALAR_SLOT, len.min(SCALAR_SLOT));
+                    (c.data() as u32, value, len)
+                });
+                credits_due = r.state.scalar_arrived(slot, scalar);
+            }
+            SideData::Recv(r) => {
+                let b = ctx as usize;
+                let multi_recv = r.state.posting() == Posting::MultiRecv;
+                if c.flags() & flags::REMOTE_CQ_DATA != 0 {
+                    let offset = if multi_recv {
+                        c.buf_addr().wrapping_sub(r.pool.addr())
+                    } else {
+                        // `buf` is defined for multi-receive completions only.
+                        b * r.state.buffer_size()
+                    };
+                    let (due, dropped) =
+                        r.state.packet_arrived(b, offset, c.len(), c.data() as u32);
+                    credits_due = due;
+                    r.repost(&self.ep, dropped);
+                }
+                // A plain receive is done with its buffer at once, whatever arrived.
+                if !multi_recv || c.flags() & flags::MULTI_RECV != 0 {
+                    let what = r.state.buffer_done(b);
+                    r.repost(&self.ep, what);
+                }
+            }
+        }
+        if let Some(n) = credits_due {
+            self.return_credits(n);
+        }
+    }
+
+    /// Whether a receive side has slots or buffers listed to be posted again.
+    #[inline]
+    pub(super) fn slots_listed(&self) -> bool {
+        matches!(&self.data, SideData::Recv(r) if r.state.any_to_post())
+    }
+
+    /// Posts a receive side's listed slots and buffers again. Before any credit return, so
+    /// the sender never has more scalars or packets on their way than receives are posted
+    /// (none arrives unexpected, to be buffered by the provider outside the channel's
+    /// bound); and, for latency only, whenever the side is idle and (packets) when
+    /// `pktchan_recv` starts. `false` if some could not be posted now: they stay listed, and
+    /// credits wait for them.
+    #[inline(never)]
+    pub(super) fn repost_slots(&mut self) -> bool {
+        let (SideData::Recv(r), Some(ep)) = (&mut self.data, &self.ep) else {
+            // Closed: nothing more arrives.
+            return true;
+        };
+        while let Some(slot) = r.state.next_to_post() {
+            if r.post(ep, slot as usize).is_err() {
+                return false;
+            }
+            r.state.posted_again();
+        }
+        true
+    }
+
+    /// Posts queued `pktchan_send_i` packets that have credits now.
+    pub(super) fn advance_queued(&mut self, payload: usize, gone: bool) {
+        let SideData::Send(s) = &mut self.data else {
+            return;
+        };
+        if gone && s.state.receiver_gone(Instant::now(), ZERO_COPY_GRACE) {
+            self.ep = None;
+        }
+        let Some(ep) = &self.ep else {
+            // Closed (receiver gone, or a blocking send gave up): nothing goes any more.
+            s.state.fail_in_flight(&mut self.out);
+            s.state.fail_queued(&mut self.out);
+            return;
+        };
+        if gone {
+            // The receiver closed or died: what is still queued can never go.
+            s.state.fail_queued(&mut self.out);
+            return;
+        }
+        while let Some(next) = s.state.next_queued() {
+            let r = match next {
+                NextSend::Staged { slot, len, seq } => {
+                    s.staging.slice(slot * payload, len).and_then(|buf| {
+                        ep.send(
+                            buf,
+                            Some(u64::from(seq)),
+                            self.dest,
+                            CTX_STAGING | slot as u64,
+                        )
+                    })
+                }
+                NextSend::User { buf, zslot, seq } => {
+                    ep.send_from(buf, u64::from(seq), self.dest, CTX_USER | zslot as u64)
+                }
+            };
+            if !s.state.queued_posted(posted(&r), &mut self.out) {
+                return;
+            }
+        }
+    }
+
+    /// Copies a `pktchan_send_i` packet into a free staging buffer of this send side;
+    /// `None` when every one is taken. Staging buffers come back with their sends'
+    /// completions, so the CQ is read first when none is free.
+    pub(super) fn stage(&mut self, data: &[u8], payload: usize) -> Option<Outgoing<SendBuffer>> {
+        if matches!(&self.data, SideData::Send(s) if s.state.staging_exhausted()) {
+            self.progress(ChannelKind::Packet, payload, false);
+        }
+        let SideData::Send(s) = &mut self.data else {
+            return None;
+        };
+        let slot = s.state.take_staging()?;
+        s.staging.write(slot * payload, data);
+        Some(Outgoing::Staged {
+            slot,
+            len: data.len(),
+        })
+    }
+
+    /// Whether `pktchan_send_i` packets wait on this send side (for credits or a slot).
+    pub(super) fn has_queued_send(&self) -> bool {
+        matches!(&self.data, SideData::Send(s) if s.state.has_queued())
+    }
+
+    /// Sends `n` returned credits to the sender; keeps them if the provider is busy.
+    pub(super) fn return_credits(&mut self, n: u32) {
+        // The credits let the sender fill emptied slots: they are posted first.
+        let slots_posted = !self.slots_listed() || self.repost_slots();
+        let SideData::Recv(r) = &mut self.data else {
+            return;
+        };
+        if !r.state.sender_wants_credits() {
+            // The sender closed (or died) and needs no more: its endpoint may be gone. While
+            // packets it queued before closing are still to come, it needs the credits.
+            return;
+        }
+        let sent = slots_posted
+            && match (&self.ep, &self.hub) {
+                (None, _) => false,
+                (Some(_), Some(h)) => h.hub.send_credits(n, self.dest, h.peer_route).is_ok(),
+                (Some(ep), None) => ep.inject(&u64::from(n).to_le_bytes(), self.dest).is_ok(),
+            };
+        if !sent {
+            r.state.credits_not_sent(n);
+        }
+    }
+}
+
+/// Copies `data` into a free staging buffer of a send side and posts it with sequence
+/// number `seq` (a credit is taken); `None` when every staging buffer is in use (the credit
+/// is given back: try again after a send completion).
+pub(super) fn post_staged(
+    s: &mut SendData,
+    ep: Option<&Endpoint>,
+    dest: FiAddr,
+    data: &[u8],
+    seq: u64,
+    payload: usize,
+) -> Option<std::result::Result<(), OfiError>> {
+    let Some(slot) = s.state.take_staging() else {
+        // The credit taken for it comes back.
+        let _ = s.state.posted(Posted::Again, Status::MCAPI_SUCCESS);
+        return None;
+    };
+    let Some(ep) = ep else {
+        s.state.return_staging(slot);
+        return Some(Err(OfiError::InvalidArgument("endpoint closed")));
+    };
+    s.staging.write(slot * payload, data);
+    let r = s
+        .staging
+        .slice(slot * payload, data.len())
+        .and_then(|buf| ep.send(buf, Some(seq), dest, CTX_STAGING | slot as u64));
+    if r.is_err() {
+        s.state.return_staging(slot);
+    }
+    Some(r)
+}
+
+impl SideIo {
+    /// A receive found the FIFO empty: the end of the stream (`gone`'s status) once the
+    /// sender closed or died and everything it sent arrived.
+    pub(super) fn nothing_received(&self, gone: Option<Status>) -> Result<()> {
+        let SideData::Recv(r) = &self.data else {
+            return Err(Status::MCAPI_ERR_CHAN_INVALID);
+        };
+        match gone.filter(|_| r.state.sender_done()) {
+            Some(status) => Err(status),
+            None => Ok(()),
+        }
+    }
+
+    /// Re-posts credit receives consumed while the endpoint was lent to a zero-copy send.
+    pub(super) fn repost_credit_slots(&mut self) {
+        let SideData::Send(s) = &mut self.data else {
+            return;
+        };
+        let Some(ep) = &self.ep else { return };
+        while let Some(slot) = s.credit_reposts.pop() {
+            if let Ok(b) = s.credit_slots.slice(slot * 8, 8) {
+                let _ = ep.recv(b, FiAddr::UNSPEC, CTX_CREDIT | slot as u64);
+            }
+        }
+    }
+}
