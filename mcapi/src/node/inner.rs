@@ -37,6 +37,9 @@ pub(super) struct NodeInner {
     /// Why the node stopped working, once a background thread (progress, control server)
     /// panicked: its state may be half-changed, so every later call fails.
     pub(super) broken: OnceLock<String>,
+    /// Set with `State::finalized`, for `Node::current` (every C call) to read without the
+    /// state lock.
+    pub(super) finalized: std::sync::atomic::AtomicBool,
     /// Makes the background thread panic once (tests of the guard).
     #[cfg(test)]
     pub(super) panic_in_background: std::sync::atomic::AtomicBool,

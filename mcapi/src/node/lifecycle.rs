@@ -103,7 +103,8 @@ impl Node {
     /// `MCAPI_ERR_NODE_NOTINIT` when the thread initialized none and the process has zero or
     /// several live nodes.
     pub fn current() -> Result<Node> {
-        let live = |w: &Weak<NodeInner>| w.upgrade().filter(|n| !lock(&n.state).finalized);
+        let live =
+            |w: &Weak<NodeInner>| w.upgrade().filter(|n| !n.finalized.load(Ordering::Acquire));
         if let Some(inner) = THREAD_NODE.with(|t| live(&t.borrow())) {
             return Ok(Node { inner });
         }
@@ -166,6 +167,7 @@ impl Node {
             contacting: Mutex::new(HashMap::default()),
             watch_cursor: Default::default(),
             broken: OnceLock::new(),
+            finalized: Default::default(),
             #[cfg(test)]
             panic_in_background: Default::default(),
         });
@@ -206,6 +208,7 @@ impl Node {
                 return Err(Status::MCAPI_ERR_NODE_NOTINIT);
             }
             st.finalized = true;
+            self.inner.finalized.store(true, Ordering::Release);
             st.endpoints.clear();
             st.delivered.clear();
             st.peers.iter().filter_map(|p| p.link.clone()).collect()

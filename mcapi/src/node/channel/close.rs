@@ -100,7 +100,9 @@ impl Node {
             let mut cancelled = Vec::new();
             let mut sent = 0;
             let mut run = None;
-            if let Some(side) = g.as_mut() {
+            // (A concurrent close of the same handle may have freed the slot for another
+            // channel meanwhile: that one is left alone.)
+            if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
                 side.closed = true;
                 run = side.peer;
                 if let Some(SideIo {
@@ -165,8 +167,8 @@ impl Node {
                 None => (None, None, false),
             }
         };
-        // Liveness is asked (a control-socket check) only while the peer has not closed:
-        // this runs on every poll of the close request.
+        // Liveness (the pushed state of the peer's run) is asked only while the peer has not
+        // closed: this runs on every poll of the close request.
         let peer_closed = self
             .inner
             .live_state()?

@@ -289,8 +289,9 @@ impl Node {
             }
         };
         if let Some((addr, route)) = announce {
-            // No liveness pre-check: the call itself finds a dead node (its closed control
-            // connection, or 10 s unreachable), and a dead mark is not tied to one run.
+            // No liveness pre-check here: `channel_call` fails at once for a run known lost,
+            // and otherwise finds a dead node itself (its closed control connection, or 10 s
+            // unreachable).
             let credits = match (dir, kind) {
                 (Direction::Receive, ChannelKind::Packet) => self.inner.config.recv_buffers as u32,
                 (Direction::Receive, ChannelKind::Scalar) => self.inner.scalar_capacity(),

@@ -131,7 +131,8 @@ impl Node {
                 if s.state.zero_copy() != ZeroCopy::Waiting {
                     return SendWait::Done;
                 }
-                // Liveness (a control-socket check) on the slow path, every 16th look.
+                // Liveness (the pushed state of the peer's run) on the slow path, every 16th
+                // look.
                 polls += 1;
                 if polls.is_multiple_of(16)
                     && backoff.slow_check_due()
