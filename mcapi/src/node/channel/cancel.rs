@@ -96,7 +96,8 @@ impl Node {
         let mut backoff = self.inner.backoff();
         while in_flight() {
             self.progress_side(handle);
-            let _ = backoff.wait(None);
+            // No deadline: the wait cannot time out.
+            _ = backoff.wait(None);
         }
     }
 

@@ -132,9 +132,8 @@ impl Node {
         {
             let mut st = lock(&self.inner.state);
             for h in cancelled {
-                let _ = st
-                    .requests
-                    .complete(h, Status::MCAPI_ERR_REQUEST_CANCELLED, 0);
+                st.requests
+                    .complete_if_pending(h, Status::MCAPI_ERR_REQUEST_CANCELLED, 0);
             }
         }
         // A dead peer cannot answer: the close then completes with an error below.
@@ -179,7 +178,8 @@ impl Node {
         let finished = {
             let mut st = self.inner.live_state()?;
             let Some(ep) = st.endpoints.get_mut(&port) else {
-                let _ = st.requests.complete(request, Status::MCAPI_ERR_GENERAL, 0);
+                st.requests
+                    .complete_if_pending(request, Status::MCAPI_ERR_GENERAL, 0);
                 return Ok(());
             };
             // A peer that died without closing never will: its side counts as closed, and
@@ -199,7 +199,7 @@ impl Node {
             } else {
                 Status::MCAPI_SUCCESS
             };
-            let _ = st.requests.complete(request, status, 0);
+            st.requests.complete_if_pending(request, status, 0);
             true
         };
         if finished {

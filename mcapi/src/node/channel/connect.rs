@@ -90,17 +90,24 @@ impl Node {
                         )
                     })
                     .inspect_err(|_| {
-                        let _ = self.inner.channel_call(send, ChannelOp::UndoConnect);
+                        if let Err(e) = self.inner.channel_call(send, ChannelOp::UndoConnect) {
+                            log::warn!(
+                                "connect of {send:?}: the receive side refused and the send \
+                                 side's connect could not be undone: {e}"
+                            );
+                        }
                     })
             });
         let mut st = lock(&self.inner.state);
         match connected {
             Ok(_) => {
-                let _ = st.requests.complete(h, Status::MCAPI_SUCCESS, 0);
+                st.requests.complete_if_pending(h, Status::MCAPI_SUCCESS, 0);
                 Ok(h)
             }
             Err(e) => {
-                let _ = st.requests.release(h);
+                log::info!("connect {send:?} -> {receive:?} failed: {e}");
+                // Allocated above: releasing it cannot fail.
+                _ = st.requests.release(h);
                 Err(unreachable(e))
             }
         }
@@ -208,7 +215,7 @@ impl Node {
                 }
                 ep.channel.side = None;
             }
-            let _ = st.requests.complete(request, status, 0);
+            st.requests.complete_if_pending(request, status, 0);
             drop(st);
             self.inner.free_side(handle);
             Ok(())
@@ -258,8 +265,9 @@ impl Node {
             if side.io.is_none() {
                 let io = match self.inner.open_side_io(kind, dir, max_payload, slot) {
                     Ok(io) => io,
-                    Err(_) => {
+                    Err(e) => {
                         drop(g);
+                        log::info!("open on port {port}: MCAPI_ERR_GENERAL: its fabric part: {e}");
                         return fail(Status::MCAPI_ERR_GENERAL, None);
                     }
                 };
@@ -316,6 +324,7 @@ impl Node {
                     Status::MCAPI_ERR_TRANSMISSION
                     | Status::MCAPI_TIMEOUT
                     | Status::MCAPI_ERR_NODE_NOTINIT => {
+                        log::info!("open on port {port}: MCAPI_ERR_GENERAL: {peer_id:?}'s node is gone ({e})");
                         fail(Status::MCAPI_ERR_GENERAL, Some(peer_id))
                     }
                     e => fail(e, None),
@@ -358,12 +367,9 @@ impl Node {
             let Some(io) = side.io.as_mut() else {
                 return Ok(());
             };
-            if self
-                .inner
-                .connect_side_io(io, kind, payload, &info)
-                .is_err()
-            {
+            if let Err(e) = self.inner.connect_side_io(io, kind, payload, &info) {
                 drop(g);
+                log::info!("open on port {port}: MCAPI_ERR_GENERAL: reaching the other side: {e}");
                 return fail(Status::MCAPI_ERR_GENERAL, None);
             }
             side.ready = true;
@@ -372,7 +378,8 @@ impl Node {
         if let Some(ep) = st.endpoints.get_mut(&port) {
             ep.channel.binding.try_finish_open();
         }
-        let _ = st.requests.complete(request, Status::MCAPI_SUCCESS, 0);
+        st.requests
+            .complete_if_pending(request, Status::MCAPI_SUCCESS, 0);
         Ok(())
     }
 }

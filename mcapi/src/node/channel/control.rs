@@ -25,7 +25,10 @@ impl NodeInner {
         let Ok(from) = self.endpoint_id(port) else {
             return;
         };
-        let _ = self.channel_call(peer, ChannelOp::Closed { sent, from });
+        if let Err(e) = self.channel_call(peer, ChannelOp::Closed { sent, from }) {
+            // Its node is gone or going: it notices the loss itself.
+            log::debug!("close of port {port}: {peer:?} not told: {e}");
+        }
     }
 
     /// A closed send side withdrew a queued packet: the receiver must not wait for it.

@@ -47,7 +47,7 @@ impl NodeInner {
         let mut st = lock(&self.state);
         st.delivered.extend(delivered);
         for &(req, status, size) in &done {
-            let _ = st.requests.complete(req, status, size);
+            st.requests.complete_if_pending(req, status, size);
         }
     }
 }

@@ -36,6 +36,9 @@ impl NodeInner {
             }
         }
         // The open calls' ERRORS tables have no MCAPI_ERR_MEM_LIMIT.
+        log::info!(
+            "open on port {port}: MCAPI_ERR_GENERAL: every channel side of the node is in use"
+        );
         Err(Status::MCAPI_ERR_GENERAL)
     }
 
@@ -209,7 +212,8 @@ impl NodeInner {
             // where the receiver's plain receives would take one for it without a credit.
             if let (Some(ep), None, ChannelKind::Packet) = (&io.ep, &io.hub, kind) {
                 if !self.is_shm() {
-                    let _ = ep.inject(&[], io.dest);
+                    // Best effort: a failure shows at the first packet.
+                    _ = ep.inject(&[], io.dest);
                 }
             }
         }

@@ -115,8 +115,9 @@ impl Node {
             }
         })();
         if let Err(e) = queued {
-            // The call fails: the request never reaches the application.
-            let _ = lock(&self.inner.state).requests.release(req);
+            // The call fails: the request never reaches the application (allocated above,
+            // so releasing it cannot fail).
+            _ = lock(&self.inner.state).requests.release(req);
             return Err(e);
         }
         self.progress_side(handle);

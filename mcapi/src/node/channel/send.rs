@@ -254,8 +254,9 @@ impl Node {
             Ok(())
         })();
         if let Err(e) = queued {
-            // The call fails: the request never reaches the application.
-            let _ = lock(&self.inner.state).requests.release(req);
+            // The call fails: the request never reaches the application (allocated above,
+            // so releasing it cannot fail).
+            _ = lock(&self.inner.state).requests.release(req);
             return Err(e);
         }
         self.inner.flush_completed();

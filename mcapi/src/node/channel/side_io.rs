@@ -181,7 +181,9 @@ impl SideIo {
             SideData::Send(s) => {
                 if let Some(slot) = s.event(ctx, true, &mut self.out) {
                     if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
-                        let _ = ep.recv(b, FiAddr::UNSPEC, ctx);
+                        if let Err(e) = ep.recv(b, FiAddr::UNSPEC, ctx) {
+                            credit_slot_lost(&e);
+                        }
                     }
                 }
             }
@@ -352,7 +354,7 @@ pub(super) fn post_staged(
 ) -> Option<std::result::Result<(), OfiError>> {
     let Some(slot) = s.state.take_staging() else {
         // The credit taken for it comes back.
-        let _ = s.state.posted(Posted::Again, Status::MCAPI_SUCCESS);
+        _ = s.state.posted(Posted::Again, Status::MCAPI_SUCCESS);
         return None;
     };
     let Some(ep) = ep else {
@@ -391,8 +393,17 @@ impl SideIo {
         let Some(ep) = &self.ep else { return };
         while let Some(slot) = s.credit_reposts.pop() {
             if let Ok(b) = s.credit_slots.slice(slot * 8, 8) {
-                let _ = ep.recv(b, FiAddr::UNSPEC, CTX_CREDIT | slot as u64);
+                if let Err(e) = ep.recv(b, FiAddr::UNSPEC, CTX_CREDIT | slot as u64) {
+                    credit_slot_lost(&e);
+                }
             }
         }
     }
+}
+
+/// A credit receive that could not be posted again: the receiver's returns then wait in the
+/// provider's unexpected queue (bounded by the credits themselves).
+#[cold]
+fn credit_slot_lost(e: &OfiError) {
+    log::warn!("a channel's credit receive could not be posted again: {e}");
 }
