@@ -1,5 +1,6 @@
 //! What every node module shares: the result type, locking, fabric-error status, limits.
 
+use crate::control::Frame;
 use crate::semantics::Status;
 use mcapi_ofi::Error as OfiError;
 use std::sync::{Mutex, MutexGuard};
@@ -22,4 +23,25 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(super) fn ofi_status(e: OfiError) -> Status {
     log::info!("MCAPI_ERR_TRANSMISSION: {e}");
     Status::MCAPI_ERR_TRANSMISSION
+}
+
+/// What a control answer other than the one asked for means: the refusal's status, else
+/// `MCAPI_ERR_GENERAL` (a code this build does not know, or another kind of answer: a peer
+/// of another build), with the reason logged.
+#[cold]
+pub(super) fn refusal(what: &str, answer: &Frame) -> Status {
+    let status = match answer {
+        Frame::Refused(code) => Status::from_code(*code),
+        _ => None,
+    };
+    match status {
+        Some(s) => {
+            log::debug!("{what}: refused with {s}");
+            s
+        }
+        None => {
+            log::info!("{what}: MCAPI_ERR_GENERAL: unexpected answer {answer:?}");
+            Status::MCAPI_ERR_GENERAL
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Endpoints: create, delete, get (resolving remote ones), attributes.
 
 use super::channel::{EndpointChannel, MAX_PKT_SIZE};
-use super::common::{Result, MAX_MSG_SIZE, NUM_PRIORITIES};
+use super::common::{refusal, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;
 use super::state::{LocalEndpoint, Remote, RetiredPool, State};
@@ -216,10 +216,7 @@ impl Node {
             },
         )? {
             Frame::Value(v) => Ok(v),
-            Frame::Refused(code) => {
-                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
-            }
-            _ => Err(Status::MCAPI_ERR_GENERAL),
+            answer => Err(refusal("endpoint_get_attribute", &answer)),
         }
     }
 

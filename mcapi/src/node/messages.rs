@@ -1,7 +1,7 @@
 //! Message calls of a node (spec 4.3).
 
 use super::channel::SideSet;
-use super::common::{ofi_status, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
+use super::common::{ofi_status, refusal, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::inner::NodeInner;
 use super::peers::PeerInput;
 use super::state::{Req, State};
@@ -156,14 +156,9 @@ impl Node {
                     Frame::Value(n) => remote.window.add(n as u32),
                     // Refused (e.g. the endpoint serves too many senders, or was deleted):
                     // forget the request so a later send asks again, and report why.
-                    refusal => {
+                    answer => {
                         remote.window.reset();
-                        return Err(match refusal {
-                            Frame::Refused(code) => {
-                                Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL)
-                            }
-                            _ => Status::MCAPI_ERR_GENERAL,
-                        });
+                        return Err(refusal("credit request", &answer));
                     }
                 }
                 continue;

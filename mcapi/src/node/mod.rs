@@ -97,10 +97,7 @@ impl Node {
                 e => e,
             })? {
             Frame::Value(v) => Ok(v),
-            Frame::Refused(code) => {
-                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
-            }
-            _ => Err(Status::MCAPI_ERR_GENERAL),
+            answer => Err(common::refusal("node_get_attribute", &answer)),
         }
     }
 

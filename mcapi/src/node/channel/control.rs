@@ -5,7 +5,7 @@ use super::endpoint::PeerOpen;
 use super::side::side_status;
 use super::side_io::SideIo;
 use crate::control::{ChannelAttributes, ChannelOp, ConnectEnd, Frame};
-use crate::node::common::{lock, Result};
+use crate::node::common::{lock, refusal, Result};
 use crate::node::inner::NodeInner;
 use crate::node::state::PeerRun;
 use crate::semantics::channel::Direction;
@@ -220,10 +220,7 @@ impl NodeInner {
         )? {
             Frame::Value(_) => Ok(None),
             Frame::Connected { attributes } => Ok(Some(attributes)),
-            Frame::Refused(code) => {
-                Err(Status::from_code(code).unwrap_or(Status::MCAPI_ERR_GENERAL))
-            }
-            _ => Err(Status::MCAPI_ERR_GENERAL),
+            answer => Err(refusal("channel operation", &answer)),
         }
     }
 }
