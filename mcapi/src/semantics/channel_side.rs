@@ -140,11 +140,6 @@ impl RecvSide {
         self.received
     }
 
-    /// Whether completion context `b` names one of the pool's buffers.
-    pub fn holds_buffer(&self, b: u64) -> bool {
-        self.buffers.holds(b)
-    }
-
     // ---- what the fabric reports ----
 
     /// A packet of `len` bytes at `offset` arrived in buffer `b` as item `seq` of the
