@@ -7,16 +7,23 @@
 //! | `MCAPI_PROVIDER` | `provider` | `shm` when every node is on this host, else the best network provider |
 //! | `MCAPI_TCP_IFACE` (or libfabric's `FI_TCP_IFACE`) | `tcp_iface` | libfabric's choice |
 //! | `MCAPI_RUNTIME_DIR` | `runtime_dir` | `$XDG_RUNTIME_DIR/mcapi`, else `/tmp/mcapi-<uid>` |
+//! | `MCAPI_JOB_KEY` (or a file named by `MCAPI_JOB_KEY_FILE`) | `job_key` | one host: generated into the job's private directory; several hosts: none, and initialize fails |
 //! | `MCAPI_REQUESTS` | `request_table_size` | 1024 |
 //! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 |
 //! | `MCAPI_SPIN_US` | `spin` | 50: a blocked call polls for 50 µs before it yields the core (then sleeps); large values busy-poll, 0 yields at once |
+//!
+//! The job key authenticates every control connection (docs/security.md). It is at least
+//! [`MIN_KEY_LEN`] bytes, used as given (leading and trailing white space trimmed, so
+//! `openssl rand -hex 32 > key` makes a good key file). A key file must be a regular file
+//! of this user, readable by no one else (mode 0600 or 0400).
 //!
 //! libfabric's own `FI_PROVIDER` restricts what libfabric offers at all (read once per
 //! process); `MCAPI_PROVIDER` chooses among what is offered.
 
 use std::fmt;
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Default number of request slots (`MCAPI_REQUESTS`).
@@ -27,6 +34,81 @@ pub const DEFAULT_RECV_BUFFERS: usize = 64;
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// TCP port of the control plane of node `n` when the topology gives none: `BASE + n`.
 pub const DEFAULT_CONTROL_PORT_BASE: u16 = 47000;
+
+/// Shortest job key accepted, in bytes.
+pub const MIN_KEY_LEN: usize = 16;
+
+/// The job's shared secret. Its `Debug` output hides it, so a logged [`Config`] does not
+/// leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobKey(Vec<u8>);
+
+impl JobKey {
+    /// A key from its bytes (white space at either end trimmed).
+    ///
+    /// # Errors
+    /// Shorter than [`MIN_KEY_LEN`] bytes.
+    pub fn new(bytes: &[u8]) -> Result<JobKey, ConfigError> {
+        let bytes = bytes.trim_ascii();
+        if bytes.len() < MIN_KEY_LEN {
+            return Err(ConfigError(format!(
+                "a job key needs at least {MIN_KEY_LEN} bytes (got {})",
+                bytes.len()
+            )));
+        }
+        Ok(JobKey(bytes.to_vec()))
+    }
+
+    /// Reads a key file, refusing one another user could have written or can read: not a
+    /// regular file (a symlink is not followed), not owned by this user, or with any group
+    /// or other permission.
+    ///
+    /// # Errors
+    /// The file is unreadable, unsafe as above, or holds too short a key.
+    pub fn from_file(path: &Path) -> Result<JobKey, ConfigError> {
+        let err =
+            |why: &dyn fmt::Display| ConfigError(format!("key file {}: {why}", path.display()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| err(&e))?;
+        // Checked on the open file: what was checked is what is read.
+        let meta = file.metadata().map_err(|e| err(&e))?;
+        if !meta.is_file() {
+            return Err(err(&"not a regular file"));
+        }
+        let me = nix::unistd::geteuid().as_raw();
+        if meta.uid() != me {
+            return Err(err(&format_args!(
+                "owned by uid {}, not this user ({me})",
+                meta.uid()
+            )));
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(err(&format_args!(
+                "mode {:o}: readable or writable by others (chmod 600 it)",
+                meta.mode() & 0o777
+            )));
+        }
+        let mut bytes = Vec::new();
+        file.take(4096)
+            .read_to_end(&mut bytes)
+            .map_err(|e| err(&e))?;
+        JobKey::new(&bytes).map_err(|e| err(&e))
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JobKey(<hidden>)")
+    }
+}
 
 /// A node's configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +123,9 @@ pub struct Config {
     pub tcp_iface: Option<String>,
     /// Directory for this user's single-host rendezvous sockets.
     pub runtime_dir: PathBuf,
+    /// The job's shared secret; `None`: one host's nodes generate one in the job's
+    /// directory, a job across hosts cannot start.
+    pub job_key: Option<JobKey>,
     /// Size of the request table.
     pub request_table_size: usize,
     /// Receive buffers of a new endpoint.
@@ -73,6 +158,7 @@ impl Config {
             provider: None,
             tcp_iface: None,
             runtime_dir: default_runtime_dir(None),
+            job_key: None,
             request_table_size: DEFAULT_REQUESTS,
             recv_buffers: DEFAULT_RECV_BUFFERS,
             spin: DEFAULT_SPIN,
@@ -82,7 +168,8 @@ impl Config {
     /// Defaults overridden by the environment variables in the module table.
     ///
     /// # Errors
-    /// An unreadable or malformed topology file, or a non-numeric size.
+    /// An unreadable or malformed topology file, a non-numeric size, or a job key that is
+    /// too short, given twice, or in an unsafe file.
     pub fn from_env() -> Result<Config, ConfigError> {
         Config::from_vars(|k| std::env::var(k).ok())
     }
@@ -108,6 +195,25 @@ impl Config {
                     .map_err(|e| ConfigError(format!("MCAPI_TOPOLOGY={path}: {e}")))?,
             );
         }
+        c.job_key = match (
+            var("MCAPI_JOB_KEY").filter(|k| !k.is_empty()),
+            var("MCAPI_JOB_KEY_FILE").filter(|k| !k.is_empty()),
+        ) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError(
+                    "MCAPI_JOB_KEY and MCAPI_JOB_KEY_FILE are both set: give one".into(),
+                ))
+            }
+            (Some(key), None) => Some(
+                JobKey::new(key.as_bytes())
+                    .map_err(|e| ConfigError(format!("MCAPI_JOB_KEY: {e}")))?,
+            ),
+            (None, Some(path)) => Some(
+                JobKey::from_file(Path::new(&path))
+                    .map_err(|e| ConfigError(format!("MCAPI_JOB_KEY_FILE: {e}")))?,
+            ),
+            (None, None) => None,
+        };
         c.provider = var("MCAPI_PROVIDER").filter(|p| !p.is_empty());
         c.tcp_iface = var("MCAPI_TCP_IFACE")
             .or_else(|| var("FI_TCP_IFACE"))
@@ -158,9 +264,7 @@ fn default_runtime_dir(xdg: Option<String>) -> PathBuf {
         Some(dir) => PathBuf::from(dir).join("mcapi"),
         None => {
             // The uid keeps two users' jobs apart in /tmp.
-            let uid = std::fs::metadata("/proc/self")
-                .map(|m| m.uid())
-                .unwrap_or(0);
+            let uid = nix::unistd::geteuid().as_raw();
             PathBuf::from(format!("/tmp/mcapi-{uid}"))
         }
     }
@@ -345,6 +449,36 @@ mod tests {
 
         assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "0")])).is_err());
         assert!(Config::from_vars(vars(&[("MCAPI_TOPOLOGY", "/nonexistent/topo")])).is_err());
+    }
+
+    #[test]
+    fn job_key_from_environment_or_a_private_file() {
+        let key = "0123456789abcdef";
+        let c = Config::from_vars(vars(&[("MCAPI_JOB_KEY", key)])).unwrap();
+        assert_eq!(c.job_key.as_ref().unwrap().as_bytes(), key.as_bytes());
+        assert!(!format!("{c:?}").contains(key), "Debug shows the key");
+        assert!(Config::from_vars(vars(&[("MCAPI_JOB_KEY", "short")])).is_err());
+        let dir = std::env::temp_dir().join(format!("mcapi-keyfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("key");
+        std::fs::write(&file, format!("{key}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let path = file.to_str().unwrap();
+        for (mode, ok) in [(0o600, true), (0o400, true), (0o640, false), (0o604, false)] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let c = Config::from_vars(vars(&[("MCAPI_JOB_KEY_FILE", path)]));
+            assert_eq!(c.is_ok(), ok, "mode {mode:o}: {c:?}");
+            if ok {
+                assert_eq!(c.unwrap().job_key.unwrap().as_bytes(), key.as_bytes());
+            }
+        }
+        std::os::unix::fs::symlink(&file, dir.join("link")).unwrap();
+        let link = dir.join("link");
+        let c = Config::from_vars(vars(&[("MCAPI_JOB_KEY_FILE", link.to_str().unwrap())]));
+        assert!(c.is_err(), "a symlink is followed");
+        let both = [("MCAPI_JOB_KEY", key), ("MCAPI_JOB_KEY_FILE", path)];
+        assert!(Config::from_vars(vars(&both)).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -7,30 +7,64 @@
 //! - One host (no topology): a Unix socket `<runtime_dir>/<job>/d<domain>n<node>.sock`. The
 //!   socket file is the registry entry: a file left by a crashed process refuses connections
 //!   and is replaced; a live one means the node id is taken.
-//! - Several hosts: TCP on the host and port the topology gives for the node.
+//! - Several hosts: TCP on the host and port the topology gives for the node, listening on
+//!   that address only (not every interface).
+//!
+//! Every connection first passes the job's key handshake ([`JobAuth`]); the server then
+//! takes a Hello and, once it welcomed one, other requests. A connection that fails either
+//! step is closed before the handler sees anything of it. The directories of the Unix
+//! sockets are private to the user (`job_dir`), the sockets mode 0600.
 //!
 //! Frames are a little-endian `u32` length followed by the bytes of a [`Frame`] (format and
 //! versioning: [`frame`]). Requests are answered in order on the connection they came on. A
 //! peer that keeps its connection open is alive: end-of-file on it means the process died or
 //! finalized.
 
+mod auth;
 mod frame;
+mod job_dir;
 
 use crate::config::Config;
 use crate::semantics::Status;
+pub use auth::JobAuth;
 pub use frame::{ChannelAttributes, ChannelOp, ConnectEnd, Frame, PROTOCOL_VERSION};
 use frame::{DecodeError, FrameBytes, MAX_FRAME};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Peer connections of a server: a handle to shut each down, and its thread.
 type Connections = Arc<Mutex<Vec<(Stream, JoinHandle<()>)>>>;
+
+/// Connections still in their key handshake at once: beyond this, new ones are closed
+/// unanswered, so a flood of idle connections costs at most this many threads (each for
+/// at most the handshake timeout).
+const MAX_HANDSHAKES: usize = 64;
+
+/// The job's identity for `config`: its configured key, else (one host) the key generated
+/// in the job's private directory.
+///
+/// # Errors
+/// Why the node cannot start, to log: a job across hosts without a configured key, or a
+/// job directory or key file that is not private to this user.
+pub fn job_auth(config: &Config) -> Result<JobAuth, String> {
+    if let Some(key) = &config.job_key {
+        return Ok(JobAuth::new(&config.job, key.clone()));
+    }
+    if !config.single_host() {
+        return Err("a job across hosts needs a job key: set MCAPI_JOB_KEY, or \
+                    MCAPI_JOB_KEY_FILE to a file of mode 0600, the same on every host \
+                    (docs/security.md)"
+            .into());
+    }
+    let dir = job_dir::private_job_dir(&config.runtime_dir, &config.job)?;
+    Ok(JobAuth::new(&config.job, job_dir::job_key(&dir)?))
+}
 
 /// Where a node's control socket is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +124,17 @@ impl Stream {
                 }
                 Err(last)
             }
+        }
+    }
+
+    /// Sets (or, `None`, clears) the read timeout.
+    ///
+    /// # Errors
+    /// A zero duration.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
         }
     }
 
@@ -238,6 +283,8 @@ pub enum StartError {
     NodeTaken,
     /// The topology does not list this node.
     NotInTopology,
+    /// The job directory is not private to this user (the reason).
+    Unsafe(String),
     /// Socket errors.
     Io(io::Error),
 }
@@ -247,35 +294,52 @@ pub enum StartError {
 pub struct ControlServer {
     stop: Arc<AtomicBool>,
     rendezvous: Rendezvous,
+    /// Where the acceptor is woken from (the bound address for TCP).
+    wake: Rendezvous,
     acceptor: Option<JoinHandle<()>>,
     connections: Connections,
 }
 
 impl ControlServer {
-    /// Binds `<domain, node>`'s rendezvous and starts serving `handler`.
+    /// Binds `<domain, node>`'s rendezvous and starts serving `handler` to the peers that
+    /// prove they are of job `auth`.
     ///
     /// # Errors
-    /// [`StartError::NodeTaken`] if a live node already holds the address.
+    /// [`StartError::NodeTaken`] if a live node already holds the address,
+    /// [`StartError::Unsafe`] for a job directory others could write into.
     pub fn start(
         config: &Config,
         domain: u32,
         node: u32,
         handler: Arc<dyn Handler>,
+        auth: Arc<JobAuth>,
     ) -> Result<ControlServer, StartError> {
         let rendezvous = Rendezvous::of(config, domain, node).ok_or(StartError::NotInTopology)?;
+        if let Rendezvous::Unix(_) = rendezvous {
+            job_dir::private_job_dir(&config.runtime_dir, &config.job)
+                .map_err(StartError::Unsafe)?;
+        }
         let listener = bind(&rendezvous)?;
+        let wake = match &listener {
+            Listener::Unix(_) => rendezvous.clone(),
+            Listener::Tcp(l) => {
+                let a = l.local_addr().map_err(StartError::Io)?;
+                Rendezvous::Tcp(a.ip().to_string(), a.port())
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let connections: Connections = Arc::default();
         let acceptor = {
             let (stop, connections) = (stop.clone(), connections.clone());
             std::thread::Builder::new()
                 .name(format!("mcapi-ctl-{domain}.{node}"))
-                .spawn(move || accept_loop(listener, stop, connections, handler))
+                .spawn(move || accept_loop(listener, stop, connections, handler, auth))
                 .map_err(StartError::Io)?
         };
         Ok(ControlServer {
             stop,
             rendezvous,
+            wake,
             acceptor: Some(acceptor),
             connections,
         })
@@ -286,26 +350,20 @@ impl ControlServer {
     pub fn rendezvous(&self) -> &Rendezvous {
         &self.rendezvous
     }
+
+    /// The address and port the server is bound to (TCP only).
+    #[cfg(test)]
+    pub fn bound(&self) -> &Rendezvous {
+        &self.wake
+    }
 }
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the acceptor with a connection of our own, through loopback: the rendezvous
-        // host may be an address this host cannot reach itself by (IPv6 without a route).
-        let wake = match &self.rendezvous {
-            Rendezvous::Unix(_) => vec![self.rendezvous.clone()],
-            Rendezvous::Tcp(_, port) => vec![
-                Rendezvous::Tcp("127.0.0.1".into(), *port),
-                Rendezvous::Tcp("::1".into(), *port),
-                self.rendezvous.clone(),
-            ],
-        };
-        for to in &wake {
-            if Stream::connect(to, Duration::from_millis(200)).is_ok() {
-                break;
-            }
-        }
+        // Wake the acceptor with a connection of our own, to the address it is bound to.
+        // Unanswered, the acceptor sees `stop` first.
+        _ = Stream::connect(&self.wake, Duration::from_millis(200));
         // The threads catch nothing and end on their sockets' errors; a join error would
         // only repeat a panic already printed.
         if let Some(t) = self.acceptor.take() {
@@ -336,35 +394,52 @@ enum Listener {
     Tcp(TcpListener),
 }
 
+/// Binds the socket; the caller made its directory private. The socket file is made mode
+/// 0600 as well (the directory already keeps others out; this keeps them out of a socket
+/// moved elsewhere too).
 fn bind(to: &Rendezvous) -> Result<Listener, StartError> {
     match to {
         Rendezvous::Unix(path) => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(StartError::Io)?;
-            }
-            match UnixListener::bind(path) {
-                Ok(l) => Ok(Listener::Unix(l)),
+            let listener = match UnixListener::bind(path) {
+                Ok(l) => l,
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
                     // A live node answers; a file left by a crashed process refuses.
                     if UnixStream::connect(path).is_ok() {
                         return Err(StartError::NodeTaken);
                     }
                     std::fs::remove_file(path).map_err(StartError::Io)?;
-                    UnixListener::bind(path)
-                        .map(Listener::Unix)
-                        .map_err(StartError::Io)
+                    UnixListener::bind(path).map_err(StartError::Io)?
                 }
-                Err(e) => Err(StartError::Io(e)),
-            }
+                Err(e) => return Err(StartError::Io(e)),
+            };
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(StartError::Io)?;
+            Ok(Listener::Unix(listener))
         }
-        // Every address, IPv6 and (dual-stack) IPv4; IPv4 alone where IPv6 is off.
-        Rendezvous::Tcp(_, port) => match TcpListener::bind(("::", *port))
-            .or_else(|_| TcpListener::bind(("0.0.0.0", *port)))
-        {
-            Ok(l) => Ok(Listener::Tcp(l)),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(StartError::NodeTaken),
-            Err(e) => Err(StartError::Io(e)),
-        },
+        // The address the topology names, and only it: a node meant for one network is not
+        // reachable from the others.
+        Rendezvous::Tcp(host, port) => {
+            let addrs = (host.as_str(), *port)
+                .to_socket_addrs()
+                .map_err(|e| StartError::Io(io::Error::new(e.kind(), format!("{host}: {e}"))))?;
+            let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"));
+            for addr in addrs {
+                match TcpListener::bind(addr) {
+                    Ok(l) => return Ok(Listener::Tcp(l)),
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                        return Err(StartError::NodeTaken)
+                    }
+                    Err(e) => {
+                        last = io::Error::new(
+                            e.kind(),
+                            format!("cannot listen on {addr} (an address of this host?): {e}"),
+                        )
+                    }
+                }
+            }
+            Err(StartError::Io(last))
+        }
     }
 }
 
@@ -373,7 +448,9 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
     connections: Connections,
     handler: Arc<dyn Handler>,
+    auth: Arc<JobAuth>,
 ) {
+    let handshakes = Arc::new(AtomicUsize::new(0));
     loop {
         let stream = match &listener {
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
@@ -387,27 +464,58 @@ fn accept_loop(
             return;
         }
         let Ok(stream) = stream else { continue };
+        if handshakes.load(Ordering::SeqCst) >= MAX_HANDSHAKES {
+            log::info!("control connection closed: {MAX_HANDSHAKES} handshakes in progress");
+            continue;
+        }
         let Ok(handle) = stream.try_clone() else {
             continue;
         };
-        let handler = handler.clone();
+        let (handler, auth, handshakes) = (handler.clone(), auth.clone(), handshakes.clone());
         let mut conns = connections.lock().unwrap_or_else(|p| p.into_inner());
         // Forget connections whose peers are gone so a long-lived node does not accumulate them.
         conns.retain(|(_, t)| !t.is_finished());
-        if let Ok(t) = std::thread::Builder::new()
+        handshakes.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
             .name("mcapi-ctl-peer".into())
-            .spawn(move || serve(stream, handler))
-        {
-            conns.push((handle, t));
+            .spawn({
+                let handshakes = handshakes.clone();
+                move || serve(stream, handler, &auth, &handshakes)
+            });
+        match spawned {
+            Ok(t) => conns.push((handle, t)),
+            Err(_) => _ = handshakes.fetch_sub(1, Ordering::SeqCst),
         }
     }
 }
 
-fn serve(mut stream: Stream, handler: Arc<dyn Handler>) {
+fn serve(mut stream: Stream, handler: Arc<dyn Handler>, auth: &JobAuth, handshakes: &AtomicUsize) {
+    let authenticated = auth.server(&mut stream);
+    handshakes.fetch_sub(1, Ordering::SeqCst);
+    if let Err(e) = authenticated {
+        log::info!("control connection refused: {e}");
+        // The server keeps a handle to the socket: shut it, so the peer sees the end now.
+        stream.shutdown();
+        return;
+    }
     // The node and run that introduced themselves, once welcomed: the end of this
     // connection is news about that run only (a refused Hello names nobody).
     let mut peer: Option<((u32, u32), u64)> = None;
     while let Some(request) = next_request(&mut stream) {
+        // A Hello first, and only once: every other request speaks for the node the Hello
+        // named, so none is taken before it (nor a second identity after it).
+        let hello = matches!(request, Frame::Hello { .. });
+        if hello == peer.is_some() {
+            log::info!(
+                "control connection closed: {}",
+                if hello {
+                    "a second Hello"
+                } else {
+                    "a request before any Hello"
+                }
+            );
+            break;
+        }
         let answer = handler.handle(peer.map(|p| p.0), &request);
         if let (
             Frame::Hello {
@@ -421,10 +529,12 @@ fn serve(mut stream: Stream, handler: Arc<dyn Handler>) {
         {
             peer = Some(((*domain, *node), *incarnation));
         }
-        if stream.send(&answer).is_err() {
+        if stream.send(&answer).is_err() || peer.is_none() {
+            // A refused Hello ends the connection: it has no one to speak for.
             break;
         }
     }
+    stream.shutdown();
     if let Some((node, incarnation)) = peer {
         handler.peer_gone(node, incarnation);
     }
@@ -453,12 +563,26 @@ fn next_request(stream: &mut Stream) -> Option<Frame> {
     }
 }
 
-/// Connects to `to`, retrying while the peer has not started yet, until `deadline`
-/// (`None`: forever). Returns `Ok(None)` at the deadline.
+/// Connects to `to` and proves we are of job `auth` (and checks the peer is), retrying
+/// while the peer has not started yet, until `deadline` (`None`: forever). Returns
+/// `Ok(None)` at the deadline.
 ///
 /// # Errors
-/// Errors other than "not there yet" (e.g. permission denied).
-pub fn connect_when_up(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<Stream>> {
+/// Errors other than "not there yet" (e.g. permission denied, a failed handshake).
+pub fn connect_when_up(
+    to: &Rendezvous,
+    deadline: Option<Instant>,
+    auth: &JobAuth,
+) -> io::Result<Option<Stream>> {
+    let Some(mut stream) = connect_raw(to, deadline)? else {
+        return Ok(None);
+    };
+    auth.client(&mut stream)?;
+    Ok(Some(stream))
+}
+
+/// [`connect_when_up`] without the handshake.
+fn connect_raw(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<Stream>> {
     let mut pause = Duration::from_millis(1);
     loop {
         match Stream::connect(to, Duration::from_secs(1)) {
@@ -488,10 +612,24 @@ mod tests {
     struct Ports {
         ports: Vec<u32>,
         gone: AtomicUsize,
+        /// Requests handled (tests of what never reaches the handler).
+        handled: AtomicUsize,
+    }
+
+    fn auth() -> Arc<JobAuth> {
+        auth_with("0123456789abcdef")
+    }
+
+    fn auth_with(key: &str) -> Arc<JobAuth> {
+        Arc::new(JobAuth::new(
+            "test",
+            crate::config::JobKey::new(key.as_bytes()).unwrap(),
+        ))
     }
 
     impl Handler for Ports {
         fn handle(&self, _peer: Option<(u32, u32)>, request: &Frame) -> Frame {
+            self.handled.fetch_add(1, Ordering::SeqCst);
             match request {
                 // Node 2 is welcome; anyone else is refused.
                 Frame::Hello { node: 2, .. } => Frame::Welcome {
@@ -526,14 +664,17 @@ mod tests {
         let handler = Arc::new(Ports {
             ports: vec![3],
             gone: AtomicUsize::new(0),
+            handled: AtomicUsize::new(0),
         });
-        let server = ControlServer::start(&c, 0, 1, handler.clone()).unwrap();
+        let server = ControlServer::start(&c, 0, 1, handler.clone(), auth()).unwrap();
         assert!(matches!(
-            ControlServer::start(&c, 0, 1, handler.clone()),
+            ControlServer::start(&c, 0, 1, handler.clone(), auth()),
             Err(StartError::NodeTaken)
         ));
 
-        let mut s = connect_when_up(server.rendezvous(), None).unwrap().unwrap();
+        let mut s = connect_when_up(server.rendezvous(), None, &auth())
+            .unwrap()
+            .unwrap();
         let hello = Frame::Hello {
             domain: 0,
             node: 2,
@@ -542,7 +683,9 @@ mod tests {
             fabric_addr: vec![1],
         };
         // A refused Hello names nobody: its connection's end reports no one gone.
-        let mut refused = connect_when_up(server.rendezvous(), None).unwrap().unwrap();
+        let mut refused = connect_when_up(server.rendezvous(), None, &auth())
+            .unwrap()
+            .unwrap();
         let stranger = Frame::Hello {
             domain: 0,
             node: 5,
@@ -581,35 +724,121 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         drop(UnixListener::bind(&path).unwrap());
         assert!(path.exists());
-        let again = ControlServer::start(&c, 0, 1, handler).unwrap();
+        let again = ControlServer::start(&c, 0, 1, handler, auth()).unwrap();
         drop(again);
         assert!(!path.exists());
         let _ = std::fs::remove_dir_all(&c.runtime_dir);
     }
 
-    /// A TCP server answers over IPv4 and IPv6 loopback, and stops (no hang) whichever
-    /// address its topology entry gives.
+    /// A TCP server listens on the address its topology entry names and on no other (the
+    /// other loopback family, another loopback address are refused), and stops (no hang).
     #[test]
-    fn tcp_rendezvous_serves_ipv4_and_ipv6() {
-        for host in ["127.0.0.1", "::1"] {
+    fn tcp_listens_on_the_topology_address_only() {
+        for (host, others) in [
+            ("127.0.0.1", ["::1", "127.0.0.2"]),
+            ("::1", ["127.0.0.1", "127.0.0.1"]),
+        ] {
             let mut c = config("tcp");
             c.topology =
                 Some(crate::config::Topology::parse(&format!("0 3 [{host}]:47731\n")).unwrap());
             let handler = Arc::new(Ports {
                 ports: vec![8],
                 gone: AtomicUsize::new(0),
+                handled: AtomicUsize::new(0),
             });
-            let server = ControlServer::start(&c, 0, 3, handler).unwrap();
-            for to in ["127.0.0.1", "::1"] {
-                let mut s =
-                    Stream::connect(&Rendezvous::Tcp(to.into(), 47731), Duration::from_secs(1))
-                        .unwrap();
-                assert_eq!(s.call(&Frame::Lookup { port: 8 }).unwrap(), Frame::Value(1));
+            let server = ControlServer::start(&c, 0, 3, handler, auth()).unwrap();
+            assert_eq!(server.bound(), &Rendezvous::Tcp(host.into(), 47731));
+            let to = Rendezvous::Tcp(host.into(), 47731);
+            let mut s = connect_when_up(&to, None, &auth()).unwrap().unwrap();
+            assert!(matches!(s.call(&hello(2)).unwrap(), Frame::Welcome { .. }));
+            assert_eq!(s.call(&Frame::Lookup { port: 8 }).unwrap(), Frame::Value(1));
+            for other in others {
+                let e = Stream::connect(
+                    &Rendezvous::Tcp(other.into(), 47731),
+                    Duration::from_secs(1),
+                )
+                .unwrap_err();
+                assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{other}");
             }
             let start = Instant::now();
             drop(server);
             assert!(start.elapsed() < Duration::from_secs(2));
         }
+    }
+
+    fn hello(node: u32) -> Frame {
+        Frame::Hello {
+            domain: 0,
+            node,
+            peer: 0,
+            incarnation: 1,
+            fabric_addr: vec![1],
+        }
+    }
+
+    fn raw_frame(s: &mut Stream, frame: &Frame) {
+        let mut body = FrameBytes::new();
+        frame.encode_into(&mut body);
+        s.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+    }
+
+    /// Nothing from a connection without the key, or without a Hello, reaches the handler:
+    /// the connection is closed unanswered. A client with another key is refused too, and
+    /// learns it.
+    #[test]
+    fn unauthenticated_requests_never_reach_the_handler() {
+        let c = config("auth");
+        let handler = Arc::new(Ports {
+            ports: vec![3],
+            gone: AtomicUsize::new(0),
+            handled: AtomicUsize::new(0),
+        });
+        let server = ControlServer::start(&c, 0, 1, handler.clone(), auth()).unwrap();
+        // No handshake: frames, garbage.
+        let channel = Frame::Channel {
+            port: 3,
+            op: ChannelOp::UndoConnect,
+        };
+        for frame in [hello(2), Frame::Lookup { port: 3 }, channel.clone()] {
+            let mut s = connect_raw(server.rendezvous(), None).unwrap().unwrap();
+            raw_frame(&mut s, &frame);
+            s.write_all(&[0; 64]).unwrap();
+            assert!(s.recv().is_err(), "{frame:?} answered");
+        }
+        // Another key.
+        let mut s = connect_raw(server.rendezvous(), None).unwrap().unwrap();
+        let e = auth_with("another key, long enough")
+            .client(&mut s)
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        // The key but no Hello: closed at the first request.
+        for frame in [Frame::Lookup { port: 3 }, channel] {
+            let mut s = connect_when_up(server.rendezvous(), None, &auth())
+                .unwrap()
+                .unwrap();
+            raw_frame(&mut s, &frame);
+            assert_eq!(s.recv().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        }
+        // A second Hello on a welcomed connection ends it.
+        let mut s = connect_when_up(server.rendezvous(), None, &auth())
+            .unwrap()
+            .unwrap();
+        assert!(matches!(s.call(&hello(2)).unwrap(), Frame::Welcome { .. }));
+        raw_frame(&mut s, &hello(2));
+        assert_eq!(s.recv().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        // That one Hello was all the handler saw.
+        assert_eq!(handler.handled.load(Ordering::SeqCst), 1);
+        let path = match server.rendezvous() {
+            Rendezvous::Unix(p) => p.clone(),
+            _ => unreachable!(),
+        };
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        drop(server);
+        let _ = std::fs::remove_dir_all(&c.runtime_dir);
     }
 
     /// A handshake in another protocol version (or in the format before versions) is
@@ -621,8 +850,9 @@ mod tests {
         let handler = Arc::new(Ports {
             ports: vec![],
             gone: AtomicUsize::new(0),
+            handled: AtomicUsize::new(0),
         });
-        let server = ControlServer::start(&c, 0, 1, handler.clone()).unwrap();
+        let server = ControlServer::start(&c, 0, 1, handler.clone(), auth()).unwrap();
         let mut hello = FrameBytes::new();
         Frame::Hello {
             domain: 0,
@@ -638,7 +868,9 @@ mod tests {
             before_versions.extend_from_slice(&w.to_le_bytes());
         }
         for body in [&hello[..], &before_versions] {
-            let mut s = connect_when_up(server.rendezvous(), None).unwrap().unwrap();
+            let mut s = connect_when_up(server.rendezvous(), None, &auth())
+                .unwrap()
+                .unwrap();
             s.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
             s.write_all(body).unwrap();
             assert_eq!(
@@ -692,9 +924,11 @@ mod tests {
         let c = config("b");
         let to = Rendezvous::of(&c, 0, 9).unwrap();
         let t0 = Instant::now();
-        assert!(connect_when_up(&to, Some(t0 + Duration::from_millis(50)))
-            .unwrap()
-            .is_none());
+        assert!(
+            connect_when_up(&to, Some(t0 + Duration::from_millis(50)), &auth())
+                .unwrap()
+                .is_none()
+        );
         let late = {
             let c = c.clone();
             std::thread::spawn(move || {
@@ -702,13 +936,15 @@ mod tests {
                 let h = Arc::new(Ports {
                     ports: vec![],
                     gone: AtomicUsize::new(0),
+                    handled: AtomicUsize::new(0),
                 });
-                let s = ControlServer::start(&c, 0, 9, h).unwrap();
+                let s = ControlServer::start(&c, 0, 9, h, auth()).unwrap();
                 std::thread::sleep(Duration::from_millis(300));
                 drop(s);
             })
         };
-        let s = connect_when_up(&to, Some(Instant::now() + Duration::from_secs(10))).unwrap();
+        let s =
+            connect_when_up(&to, Some(Instant::now() + Duration::from_secs(10)), &auth()).unwrap();
         assert!(s.is_some());
         late.join().unwrap();
         let _ = std::fs::remove_dir_all(&c.runtime_dir);

@@ -165,6 +165,11 @@ fn two_hosts(roles: [&str; 2]) -> Result<(), Failed> {
             .env("MCAPI_TOPOLOGY", "/tmp/topology")
             .env("MCAPI_PROVIDER", "tcp")
             .env("MCAPI_JOB", format!("two-hosts-{}", std::process::id()))
+            // Across hosts the job key cannot be generated: both are given it.
+            .env(
+                "MCAPI_JOB_KEY",
+                format!("two-hosts-key-{}-0123456789", std::process::id()),
+            )
             .spawn()
     };
     let mut receiver = spawn(0, roles[0])?;

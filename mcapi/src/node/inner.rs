@@ -7,7 +7,7 @@ use super::state::State;
 use super::wait::{Backoff, SleepCqs};
 use crate::attributes::NodeAttributes;
 use crate::config::Config;
-use crate::control::ControlServer;
+use crate::control::{ControlServer, JobAuth};
 use crate::semantics::Status;
 use mcapi_ofi::WaitObject;
 use rustc_hash::FxHashMap as HashMap;
@@ -22,6 +22,8 @@ pub(super) struct NodeInner {
     pub(super) fab: Fab,
     pub(super) state: Mutex<State>,
     pub(super) control: Mutex<Option<ControlServer>>,
+    /// The job's key: every control connection, ours and our peers', proves it.
+    pub(super) auth: Arc<JobAuth>,
     pub(super) progress_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Counts progress made by application calls, so the background thread can keep away.
     pub(super) app_progress: AtomicU64,

@@ -10,7 +10,7 @@ use super::state::{State, CQ_BATCH};
 use super::Node;
 use crate::attributes::NodeAttributes;
 use crate::config::Config;
-use crate::control::{ControlServer, Handler, StartError};
+use crate::control::{self, ControlServer, Handler, StartError};
 use crate::semantics::endpoint_id::{MAX_DOMAIN, MAX_NODE};
 use crate::semantics::request::RequestTable;
 use crate::semantics::Status;
@@ -126,6 +126,8 @@ impl Node {
             log::error!("node <{domain_id}, {node_id}>: initialize failed: {why}");
             Status::MCAPI_ERR_NODE_INITFAILED
         };
+        // Before the fabric: a job that cannot be secured is refused at once.
+        let auth = Arc::new(control::job_auth(&config).map_err(|why| failed(&why))?);
         let fab = open_fabric(&config, domain_id, node_id).map_err(|why| failed(&why))?;
         log::info!(
             "node <{domain_id}, {node_id}>: provider {} (job {})",
@@ -160,6 +162,7 @@ impl Node {
             fab,
             state: Mutex::new(state),
             control: Mutex::new(None),
+            auth: auth.clone(),
             progress_thread: Mutex::new(None),
             app_progress: AtomicU64::new(0),
             channels: ChannelTable::new(busy_every_poll),
@@ -175,16 +178,16 @@ impl Node {
             .fab
             .post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
-        let server = ControlServer::start(&inner.config, domain_id, node_id, handler).map_err(
-            |e| match e {
+        let server = ControlServer::start(&inner.config, domain_id, node_id, handler, auth)
+            .map_err(|e| match e {
                 StartError::NodeTaken => failed(&format_args!(
                     "another process of job '{}' runs this node",
                     inner.config.job
                 )),
                 StartError::NotInTopology => failed(&"the topology file does not list this node"),
+                StartError::Unsafe(why) => failed(&why),
                 StartError::Io(e) => failed(&format_args!("control server: {e}")),
-            },
-        )?;
+            })?;
         *lock(&inner.control) = Some(server);
         let weak = Arc::downgrade(&inner);
         let thread = std::thread::Builder::new()

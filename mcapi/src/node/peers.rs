@@ -50,10 +50,13 @@ impl NodeInner {
         }
         let to =
             Rendezvous::of(&self.config, domain, node).ok_or(Status::MCAPI_ERR_NODE_INVALID)?;
-        let mut stream = match control::connect_when_up(&to, deadline) {
+        let mut stream = match control::connect_when_up(&to, deadline, &self.auth) {
             Ok(Some(s)) => s,
             Ok(None) => return Err(Status::MCAPI_TIMEOUT),
-            Err(_) => return Err(Status::MCAPI_ERR_TRANSMISSION),
+            Err(e) => {
+                log::warn!("node <{domain}, {node}>: no control connection: {e}");
+                return Err(Status::MCAPI_ERR_TRANSMISSION);
+            }
         };
         let index = {
             let mut st = self.live_state()?;

@@ -123,6 +123,33 @@ fn requests_served_from_the_remainder() {
     }
 }
 
+/// A greedy or hostile peer asking for 2^20 or `u32::MAX` credits, again and again, under
+/// many sender ids, never gets more than the endpoint's buffers in all, and senders beyond
+/// the table's size are refused.
+#[test]
+fn huge_requests_never_grant_more_than_the_buffers() {
+    let (n, max) = (16, 4);
+    let mut p = CreditPool::new(n, max);
+    let mut granted = 0u64;
+    for round in 0..3 {
+        for k in 0..max as u32 {
+            let want = if round == 0 { 1 << 20 } else { u32::MAX };
+            // A fresh stamp and a stale one: neither turns into extra credits.
+            ask(&mut p, SenderId(k), want).unwrap();
+            p.request(SenderId(k), want, 0).unwrap();
+            for c in drain(&mut p) {
+                if let Control::Grant(g) = c {
+                    granted += u64::from(g.credits);
+                }
+            }
+            check(&p);
+            assert!(p.outstanding() <= n);
+        }
+    }
+    assert!(granted <= u64::from(n), "granted {granted} of {n} buffers");
+    assert_eq!(ask(&mut p, SenderId(99), 1 << 20), Err(MCAPI_ERR_MEM_LIMIT));
+}
+
 #[test]
 fn returns_are_batched_to_half_of_what_the_sender_holds() {
     let mut p = CreditPool::new(8, 2);

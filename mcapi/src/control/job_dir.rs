@@ -1,0 +1,180 @@
+//! The job's private directory on this host: `<runtime_dir>/<job>`, holding the nodes'
+//! sockets and the generated job key.
+//!
+//! Both directories are created mode 0700 and, found existing, checked: a real directory
+//! (not a symlink), owned by this user, writable by no one else. Whoever could write there
+//! could replace a socket or the key, so anything else is refused. The runtime directory's
+//! parent must not let others rename it away (writable by others only with the sticky bit,
+//! as /tmp).
+
+use crate::config::JobKey;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The generated key's file name in the job directory.
+const KEY_FILE: &str = "key";
+
+/// Creates (or checks) `<runtime_dir>/<job>`; returns its path.
+///
+/// # Errors
+/// The reason, to log: a bad job name, a directory that cannot be made, or one that is
+/// not private to this user.
+pub(crate) fn private_job_dir(runtime_dir: &Path, job: &str) -> Result<PathBuf, String> {
+    // The job name becomes one path component: no way up or across.
+    if job.is_empty() || job == "." || job == ".." || job.contains('/') || job.contains('\0') {
+        return Err(format!("job name {job:?} is not a plain name"));
+    }
+    if let Some(parent) = runtime_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.exists() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        let meta = std::fs::metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        // Others may create entries there (/tmp) but, without the sticky bit, also rename
+        // ours away and put theirs in its place.
+        if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+            return Err(format!(
+                "{}: writable by others without the sticky bit (mode {:o}): set \
+                 MCAPI_RUNTIME_DIR elsewhere",
+                parent.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    ensure_private(runtime_dir)?;
+    let dir = runtime_dir.join(job);
+    ensure_private(&dir)?;
+    Ok(dir)
+}
+
+/// Makes `dir` mode 0700 if absent, then checks it is this user's alone.
+fn ensure_private(dir: &Path) -> Result<(), String> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    check_private(dir)
+}
+
+/// Refuses a directory another user could write into.
+fn check_private(dir: &Path) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    let why = if meta.file_type().is_symlink() {
+        "is a symbolic link".to_string()
+    } else if !meta.is_dir() {
+        "is not a directory".to_string()
+    } else if meta.uid() != me {
+        format!("is owned by uid {}, not this user ({me})", meta.uid())
+    } else if meta.mode() & 0o022 != 0 {
+        format!(
+            "is writable by group or others (mode {:o})",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "the job directory {} {why}: refused (remove it, or set MCAPI_RUNTIME_DIR)",
+        dir.display()
+    ))
+}
+
+/// The key in the private job directory `dir`, made by the first node to look. It is
+/// published whole: written to a file of its own (`O_EXCL`, 0600) and then hard-linked to
+/// its name, which fails if another node was first; everyone then reads the one linked.
+///
+/// # Errors
+/// The reason, to log (an unwritable directory, an unsafe key file).
+pub(crate) fn job_key(dir: &Path) -> Result<JobKey, String> {
+    let path = dir.join(KEY_FILE);
+    if std::fs::symlink_metadata(&path).is_err() {
+        let mut raw = [0u8; 32];
+        getrandom::fill(&mut raw).map_err(|e| format!("no random numbers for a job key: {e}"))?;
+        let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let mut tag = [0u8; 8];
+        getrandom::fill(&mut tag).map_err(|e| format!("no random numbers: {e}"))?;
+        let tmp = dir.join(format!(
+            ".key.{}.{:x}",
+            std::process::id(),
+            u64::from_le_bytes(tag)
+        ));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(hex.as_bytes()))
+            .and_then(|()| match std::fs::hard_link(&tmp, &path) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+                _ => Ok(()),
+            });
+        // The temporary name is ours alone; the key lives on under its own name.
+        _ = std::fs::remove_file(&tmp);
+        written.map_err(|e| format!("cannot write the job key into {}: {e}", dir.display()))?;
+    }
+    JobKey::from_file(&path).map_err(|e| e.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("mcapi-jobdir-{}-{tag}", std::process::id()));
+        _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn created_private_and_key_shared() {
+        let rt = scratch("ok");
+        let dir = private_job_dir(&rt, "j").unwrap();
+        for d in [&rt, &dir] {
+            assert_eq!(std::fs::metadata(d).unwrap().mode() & 0o777, 0o700);
+        }
+        let k1 = job_key(&dir).unwrap();
+        let k2 = job_key(&dir).unwrap();
+        assert_eq!(k1, k2);
+        assert_eq!(k1.as_bytes().len(), 64);
+        let meta = std::fs::metadata(dir.join(KEY_FILE)).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        // Racing first nodes agree on one key.
+        let other = private_job_dir(&rt, "race").unwrap();
+        let keys: Vec<JobKey> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| job_key(&other).unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(keys.windows(2).all(|w| w[0] == w[1]));
+        std::fs::remove_dir_all(&rt).unwrap();
+    }
+
+    #[test]
+    fn unsafe_directories_and_names_are_refused() {
+        let rt = scratch("bad");
+        std::fs::DirBuilder::new().mode(0o700).create(&rt).unwrap();
+        let open = rt.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = private_job_dir(&rt, "open").unwrap_err();
+        assert!(e.contains("writable by group or others"), "{e}");
+        std::os::unix::fs::symlink(&open, rt.join("link")).unwrap();
+        let e = private_job_dir(&rt, "link").unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        for job in ["", "..", "a/b"] {
+            assert!(private_job_dir(&rt, job).is_err(), "{job:?}");
+        }
+        // A key file others can read is refused, not used.
+        let dir = private_job_dir(&rt, "k").unwrap();
+        std::fs::write(dir.join(KEY_FILE), "0123456789abcdef0123").unwrap();
+        std::fs::set_permissions(dir.join(KEY_FILE), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        assert!(job_key(&dir).unwrap_err().contains("chmod 600"));
+        std::fs::remove_dir_all(&rt).unwrap();
+    }
+}
