@@ -126,16 +126,19 @@ impl RecvSide {
     }
 
     /// How the pool is posted.
+    #[inline]
     pub fn posting(&self) -> Posting {
         self.posting
     }
 
     /// The size of one buffer or slot.
+    #[inline]
     pub fn buffer_size(&self) -> usize {
         self.buffer_size
     }
 
     /// Items received so far (the sequence number expected next, widened).
+    #[inline]
     pub fn received(&self) -> u32 {
         self.received
     }
@@ -146,6 +149,7 @@ impl RecvSide {
     /// sender's stream (not yet counting the provider's release of the buffer: see
     /// [`RecvSide::buffer_done`]). Returns credits to give back now, and what to do with
     /// the buffer if the packet was a duplicate (dropped).
+    #[inline]
     pub fn packet_arrived(
         &mut self,
         b: usize,
@@ -168,6 +172,7 @@ impl RecvSide {
 
     /// The provider is done with buffer `b` (a plain receive's completion, or a
     /// multi-receive's last).
+    #[inline]
     pub fn buffer_done(&mut self, b: usize) -> Repost {
         if self.buffers.provider_released(b) {
             self.free(b)
@@ -179,6 +184,7 @@ impl RecvSide {
     /// Scalar slot `slot` completed: with a scalar (`Some((seq, value, width))`) or without
     /// (anything else that arrived in it). The slot is listed to be posted again either way;
     /// returns credits to give back now.
+    #[inline]
     pub fn scalar_arrived(&mut self, slot: u32, scalar: Option<(u32, u64, usize)>) -> Option<u32> {
         self.list(slot);
         let (seq, value, len) = scalar?;
@@ -192,6 +198,7 @@ impl RecvSide {
 
     /// A scalar arrived through the hub (nothing of this side's is posted for it); `seq` is
     /// widened by the caller. Returns credits to give back now.
+    #[inline]
     pub fn hub_scalar_arrived(&mut self, seq: u32, value: u64, len: usize) -> Option<u32> {
         let item = Item {
             offset: 0,
@@ -202,6 +209,7 @@ impl RecvSide {
     }
 
     /// A plain receive into buffer or slot `b` failed (say, truncated): it is free again.
+    #[inline]
     pub fn receive_failed(&mut self, b: usize) -> Repost {
         if self.posting == Posting::MultiRecv || !self.buffers.holds(b as u64) {
             return Repost::Later;
@@ -210,6 +218,7 @@ impl RecvSide {
     }
 
     /// The outcome of a [`Repost::Now`]: posted, or listed to be posted later.
+    #[inline]
     pub fn posted(&mut self, b: usize, ok: bool) {
         if ok {
             self.buffers.reposted(b);
@@ -219,11 +228,13 @@ impl RecvSide {
     }
 
     /// The next listed slot or buffer to post; report it with [`RecvSide::posted_again`].
+    #[inline]
     pub fn next_to_post(&self) -> Option<u32> {
         self.to_post.last().copied()
     }
 
     /// The slot [`RecvSide::next_to_post`] gave was posted.
+    #[inline]
     pub fn posted_again(&mut self) {
         if let Some(b) = self.to_post.pop() {
             self.buffers.reposted(b as usize);
@@ -231,6 +242,7 @@ impl RecvSide {
     }
 
     /// Whether slots or buffers wait to be posted again.
+    #[inline]
     pub fn any_to_post(&self) -> bool {
         !self.to_post.is_empty()
     }
@@ -238,11 +250,13 @@ impl RecvSide {
     // ---- what the application does ----
 
     /// Items waiting to be received.
+    #[inline]
     pub fn available(&self) -> usize {
         self.fifo.len()
     }
 
     /// Takes the next packet; the application holds it until [`RecvSide::release`].
+    #[inline]
     pub fn take_packet(&mut self) -> Option<Item> {
         let item = self.fifo.pop_front()?;
         self.hold(item.offset);
@@ -254,6 +268,7 @@ impl RecvSide {
     ///
     /// # Errors
     /// `MCAPI_ERR_GENERAL` for a width mismatch.
+    #[inline]
     pub fn take_scalar(&mut self, width: usize) -> Result<Option<(u64, Option<u32>)>, Status> {
         match self.fifo.front() {
             None => Ok(None),
@@ -271,6 +286,7 @@ impl RecvSide {
     ///
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` if no packet is held there.
+    #[inline]
     pub fn release(&mut self, offset: usize) -> Result<(Repost, Option<u32>), Status> {
         if !self.unhold(offset) {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
@@ -280,11 +296,13 @@ impl RecvSide {
     }
 
     /// Whether a packet is held at `offset` (a release of it would succeed).
+    #[inline]
     pub fn is_held(&self, offset: usize) -> bool {
         self.held.contains_key(&offset)
     }
 
     /// Whether the application holds any packet.
+    #[inline]
     pub fn holds_packets(&self) -> bool {
         !self.held.is_empty()
     }
@@ -302,6 +320,7 @@ impl RecvSide {
     }
 
     /// Whether `pktchan_recv_i` requests wait here.
+    #[inline]
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }
@@ -383,29 +402,34 @@ impl RecvSide {
     /// Whether nothing more will come from a sender that closed or died: all it announced
     /// arrived (or more: a zero-copy packet it gave up on may have got through); `true`
     /// while it is open.
+    #[inline]
     pub fn sender_done(&self) -> bool {
         self.peer_sent
             .is_none_or(|sent| self.received.wrapping_sub(sent) < 1 << 31)
     }
 
     /// Whether a closed sender announced items that have not arrived.
+    #[inline]
     pub fn awaits_announced(&self) -> bool {
         self.peer_sent.is_some() && !self.sender_done()
     }
 
     /// Credits to give back now if the sender is out of them (a return that could not be
     /// sent before is retried this way).
+    #[inline]
     pub fn credits_to_flush(&mut self) -> Option<u32> {
         self.returns.flush()
     }
 
     /// Whether returned credits should go to the sender: not once a closed or dead sender
     /// has everything it announced (its endpoint may be gone).
+    #[inline]
     pub fn sender_wants_credits(&self) -> bool {
         !(self.peer_sent.is_some() && self.sender_done())
     }
 
     /// Credits whose message could not be sent now; they go with a later return.
+    #[inline]
     pub fn credits_not_sent(&mut self, n: u32) {
         self.returns.unflush(n);
     }
@@ -443,6 +467,7 @@ impl RecvSide {
     }
 
     /// A packet of buffer `b` is gone (released, discarded or dropped).
+    #[inline]
     fn packet_gone(&mut self, b: usize) -> Repost {
         if self.buffers.packet_released(b) {
             self.free(b)
@@ -452,6 +477,7 @@ impl RecvSide {
     }
 
     /// Buffer `b` is free: a multi-receive goes back at once, a plain receive is listed.
+    #[inline]
     fn free(&mut self, b: usize) -> Repost {
         if self.posting == Posting::MultiRecv {
             Repost::Now(b)
@@ -461,15 +487,18 @@ impl RecvSide {
         }
     }
 
+    #[inline]
     fn list(&mut self, b: u32) {
         debug_assert!(!self.to_post.contains(&b), "slot {b} listed twice");
         self.to_post.push(b);
     }
 
+    #[inline]
     fn hold(&mut self, offset: usize) {
         *self.held.entry(offset).or_insert(0) += 1;
     }
 
+    #[inline]
     fn unhold(&mut self, offset: usize) -> bool {
         match self.held.get_mut(&offset) {
             Some(1) => {
@@ -602,21 +631,25 @@ impl<B: UserBuffer> SendSide<B> {
     // ---- credits and sequence numbers ----
 
     /// The receiver returned `n` credits.
+    #[inline]
     pub fn credits_returned(&mut self, n: u32) {
         self.credits.add(n);
     }
 
     /// Takes a credit for an item about to be posted; `false` if none is held.
+    #[inline]
     pub fn take_credit(&mut self) -> bool {
         self.credits.try_take()
     }
 
     /// The sequence number the next item goes with.
+    #[inline]
     pub fn seq(&self) -> u32 {
         self.next_seq
     }
 
     /// Items posted so far (the next sequence number): what a finalize announces.
+    #[inline]
     pub fn sent(&self) -> u32 {
         self.next_seq
     }
@@ -626,6 +659,7 @@ impl<B: UserBuffer> SendSide<B> {
     ///
     /// # Errors
     /// `fail` when the provider refused it.
+    #[inline]
     pub fn posted(&mut self, outcome: Posted, fail: Status) -> Result<bool, Status> {
         match outcome {
             Posted::Sent => {
@@ -646,21 +680,25 @@ impl<B: UserBuffer> SendSide<B> {
     // ---- staging ----
 
     /// A free staging buffer, taken.
+    #[inline]
     pub fn take_staging(&mut self) -> Option<usize> {
         self.staging_free.pop()
     }
 
     /// Gives back staging buffer `slot` (unused, or its send completed).
+    #[inline]
     pub fn return_staging(&mut self, slot: usize) {
         self.staging_free.push(slot);
     }
 
     /// Whether every staging buffer is taken.
+    #[inline]
     pub fn staging_exhausted(&self) -> bool {
         self.staging_free.is_empty()
     }
 
     /// Whether staging buffers are taken (copied packets posted or queued).
+    #[inline]
     pub fn has_staged_in_flight(&self) -> bool {
         // There are as many staging buffers as zero-copy slots.
         self.staging_free.len() < self.in_flight.len()
@@ -669,12 +707,14 @@ impl<B: UserBuffer> SendSide<B> {
     // ---- completions from the fabric ----
 
     /// The send from staging buffer `slot` completed (`ok`: without error).
+    #[inline]
     pub fn staged_sent(&mut self, slot: usize, ok: bool) {
         self.broken |= !ok;
         self.return_staging(slot);
     }
 
     /// The zero-copy `pktchan_send_i` packet of slot `zslot` completed.
+    #[inline]
     pub fn user_sent(&mut self, zslot: usize, ok: bool, out: &mut impl Completions) {
         self.broken |= !ok;
         if let Some((request, buf)) = self.in_flight.get_mut(zslot).and_then(Option::take) {
@@ -698,11 +738,13 @@ impl<B: UserBuffer> SendSide<B> {
     }
 
     /// Where the blocking zero-copy send stands.
+    #[inline]
     pub fn zero_copy(&self) -> ZeroCopy {
         self.zero_copy
     }
 
     /// Whether a packet failed after it was posted.
+    #[inline]
     pub fn is_broken(&self) -> bool {
         self.broken
     }
@@ -710,16 +752,19 @@ impl<B: UserBuffer> SendSide<B> {
     // ---- pktchan_send_i packets ----
 
     /// Queues `request`'s packet behind the others.
+    #[inline]
     pub fn queue(&mut self, request: RequestHandle, packet: Outgoing<B>) {
         self.queued.push_back((request, packet));
     }
 
     /// Whether packets wait for credits (a blocking send must not pass them).
+    #[inline]
     pub fn has_queued(&self) -> bool {
         !self.queued.is_empty()
     }
 
     /// Whether zero-copy packets are posted and not completed yet.
+    #[inline]
     pub fn has_in_flight(&self) -> bool {
         self.in_flight_free.len() < self.in_flight.len()
     }
@@ -731,6 +776,7 @@ impl<B: UserBuffer> SendSide<B> {
 
     /// The first queued packet, ready to post: its credit (and zero-copy slot) taken.
     /// `None` when nothing is queued or it must wait (no credit, every slot posted).
+    #[inline]
     pub fn next_queued(&mut self) -> Option<NextSend<'_, B>> {
         let seq = self.next_seq;
         let free_zslot = self.in_flight_free.last().copied();
@@ -759,6 +805,7 @@ impl<B: UserBuffer> SendSide<B> {
 
     /// What became of the post of the packet [`SendSide::next_queued`] gave. `false`:
     /// stop posting for now.
+    #[inline]
     pub fn queued_posted(&mut self, outcome: Posted, out: &mut impl Completions) -> bool {
         match outcome {
             Posted::Sent => {
@@ -808,6 +855,7 @@ impl<B: UserBuffer> SendSide<B> {
     }
 
     /// What a close announces: the packets posted and those still queued to go.
+    #[inline]
     pub fn announced_count(&self) -> u32 {
         self.next_seq.wrapping_add(self.queued.len() as u32)
     }

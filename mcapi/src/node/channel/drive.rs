@@ -16,12 +16,17 @@ use smallvec::SmallVec;
 
 impl NodeInner {
     /// Completes the requests that side operations finished.
+    #[inline(always)]
     pub(in crate::node) fn flush_completed(&self) {
-        let table = &self.channels;
-        let mut flagged = table.done.flagged().peekable();
-        if flagged.peek().is_none() {
-            return;
+        if self.channels.done.any() {
+            self.flush_flagged();
         }
+    }
+
+    #[inline(never)]
+    fn flush_flagged(&self) {
+        let table = &self.channels;
+        let flagged = table.done.flagged();
         let mut done: SmallVec<[(RequestHandle, Status, usize); 16]> = SmallVec::new();
         let mut delivered: SmallVec<[(RequestHandle, Packet); 4]> = SmallVec::new();
         for slot in flagged {

@@ -25,6 +25,12 @@ impl DoneFlags {
         self.0[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::Relaxed);
     }
 
+    /// Whether any slot is flagged (the check every channel call's flush makes).
+    #[inline(always)]
+    pub(super) fn any(&self) -> bool {
+        self.0.iter().any(|w| w.load(Ordering::Relaxed) != 0)
+    }
+
     /// The flagged slots, as they are now.
     pub(super) fn flagged(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().enumerate().flat_map(|(w, word)| {
