@@ -129,7 +129,8 @@ impl NodeInner {
                 .ok_or(Status::MCAPI_ERR_TRANSMISSION)?
         };
         let answer = lock(&link.stream).call(request);
-        answer.map_err(|_| {
+        answer.map_err(|e| {
+            log::info!("control call to peer {peer} failed: {e}");
             link.closed.store(true, Ordering::Release);
             self.peer_event(peer, PeerInput::Lost(link.incarnation));
             Status::MCAPI_ERR_TRANSMISSION
