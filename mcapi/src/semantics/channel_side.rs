@@ -149,7 +149,7 @@ impl RecvSide {
     /// sender's stream (not yet counting the provider's release of the buffer: see
     /// [`RecvSide::buffer_done`]). Returns credits to give back now, and what to do with
     /// the buffer if the packet was a duplicate (dropped).
-    #[inline]
+    #[inline(always)]
     pub fn packet_arrived(
         &mut self,
         b: usize,
@@ -172,7 +172,7 @@ impl RecvSide {
 
     /// The provider is done with buffer `b` (a plain receive's completion, or a
     /// multi-receive's last).
-    #[inline]
+    #[inline(always)]
     pub fn buffer_done(&mut self, b: usize) -> Repost {
         if self.buffers.provider_released(b) {
             self.free(b)
@@ -184,7 +184,7 @@ impl RecvSide {
     /// Scalar slot `slot` completed: with a scalar (`Some((seq, value, width))`) or without
     /// (anything else that arrived in it). The slot is listed to be posted again either way;
     /// returns credits to give back now.
-    #[inline]
+    #[inline(always)]
     pub fn scalar_arrived(&mut self, slot: u32, scalar: Option<(u32, u64, usize)>) -> Option<u32> {
         self.list(slot);
         let (seq, value, len) = scalar?;
@@ -198,7 +198,7 @@ impl RecvSide {
 
     /// A scalar arrived through the hub (nothing of this side's is posted for it); `seq` is
     /// widened by the caller. Returns credits to give back now.
-    #[inline]
+    #[inline(always)]
     pub fn hub_scalar_arrived(&mut self, seq: u32, value: u64, len: usize) -> Option<u32> {
         let item = Item {
             offset: 0,
@@ -218,7 +218,7 @@ impl RecvSide {
     }
 
     /// The outcome of a [`Repost::Now`]: posted, or listed to be posted later.
-    #[inline]
+    #[inline(always)]
     pub fn posted(&mut self, b: usize, ok: bool) {
         if ok {
             self.buffers.reposted(b);
@@ -228,13 +228,13 @@ impl RecvSide {
     }
 
     /// The next listed slot or buffer to post; report it with [`RecvSide::posted_again`].
-    #[inline]
+    #[inline(always)]
     pub fn next_to_post(&self) -> Option<u32> {
         self.to_post.last().copied()
     }
 
     /// The slot [`RecvSide::next_to_post`] gave was posted.
-    #[inline]
+    #[inline(always)]
     pub fn posted_again(&mut self) {
         if let Some(b) = self.to_post.pop() {
             self.buffers.reposted(b as usize);
@@ -242,7 +242,7 @@ impl RecvSide {
     }
 
     /// Whether slots or buffers wait to be posted again.
-    #[inline]
+    #[inline(always)]
     pub fn any_to_post(&self) -> bool {
         !self.to_post.is_empty()
     }
@@ -250,13 +250,13 @@ impl RecvSide {
     // ---- what the application does ----
 
     /// Items waiting to be received.
-    #[inline]
+    #[inline(always)]
     pub fn available(&self) -> usize {
         self.fifo.len()
     }
 
     /// Takes the next packet; the application holds it until [`RecvSide::release`].
-    #[inline]
+    #[inline(always)]
     pub fn take_packet(&mut self) -> Option<Item> {
         let item = self.fifo.pop_front()?;
         self.hold(item.offset);
@@ -268,7 +268,7 @@ impl RecvSide {
     ///
     /// # Errors
     /// `MCAPI_ERR_GENERAL` for a width mismatch.
-    #[inline]
+    #[inline(always)]
     pub fn take_scalar(&mut self, width: usize) -> Result<Option<(u64, Option<u32>)>, Status> {
         match self.fifo.front() {
             None => Ok(None),
@@ -286,7 +286,7 @@ impl RecvSide {
     ///
     /// # Errors
     /// `MCAPI_ERR_BUF_INVALID` if no packet is held there.
-    #[inline]
+    #[inline(always)]
     pub fn release(&mut self, offset: usize) -> Result<(Repost, Option<u32>), Status> {
         if !self.unhold(offset) {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
@@ -402,7 +402,7 @@ impl RecvSide {
     /// Whether nothing more will come from a sender that closed or died: all it announced
     /// arrived (or more: a zero-copy packet it gave up on may have got through); `true`
     /// while it is open.
-    #[inline]
+    #[inline(always)]
     pub fn sender_done(&self) -> bool {
         self.peer_sent
             .is_none_or(|sent| self.received.wrapping_sub(sent) < 1 << 31)
@@ -416,14 +416,14 @@ impl RecvSide {
 
     /// Credits to give back now if the sender is out of them (a return that could not be
     /// sent before is retried this way).
-    #[inline]
+    #[inline(always)]
     pub fn credits_to_flush(&mut self) -> Option<u32> {
         self.returns.flush()
     }
 
     /// Whether returned credits should go to the sender: not once a closed or dead sender
     /// has everything it announced (its endpoint may be gone).
-    #[inline]
+    #[inline(always)]
     pub fn sender_wants_credits(&self) -> bool {
         !(self.peer_sent.is_some() && self.sender_done())
     }
@@ -467,7 +467,7 @@ impl RecvSide {
     }
 
     /// A packet of buffer `b` is gone (released, discarded or dropped).
-    #[inline]
+    #[inline(always)]
     fn packet_gone(&mut self, b: usize) -> Repost {
         if self.buffers.packet_released(b) {
             self.free(b)
@@ -477,7 +477,7 @@ impl RecvSide {
     }
 
     /// Buffer `b` is free: a multi-receive goes back at once, a plain receive is listed.
-    #[inline]
+    #[inline(always)]
     fn free(&mut self, b: usize) -> Repost {
         if self.posting == Posting::MultiRecv {
             Repost::Now(b)
@@ -487,18 +487,18 @@ impl RecvSide {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn list(&mut self, b: u32) {
         debug_assert!(!self.to_post.contains(&b), "slot {b} listed twice");
         self.to_post.push(b);
     }
 
-    #[inline]
+    #[inline(always)]
     fn hold(&mut self, offset: usize) {
         *self.held.entry(offset).or_insert(0) += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn unhold(&mut self, offset: usize) -> bool {
         match self.held.get_mut(&offset) {
             Some(1) => {
@@ -631,19 +631,19 @@ impl<B: UserBuffer> SendSide<B> {
     // ---- credits and sequence numbers ----
 
     /// The receiver returned `n` credits.
-    #[inline]
+    #[inline(always)]
     pub fn credits_returned(&mut self, n: u32) {
         self.credits.add(n);
     }
 
     /// Takes a credit for an item about to be posted; `false` if none is held.
-    #[inline]
+    #[inline(always)]
     pub fn take_credit(&mut self) -> bool {
         self.credits.try_take()
     }
 
     /// The sequence number the next item goes with.
-    #[inline]
+    #[inline(always)]
     pub fn seq(&self) -> u32 {
         self.next_seq
     }
@@ -659,7 +659,7 @@ impl<B: UserBuffer> SendSide<B> {
     ///
     /// # Errors
     /// `fail` when the provider refused it.
-    #[inline]
+    #[inline(always)]
     pub fn posted(&mut self, outcome: Posted, fail: Status) -> Result<bool, Status> {
         match outcome {
             Posted::Sent => {
@@ -758,7 +758,7 @@ impl<B: UserBuffer> SendSide<B> {
     }
 
     /// Whether packets wait for credits (a blocking send must not pass them).
-    #[inline]
+    #[inline(always)]
     pub fn has_queued(&self) -> bool {
         !self.queued.is_empty()
     }

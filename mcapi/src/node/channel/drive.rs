@@ -26,6 +26,7 @@ impl NodeInner {
     #[inline(never)]
     fn flush_flagged(&self) {
         let table = &self.channels;
+        table.done.begin_flush();
         let flagged = table.done.flagged();
         let mut done: SmallVec<[(RequestHandle, Status, usize); 16]> = SmallVec::new();
         let mut delivered: SmallVec<[(RequestHandle, Packet); 4]> = SmallVec::new();
@@ -46,6 +47,7 @@ impl NodeInner {
                 }
             }
         }
+        table.done.end_flush();
         if done.is_empty() {
             return;
         }

@@ -5,35 +5,54 @@ use super::limits::MAX_SIDES;
 use crate::semantics::channel_side::Completions;
 use crate::semantics::request::RequestHandle;
 use crate::semantics::Status;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The flag of the table's orphan outbox in [`DoneFlags`] (a bit past the side slots).
 pub(super) const ORPHAN_SLOT: usize = MAX_SIDES;
 
 /// One bit per side slot (and one for the orphans): set when its outbox got its first
-/// completion, cleared when `flush_completed` takes them.
+/// completion, cleared when `flush_completed` takes them; and one flag for "any", which is
+/// all a channel call's flush reads when nothing completed.
 #[derive(Default)]
-pub(super) struct DoneFlags([AtomicU64; MAX_SIDES / 64 + 1]);
+pub(super) struct DoneFlags {
+    slots: [AtomicU64; MAX_SIDES / 64 + 1],
+    any: AtomicBool,
+}
 
 impl DoneFlags {
     pub(super) fn set(&self, slot: usize) {
-        self.0[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+        self.slots[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+        self.any.store(true, Ordering::Release);
     }
 
     pub(super) fn clear(&self, slot: usize) {
-        self.0[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::Relaxed);
+        self.slots[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::Relaxed);
     }
 
-    /// Whether any slot is flagged (the check every channel call's flush makes).
+    /// Whether a slot may be flagged (the check every channel call's flush makes).
     #[inline(always)]
     pub(super) fn any(&self) -> bool {
-        self.0.iter().any(|w| w.load(Ordering::Relaxed) != 0)
+        self.any.load(Ordering::Relaxed)
+    }
+
+    /// Starts a flush: "any" is cleared before the slots are read, so a flag set meanwhile
+    /// raises it again.
+    pub(super) fn begin_flush(&self) {
+        self.any.store(false, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Ends a flush that left slots flagged (locked elsewhere): "any" stays raised.
+    pub(super) fn end_flush(&self) {
+        if self.slots.iter().any(|w| w.load(Ordering::Relaxed) != 0) {
+            self.any.store(true, Ordering::Release);
+        }
     }
 
     /// The flagged slots, as they are now.
     pub(super) fn flagged(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().enumerate().flat_map(|(w, word)| {
+        self.slots.iter().enumerate().flat_map(|(w, word)| {
             let mut bits = word.load(Ordering::Acquire);
             std::iter::from_fn(move || {
                 (bits != 0).then(|| {
