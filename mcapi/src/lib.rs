@@ -46,6 +46,9 @@ pub mod capi;
 pub mod config;
 mod control;
 mod diagnostics;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod node;
 pub mod semantics;
 

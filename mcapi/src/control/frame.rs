@@ -30,7 +30,7 @@ pub const MAX_FRAME: usize = 64 * 1024;
 /// A frame's bytes, inline up to 64 (every frame but those that carry a fabric address): a
 /// sender out of credits asks the receiver's control plane for more, and that call
 /// allocates nothing.
-pub(super) type FrameBytes = SmallVec<[u8; 64]>;
+pub(crate) type FrameBytes = SmallVec<[u8; 64]>;
 
 /// One control message. Requests and their answers share the type.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,7 +206,7 @@ mod op {
 
 impl Frame {
     /// Appends the frame's body to `out`.
-    pub(super) fn encode_into(&self, out: &mut FrameBytes) {
+    pub(crate) fn encode_into(&self, out: &mut FrameBytes) {
         let mut w = Writer(out);
         match self {
             Frame::Hello {
@@ -283,7 +283,7 @@ impl Frame {
     /// # Errors
     /// [`DecodeError::Version`] for a handshake in another protocol version,
     /// [`DecodeError::Malformed`] for anything else that is not exactly one frame.
-    pub(super) fn decode(body: &[u8]) -> Result<Frame, DecodeError> {
+    pub(crate) fn decode(body: &[u8]) -> Result<Frame, DecodeError> {
         let mut r = Reader(body);
         let frame = match r.u8()? {
             tag::HELLO => {
