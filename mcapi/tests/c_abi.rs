@@ -66,6 +66,9 @@ fn main() {
             Trial::test(format!("{provider}::example_7_5"), move || {
                 example_7_5(provider)
             }),
+            Trial::test(format!("{provider}::random_calls"), move || {
+                random_calls(provider, &[])
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -74,15 +77,11 @@ fn main() {
             trials.push(trial.with_ignored_flag(absent));
         }
     }
+    trials.push(Trial::test("shm::random_calls_under_asan_ubsan", || {
+        random_calls("shm", SANITIZERS)
+    }));
     trials.push(Trial::test("shm::c_suite_under_asan_ubsan", || {
-        c_suite(
-            "shm",
-            &[
-                "-fsanitize=address,undefined",
-                "-fno-omit-frame-pointer",
-                "-fno-sanitize-recover=all",
-            ],
-        )
+        c_suite("shm", SANITIZERS)
     }));
     libtest_mimic::run(&args, trials).exit();
 }
@@ -833,6 +832,44 @@ fn read_all(child: &mut Child) -> String {
 }
 
 /// The C suite (`tests/c/suite.c`): the echo process and the checking process.
+/// The sanitizers of the C tests built with them.
+const SANITIZERS: &[&str] = &[
+    "-fsanitize=address,undefined",
+    "-fno-omit-frame-pointer",
+    "-fno-sanitize-recover=all",
+];
+
+/// Seeded random calls of the whole API (`tests/c/random_calls.c`: garbage handles, NULLs,
+/// absurd sizes, short timeouts, before initialize and after finalize), three seeds of a few
+/// thousand calls: every call returns a status, and a message still round-trips afterwards.
+fn random_calls(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
+    let name = if extra_flags.is_empty() {
+        "random_calls"
+    } else {
+        "random_calls_sanitized"
+    };
+    let exe = build_once("random_calls.c", extra_flags, name)?;
+    // Few receive buffers: the random creates must not exhaust shm's receive queue before
+    // the health check's endpoints.
+    let env = [
+        ("ASAN_OPTIONS", "detect_leaks=0"),
+        ("UBSAN_OPTIONS", "print_stacktrace=1"),
+        ("MCAPI_RECV_BUFFERS", "8"),
+    ];
+    for seed in ["1", "7", "2026"] {
+        let job = format!("c-{name}-{provider}-{seed}-{}", std::process::id());
+        let mut processes = Processes {
+            children: Vec::new(),
+        };
+        processes.spawn(&exe, &[seed, "3000"], provider, &job, &env)?;
+        let report = processes.wait_all(Duration::from_secs(120))?;
+        if !report.contains("health check passed") {
+            return Err(format!("seed {seed}: the calls did not finish:\n{report}").into());
+        }
+    }
+    Ok(())
+}
+
 fn c_suite(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
     let name = if extra_flags.is_empty() {
         "suite"
