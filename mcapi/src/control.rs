@@ -30,22 +30,78 @@ pub use auth::JobAuth;
 pub(crate) use frame::FrameBytes;
 pub use frame::{ChannelAttributes, ChannelOp, ConnectEnd, Frame, PROTOCOL_VERSION};
 use frame::{DecodeError, MAX_FRAME};
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Peer connections of a server: a handle to shut each down, and its thread.
-type Connections = Arc<Mutex<Vec<(Stream, JoinHandle<()>)>>>;
+/// The peer connections of a server, by id: each leaves the table (and closes its handle)
+/// when its thread ends, so nothing of a closed connection stays open.
+type Connections = Arc<Mutex<ConnTable>>;
 
-/// Connections still in their key handshake at once: beyond this, new ones are closed
-/// unanswered, so a flood of idle connections costs at most this many threads (each for
-/// at most the handshake timeout).
+#[derive(Default)]
+struct ConnTable {
+    next_id: u64,
+    conns: BTreeMap<u64, Conn>,
+}
+
+struct Conn {
+    /// A second handle on the socket, to shut it down (a slow handshake evicted, the server
+    /// stopping).
+    handle: Stream,
+    /// When its key handshake began, while it lasts.
+    handshake_since: Option<Instant>,
+    /// Shut down to make room for a newer handshake; its thread is ending.
+    evicted: bool,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ConnTable {
+    /// Threads of connections not past their handshake: pending, or evicted and ending.
+    fn handshake_threads(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.handshake_since.is_some())
+            .count()
+    }
+
+    /// Makes room for one more handshake: at [`MAX_HANDSHAKES`] pending, the oldest one is
+    /// shut down (its thread then ends). A real node, whose handshake takes a round trip, is
+    /// never the oldest for long; a flood of idle connections costs at most twice that many
+    /// threads (the acceptor waits for evicted ones to end: see `accept_loop`).
+    fn make_room_for_a_handshake(&mut self) {
+        let pending = || {
+            self.conns
+                .iter()
+                .filter(|(_, c)| c.handshake_since.is_some() && !c.evicted)
+        };
+        if pending().count() < MAX_HANDSHAKES {
+            return;
+        }
+        let oldest = pending()
+            .min_by_key(|(_, c)| c.handshake_since)
+            .map(|(&id, _)| id);
+        if let Some(oldest) = oldest.and_then(|id| self.conns.get_mut(&id)) {
+            log::info!(
+                "control connection closed: the oldest of {MAX_HANDSHAKES} pending handshakes"
+            );
+            oldest.handle.shutdown();
+            oldest.evicted = true;
+        }
+    }
+}
+
+/// Connections in their key handshake at once (see [`ConnTable::make_room_for_a_handshake`]).
 const MAX_HANDSHAKES: usize = 64;
+
+/// Longest pause of the acceptor when accepting fails (out of file descriptors): it backs
+/// off instead of spinning, and accepts again as soon as descriptors are free.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(200);
 
 /// The job's identity for `config`: its configured key, else (one host) the key generated
 /// in the job's private directory.
@@ -370,13 +426,20 @@ impl Drop for ControlServer {
         if let Some(t) = self.acceptor.take() {
             _ = t.join();
         }
-        let conns =
-            std::mem::take(&mut *self.connections.lock().unwrap_or_else(|p| p.into_inner()));
-        for (stream, _) in &conns {
-            stream.shutdown();
+        let conns = std::mem::take(
+            &mut self
+                .connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .conns,
+        );
+        for c in conns.values() {
+            c.handle.shutdown();
         }
-        for (_, t) in conns {
-            _ = t.join();
+        for c in conns.into_values() {
+            if let Some(t) = c.thread {
+                _ = t.join();
+            }
         }
         if let Rendezvous::Unix(path) = &self.rendezvous {
             // Cleanup only: a socket file left behind is detected and replaced by the next
@@ -451,7 +514,7 @@ fn accept_loop(
     handler: Arc<dyn Handler>,
     auth: Arc<JobAuth>,
 ) {
-    let handshakes = Arc::new(AtomicUsize::new(0));
+    let mut backoff = Duration::ZERO;
     loop {
         let stream = match &listener {
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
@@ -464,35 +527,85 @@ fn accept_loop(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(stream) = stream else { continue };
-        if handshakes.load(Ordering::SeqCst) >= MAX_HANDSHAKES {
-            log::info!("control connection closed: {MAX_HANDSHAKES} handshakes in progress");
-            continue;
-        }
+        let stream = match stream {
+            Ok(s) => {
+                backoff = Duration::ZERO;
+                s
+            }
+            Err(e) => {
+                // Out of descriptors (EMFILE, ENFILE) or memory: the connection waits in the
+                // backlog; pause rather than spin on the same error.
+                if backoff.is_zero() {
+                    log::warn!("control server: accept failed: {e}; backing off");
+                }
+                backoff = (backoff * 2).clamp(Duration::from_millis(5), ACCEPT_BACKOFF_MAX);
+                std::thread::sleep(backoff);
+                continue;
+            }
+        };
         let Ok(handle) = stream.try_clone() else {
             continue;
         };
-        let (handler, auth, handshakes) = (handler.clone(), auth.clone(), handshakes.clone());
-        let mut conns = connections.lock().unwrap_or_else(|p| p.into_inner());
-        // Forget connections whose peers are gone so a long-lived node does not accumulate them.
-        conns.retain(|(_, t)| !t.is_finished());
-        handshakes.fetch_add(1, Ordering::SeqCst);
+        // Back-pressure: while evicted handshakes are still ending, new connections wait in
+        // the listener's backlog rather than in threads.
+        let mut table = connections.lock().unwrap_or_else(|p| p.into_inner());
+        while table.handshake_threads() >= 2 * MAX_HANDSHAKES && !stop.load(Ordering::SeqCst) {
+            drop(table);
+            std::thread::sleep(Duration::from_millis(1));
+            table = connections.lock().unwrap_or_else(|p| p.into_inner());
+        }
+        table.make_room_for_a_handshake();
+        let id = table.next_id;
+        table.next_id += 1;
+        table.conns.insert(
+            id,
+            Conn {
+                handle,
+                handshake_since: Some(Instant::now()),
+                evicted: false,
+                thread: None,
+            },
+        );
+        let (handler, auth, conns) = (handler.clone(), auth.clone(), connections.clone());
         let spawned = std::thread::Builder::new()
             .name("mcapi-ctl-peer".into())
-            .spawn({
-                let handshakes = handshakes.clone();
-                move || serve(stream, handler, &auth, &handshakes)
+            .spawn(move || {
+                serve(stream, handler, &auth, id, &conns);
+                // Its handle closes with its entry.
+                conns
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .conns
+                    .remove(&id);
             });
         match spawned {
-            Ok(t) => conns.push((handle, t)),
-            Err(_) => _ = handshakes.fetch_sub(1, Ordering::SeqCst),
+            // (A thread that already ended removed its entry: its handle is dropped here.)
+            Ok(t) => {
+                if let Some(c) = table.conns.get_mut(&id) {
+                    c.thread = Some(t);
+                }
+            }
+            Err(_) => _ = table.conns.remove(&id),
         }
     }
 }
 
-fn serve(mut stream: Stream, handler: Arc<dyn Handler>, auth: &JobAuth, handshakes: &AtomicUsize) {
+fn serve(
+    mut stream: Stream,
+    handler: Arc<dyn Handler>,
+    auth: &JobAuth,
+    id: u64,
+    connections: &Mutex<ConnTable>,
+) {
     let authenticated = auth.server(&mut stream);
-    handshakes.fetch_sub(1, Ordering::SeqCst);
+    if let Some(c) = connections
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .conns
+        .get_mut(&id)
+    {
+        c.handshake_since = None;
+    }
     if let Err(e) = authenticated {
         log::info!("control connection refused: {e}");
         // The server keeps a handle to the socket: shut it, so the peer sees the end now.

@@ -36,6 +36,10 @@ fn main() {
             other_job_over_tcp,
         ),
         Trial::test("unsafe_setups_refused_with_the_reason", unsafe_setups),
+        Trial::test(
+            "a_flood_of_idle_connections_stays_bounded",
+            idle_connection_flood,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -388,7 +392,83 @@ fn expect_refused(vars: &[(&str, String)], words: &[&str]) -> Result<(), String>
     }
 }
 
-fn child(_case: &str) {
+/// 3,000 idle connections (never a byte of the handshake) to one node: its threads and
+/// memory stay bounded (pending handshakes are capped; the oldest is dropped for a new one)
+/// and a real node of the job still reaches it. The node runs in a child process, whose
+/// threads and memory are read from /proc.
+fn idle_connection_flood() -> Result<(), Failed> {
+    const IDLE: usize = 3000;
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    setrlimit(Resource::RLIMIT_NOFILE, hard.min(16_384), hard)?;
+    let job = format!("sec-flood-{}", std::process::id());
+    let mut node = Command::new(std::env::current_exe()?)
+        .env("MCAPI_SECURITY_CHILD", "flood-target")
+        .env("MCAPI_JOB", &job)
+        .env("MCAPI_PROVIDER", "tcp")
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut out = std::io::BufReader::new(node.stdout.take().ok_or("no stdout")?);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line)?;
+    if line.trim() != "ready" {
+        _ = node.kill();
+        return Err(format!("the node did not start: {line:?}").into());
+    }
+    let status = |what: &str| -> Result<u64, Failed> {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", node.id()))?;
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(what))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .ok_or("no such field")?;
+        Ok(value)
+    };
+    let (threads_before, rss_before) = (status("Threads:")?, status("VmRSS:")?);
+    let path = Config::defaults().runtime_dir.join(&job).join("d0n31.sock");
+    let mut idle = Vec::with_capacity(IDLE);
+    for _ in 0..IDLE {
+        idle.push(UnixStream::connect(&path)?);
+    }
+    // Let the node take them all in.
+    std::thread::sleep(Duration::from_millis(500));
+    let (threads, rss) = (status("Threads:")?, status("VmRSS:")?);
+    let start = std::time::Instant::now();
+    let mut cfg = config(&job);
+    cfg.provider = Some("tcp".into());
+    let real = Node::initialize(0, 32, cfg)?;
+    let reached = real.endpoint_get(0, 31, 5, WAIT);
+    let took = start.elapsed();
+    real.finalize()?;
+    drop(idle);
+    _ = node.kill();
+    _ = node.wait();
+    eprintln!(
+        "  {IDLE} idle connections: threads {threads_before} -> {threads}, RSS {rss_before} -> \
+         {rss} KiB; a real node reached it in {took:?}"
+    );
+    reached?;
+    // Pending handshakes are capped at 64 threads; everything else is the node's own.
+    if threads > threads_before + 70 {
+        return Err(format!("{threads} threads under the flood ({threads_before} before)").into());
+    }
+    if rss > rss_before + 64 * 1024 {
+        return Err(format!("RSS {rss} KiB under the flood ({rss_before} KiB before)").into());
+    }
+    Ok(())
+}
+
+fn child(case: &str) {
+    if case == "flood-target" {
+        let mut cfg = Config::from_env().unwrap();
+        cfg.recv_buffers = 16;
+        let node = Node::initialize(0, 31, cfg).unwrap();
+        node.endpoint_create(5).unwrap();
+        println!("ready");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
     let mut status = 0;
     // SAFETY: NULL attributes, params and info are allowed; `status` is a local.
     unsafe {
