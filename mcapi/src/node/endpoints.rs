@@ -75,7 +75,12 @@ impl Node {
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         for slot in 0..n {
-            self.inner.fab.post_recv_slot(&mut ep, port, slot)?;
+            if let Err(e) = self.inner.fab.post_recv_slot(&mut ep, port, slot) {
+                // What was posted must not catch messages meant for a later endpoint at
+                // this port, and the pool is reused once it is back.
+                self.inner.retire_endpoint(&mut st, port, &ep);
+                return Err(e);
+            }
         }
         st.endpoints.insert(port, ep);
         Ok(id)
@@ -103,31 +108,12 @@ impl Node {
             .endpoints
             .remove(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-        // A slot whose receive completed meanwhile cannot be cancelled: its completion comes
-        // back through the CQ all the same, which is what the retired pool counts.
-        for slot in 0..ep.slots {
-            _ = self.inner.fab.ep.cancel(
-                Context::RecvSlot {
-                    port,
-                    generation: ep.generation,
-                    slot,
-                }
-                .encode(),
-            );
-        }
+        self.inner.retire_endpoint(&mut st, port, &ep);
         // Its pending receives end now (an endpoint created at the port later is another).
         for &r in &ep.pending_recvs {
             st.requests
                 .complete_if_pending(r, Status::MCAPI_ERR_ENDP_INVALID, 0);
         }
-        // The pool is reused once every receive posted into it has come back.
-        st.retired_pools.push(RetiredPool {
-            port,
-            generation: ep.generation,
-            slots: ep.slots,
-            pool: ep.pool.clone(),
-            outstanding: ep.posted,
-        });
         drop(st);
         let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
         self.inner.announce_deleted(port, &senders);
@@ -303,6 +289,30 @@ impl Node {
 }
 
 impl NodeInner {
+    /// Takes back the receives endpoint `port` posted (deleted, or its create failed) and
+    /// retires its pool, which is reused once every receive posted into it has come back.
+    fn retire_endpoint(&self, st: &mut State, port: u32, ep: &LocalEndpoint) {
+        // A slot whose receive completed meanwhile cannot be cancelled: its completion comes
+        // back through the CQ all the same, which is what the retired pool counts.
+        for slot in 0..ep.slots {
+            _ = self.fab.ep.cancel(
+                Context::RecvSlot {
+                    port,
+                    generation: ep.generation,
+                    slot,
+                }
+                .encode(),
+            );
+        }
+        st.retired_pools.push(RetiredPool {
+            port,
+            generation: ep.generation,
+            slots: ep.slots,
+            pool: ep.pool.clone(),
+            outstanding: ep.posted,
+        });
+    }
+
     pub(super) fn local_attribute(
         &self,
         st: &State,

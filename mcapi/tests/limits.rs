@@ -1,0 +1,87 @@
+//! The node's limits and the refusals at their edges, over real providers (shm and tcp), one
+//! test at a time: nodes are threads of this process.
+
+use mcapi::config::Config;
+use mcapi::{EndpointId, Node, Status};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Fabric tests take turns: on 2 cores two busy fabrics starve each other.
+static FABRIC: Mutex<()> = Mutex::new(());
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+
+fn config(provider: &str, job: &str, recv_buffers: usize) -> Config {
+    let mut c = Config::defaults();
+    c.provider = Some(provider.into());
+    c.job = format!("{job}-{}", std::process::id());
+    c.recv_buffers = recv_buffers;
+    c
+}
+
+fn providers() -> Vec<&'static str> {
+    let mut v = vec!["shm", "tcp"];
+    v.retain(|p| {
+        let ok = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok();
+        if !ok {
+            eprintln!("skipping {p}: not offered here");
+        }
+        ok
+    });
+    v
+}
+
+/// Creates endpoints from port 100 up until the node's receive limit refuses one: the
+/// endpoints made, and the port and status of the refused create.
+fn fill(node: &Node) -> (Vec<EndpointId>, u32, Status) {
+    let mut made = Vec::new();
+    for port in 100..400 {
+        match node.endpoint_create(port) {
+            Ok(ep) => made.push(ep),
+            Err(e) => return (made, port, e),
+        }
+    }
+    panic!("no endpoint_create was refused");
+}
+
+/// Sends `count` messages to `to` and receives them there, each within the timeout.
+fn round_trip(from_node: &Node, from: EndpointId, to_node: &Node, to: EndpointId, count: u32) {
+    to_node
+        .set_endpoint_timeout(to, Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 8];
+    for i in 0..count {
+        from_node.msg_send(from, to, &i.to_le_bytes(), 0).unwrap();
+        let n = to_node
+            .msg_recv(to, &mut buf)
+            .unwrap_or_else(|e| panic!("message {i} to the re-created endpoint: {e:?}"));
+        assert_eq!(&buf[..n], &i.to_le_bytes());
+    }
+}
+
+/// A create refused at the node's receive limit leaves nothing behind: refused again and
+/// again it leaks no posted receive, and once two endpoints are deleted the same port is
+/// created and gets every message sent to it.
+#[test]
+fn a_create_refused_at_the_receive_limit_leaves_nothing_posted() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "refused-create", 100);
+        let rx = Node::initialize(0, 11, cfg.clone()).unwrap();
+        let tx = Node::initialize(0, 12, cfg).unwrap();
+        let from = tx.endpoint_create(1).unwrap();
+        let (made, port, _) = fill(&rx);
+        for _ in 0..5 {
+            assert!(rx.endpoint_create(port).is_err(), "{prov}: still full");
+        }
+        rx.endpoint_delete(made[0]).unwrap();
+        rx.endpoint_delete(made[1]).unwrap();
+        let again = rx
+            .endpoint_create(port)
+            .unwrap_or_else(|e| panic!("{prov}: port {port} after two deletes: {e:?}"));
+        let to = tx.endpoint_get(0, 11, port, WAIT).unwrap();
+        assert_eq!(to, again);
+        round_trip(&tx, from, &rx, again, 300);
+        tx.finalize().unwrap();
+        rx.finalize().unwrap();
+    }
+}
