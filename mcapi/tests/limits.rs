@@ -85,3 +85,21 @@ fn a_create_refused_at_the_receive_limit_leaves_nothing_posted() {
         rx.finalize().unwrap();
     }
 }
+
+/// The create beyond the node's receive limit is `MCAPI_ERR_MEM_LIMIT` on every provider
+/// (the 16th endpoint at 64 buffers on shm, later on tcp).
+#[test]
+fn a_create_beyond_the_receive_limit_is_mem_limit() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let node = Node::initialize(0, 21, config(prov, "create-limit", 64)).unwrap();
+        let (made, port, status) = fill(&node);
+        assert_eq!(
+            status,
+            Status::MCAPI_ERR_MEM_LIMIT,
+            "{prov}: endpoint {} (port {port})",
+            made.len() + 1
+        );
+        node.finalize().unwrap();
+    }
+}

@@ -28,7 +28,8 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_PORT_INVALID`, `MCAPI_ERR_ENDP_EXISTS`, `MCAPI_ERR_NODE_NOTINIT`,
-    /// `MCAPI_ERR_MEM_LIMIT` if the receive slots cannot be allocated.
+    /// `MCAPI_ERR_MEM_LIMIT` if the receive slots cannot be allocated or posted (the node's
+    /// receive limit).
     pub fn endpoint_create(&self, port: u32) -> Result<EndpointId> {
         let mut st = self.inner.live_state()?;
         let port = if port == PORT_ANY {
@@ -76,10 +77,15 @@ impl Node {
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         for slot in 0..n {
             if let Err(e) = self.inner.fab.post_recv_slot(&mut ep, port, slot) {
-                // What was posted must not catch messages meant for a later endpoint at
-                // this port, and the pool is reused once it is back.
+                // The provider's receive queue is full (shm reports it as an error, not
+                // -FI_EAGAIN): what was posted must not catch messages meant for a later
+                // endpoint at this port, and the pool is reused once it is back.
+                log::info!(
+                    "endpoint_create({port}): slot {slot} of {n} not posted ({e:?}): \
+                     MCAPI_ERR_MEM_LIMIT"
+                );
                 self.inner.retire_endpoint(&mut st, port, &ep);
-                return Err(e);
+                return Err(Status::MCAPI_ERR_MEM_LIMIT);
             }
         }
         st.endpoints.insert(port, ep);
