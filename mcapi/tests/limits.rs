@@ -2,13 +2,15 @@
 //! test at a time: nodes are threads of this process.
 
 use mcapi::config::Config;
+use mcapi::semantics::channel::status_flags as flag;
 use mcapi::{EndpointId, Node, Status};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Fabric tests take turns: on 2 cores two busy fabrics starve each other.
 static FABRIC: Mutex<()> = Mutex::new(());
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+const ATTR_STATUS: u32 = 8;
 
 fn config(provider: &str, job: &str, recv_buffers: usize) -> Config {
     let mut c = Config::defaults();
@@ -101,5 +103,72 @@ fn a_create_beyond_the_receive_limit_is_mem_limit() {
             made.len() + 1
         );
         node.finalize().unwrap();
+    }
+}
+
+/// An endpoint connected as a channel's send side sends no messages: `MCAPI_ERR_GENERAL`,
+/// as sending to a connected endpoint is (spec 4.3.1, 4.3.2), from `msg_send` and
+/// `msg_send_i` alike, and nothing arrives; after the close it sends messages again.
+#[test]
+fn a_connected_endpoint_sends_no_messages() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "connected-sender", 16);
+        let a = Node::initialize(0, 31, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 32, cfg).unwrap();
+        let tx = a.endpoint_create(10).unwrap();
+        let rx = b.endpoint_create(20).unwrap();
+        let mailbox = b.endpoint_create(30).unwrap();
+        let to_rx = a.endpoint_get(0, 32, 20, WAIT).unwrap();
+        let to_mailbox = a.endpoint_get(0, 32, 30, WAIT).unwrap();
+        a.msg_send(tx, to_mailbox, b"before", 0).unwrap();
+        let q = a.pktchan_connect_i(tx, to_rx).unwrap();
+        a.wait(q, None, WAIT).unwrap();
+        assert_ne!(
+            a.endpoint_get_attribute(tx, ATTR_STATUS).unwrap() & flag::CONNECTED,
+            0
+        );
+        assert_eq!(
+            a.msg_send(tx, to_mailbox, b"connected", 0),
+            Err(Status::MCAPI_ERR_GENERAL),
+            "{prov}: msg_send"
+        );
+        assert_eq!(
+            a.msg_send_i(tx, to_mailbox, b"connected", 0).err(),
+            Some(Status::MCAPI_ERR_GENERAL),
+            "{prov}: msg_send_i"
+        );
+        // Opened too.
+        let (hs, qs) = a.pktchan_send_open_i(tx).unwrap();
+        let (hr, qr) = b.pktchan_recv_open_i(rx).unwrap();
+        b.wait(qr, None, WAIT).unwrap();
+        a.wait(qs, None, WAIT).unwrap();
+        assert_eq!(
+            a.msg_send(tx, to_mailbox, b"open", 0),
+            Err(Status::MCAPI_ERR_GENERAL),
+            "{prov}: msg_send on an open channel"
+        );
+        let qs = a.pktchan_send_close_i(hs).unwrap();
+        let qr = b.pktchan_recv_close_i(hr).unwrap();
+        a.wait(qs, None, WAIT).unwrap();
+        b.wait(qr, None, WAIT).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while a.endpoint_get_attribute(tx, ATTR_STATUS).unwrap() != 0 {
+            assert!(Instant::now() < until, "{prov}: never disconnected");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        a.msg_send(tx, to_mailbox, b"after", 0).unwrap();
+        let mut buf = [0u8; 16];
+        let n = b.msg_recv(mailbox, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"before");
+        let n = b.msg_recv(mailbox, &mut buf).unwrap();
+        assert_eq!(
+            &buf[..n],
+            b"after",
+            "{prov}: only what was sent unconnected arrives"
+        );
+        assert_eq!(b.msg_available(mailbox).unwrap(), 0);
+        a.finalize().unwrap();
+        b.finalize().unwrap();
     }
 }

@@ -279,6 +279,21 @@ impl Node {
         self.local_endpoint(&st, endpoint).map(|_| endpoint.port())
     }
 
+    /// Local endpoint `from` if it may send messages: not while it is connected to a
+    /// channel, as no message may go to one (spec 4.3.1, 4.3.2; `MCAPI_ERR_GENERAL`, the
+    /// code the spec recommends for that).
+    pub(super) fn sending_endpoint<'s>(
+        &self,
+        st: &'s State,
+        from: EndpointId,
+    ) -> Result<&'s LocalEndpoint> {
+        let ep = self.local_endpoint(st, from)?;
+        if ep.channel.is_connected() {
+            return Err(Status::MCAPI_ERR_GENERAL);
+        }
+        Ok(ep)
+    }
+
     /// `endpoint` if it is one of this node's live endpoints, under a lock already held.
     pub(super) fn local_endpoint<'s>(
         &self,
