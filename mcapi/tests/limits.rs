@@ -172,3 +172,70 @@ fn a_connected_endpoint_sends_no_messages() {
         b.finalize().unwrap();
     }
 }
+
+/// Waits until `what` holds, for up to 10 s.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < end, "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// An endpoint connected to an endpoint whose node finalizes before either opened is
+/// unconnected again: its node can delete it and messages reach it. A third node that made
+/// a connect and left changes nothing (spec 4.4.1).
+#[test]
+fn a_connection_whose_other_node_is_gone_before_any_open_is_undone() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "gone-before-open", 16);
+        let a = Node::initialize(0, 40, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 41, cfg.clone()).unwrap();
+        let third = Node::initialize(0, 42, cfg.clone()).unwrap();
+        let sender = Node::initialize(0, 43, cfg).unwrap();
+        let stuck = b.endpoint_create(5).unwrap();
+        let (kept_tx, kept_rx) = (b.endpoint_create(7).unwrap(), b.endpoint_create(8).unwrap());
+        let theirs = a.endpoint_create(6).unwrap();
+        let to_stuck = a.endpoint_get(0, 41, 5, WAIT).unwrap();
+        let q = a.sclchan_connect_i(to_stuck, theirs).unwrap();
+        a.wait(q, None, WAIT).unwrap();
+        let (t7, t8) = (
+            third.endpoint_get(0, 41, 7, WAIT).unwrap(),
+            third.endpoint_get(0, 41, 8, WAIT).unwrap(),
+        );
+        let q = third.sclchan_connect_i(t7, t8).unwrap();
+        third.wait(q, None, WAIT).unwrap();
+        assert_ne!(
+            b.endpoint_get_attribute(stuck, ATTR_STATUS).unwrap() & flag::CONNECTED,
+            0
+        );
+        a.finalize().unwrap();
+        third.finalize().unwrap();
+        until(&format!("{prov}: endpoint 5 unconnected"), || {
+            b.endpoint_get_attribute(stuck, ATTR_STATUS).unwrap() == 0
+        });
+        let from = sender.endpoint_create(1).unwrap();
+        let to = sender.endpoint_get(0, 41, 5, WAIT).unwrap();
+        sender.msg_send(from, to, b"unstuck", 0).unwrap();
+        let mut buf = [0u8; 16];
+        let n = b.msg_recv(stuck, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"unstuck");
+        // The third node's connect stands: both its endpoints are on a live node.
+        for ep in [kept_tx, kept_rx] {
+            let status = b.endpoint_get_attribute(ep, ATTR_STATUS).unwrap();
+            assert_ne!(
+                status & flag::CONNECTED,
+                0,
+                "{prov}: a third party's connect"
+            );
+        }
+        assert_eq!(
+            b.endpoint_delete(kept_tx),
+            Err(Status::MCAPI_ERR_CHAN_CONNECTED)
+        );
+        b.endpoint_delete(stuck).unwrap();
+        sender.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}

@@ -230,9 +230,11 @@ impl NodeInner {
         }
     }
 
-    /// The credits and sequence state a lost run held at our endpoints go back.
+    /// The credits and sequence state a lost run held at our endpoints go back, and our
+    /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
         forget_sequence(st, index);
+        unbind_unopened(st, index);
         let ports: Vec<u32> = st.endpoints.keys().copied().collect();
         for port in ports {
             if let Some(ep) = st.endpoints.get_mut(&port) {
@@ -265,6 +267,24 @@ fn forget_sequence(st: &mut State, peer: u16) {
             // Credits bound the queue to its slots, so it has room.
             let _ = queue.push(a.priority as usize, a);
         });
+    }
+}
+
+/// Unbinds our endpoints connected to an endpoint of `peer`, whose run is lost, and not
+/// opened here: no open can complete against it any more, and nothing else would ever undo
+/// the connect (an endpoint that opened learns of the loss through its open). The node that
+/// made the connect does not count: a third party may connect and leave (spec 4.4.1).
+fn unbind_unopened(st: &mut State, peer: u16) {
+    let Some((domain, node)) = st
+        .peer_of
+        .iter()
+        .find(|(_, &p)| p == peer)
+        .map(|(&node, _)| node)
+    else {
+        return;
+    };
+    for ep in st.endpoints.values_mut() {
+        ep.channel.node_lost_before_open(domain, node);
     }
 }
 
