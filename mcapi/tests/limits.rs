@@ -239,3 +239,36 @@ fn a_connection_whose_other_node_is_gone_before_any_open_is_undone() {
         b.finalize().unwrap();
     }
 }
+
+/// Senders that finalized leave no trace at the receiving node: after more sender nodes
+/// than an endpoint serves at once (256) and the shm provider maps (256 peers) have come,
+/// sent and gone, one by one, a new sender still gets the endpoint and its message arrives.
+#[test]
+fn senders_that_finalized_free_their_place_at_the_receiver() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "many-senders", 16);
+        let rx = Node::initialize(0, 50, cfg.clone()).unwrap();
+        let ep = rx.endpoint_create(5).unwrap();
+        rx.set_endpoint_timeout(ep, Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 8];
+        for i in 0..261u32 {
+            let s = Node::initialize(0, 1000 + i, cfg.clone()).unwrap();
+            let to = s
+                .endpoint_get(0, 50, 5, WAIT)
+                .unwrap_or_else(|e| panic!("{prov}: sender {i}: endpoint_get: {e:?}"));
+            // Every 64th sends (one whose credits the receiver still counts for a departed
+            // sender waits up to its grace).
+            if i % 64 == 0 || i == 260 {
+                let from = s.endpoint_create(1).unwrap();
+                s.msg_send(from, to, &i.to_le_bytes(), 0)
+                    .unwrap_or_else(|e| panic!("{prov}: sender {i}: msg_send: {e:?}"));
+                let n = rx.msg_recv(ep, &mut buf).unwrap();
+                assert_eq!(&buf[..n], &i.to_le_bytes());
+            }
+            s.finalize().unwrap();
+        }
+        rx.finalize().unwrap();
+    }
+}
