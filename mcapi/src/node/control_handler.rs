@@ -57,18 +57,23 @@ impl ControlHandler {
                 incarnation,
                 fabric_addr,
             } => {
-                let Ok(addr) = node.fab.av.insert(fabric_addr) else {
-                    return Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code());
-                };
                 let Ok(mut st) = node.live_state() else {
                     return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
                 };
                 let index = match st.peer_of.get(&(*domain, *n)) {
                     Some(&i) => i,
-                    None => match node.add_peer(&mut st, *domain, *n, Some(addr)) {
+                    None => match node.add_peer(&mut st, *domain, *n, None) {
                         Ok(i) => i,
                         Err(s) => return Frame::Refused(s.code()),
                     },
+                };
+                let addr = match node.peer_address(&st, index, *incarnation, fabric_addr) {
+                    Ok(addr) => addr,
+                    // The fabric maps no more peers (shm: 256 at once).
+                    Err(e) => {
+                        log::info!("node <{domain}, {n}> refused: its fabric address: {e}");
+                        return Frame::Refused(Status::MCAPI_ERR_MEM_LIMIT.code());
+                    }
                 };
                 node.peer_met(&mut st, index, *incarnation, addr, *peer as u16);
                 Frame::Welcome {

@@ -28,7 +28,8 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_PORT_INVALID`, `MCAPI_ERR_ENDP_EXISTS`, `MCAPI_ERR_NODE_NOTINIT`,
-    /// `MCAPI_ERR_MEM_LIMIT` if the receive slots cannot be allocated.
+    /// `MCAPI_ERR_MEM_LIMIT` if the receive slots cannot be allocated or posted (the node's
+    /// receive limit).
     pub fn endpoint_create(&self, port: u32) -> Result<EndpointId> {
         let mut st = self.inner.live_state()?;
         let port = if port == PORT_ANY {
@@ -75,7 +76,17 @@ impl Node {
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         for slot in 0..n {
-            self.inner.fab.post_recv_slot(&mut ep, port, slot)?;
+            if let Err(e) = self.inner.fab.post_recv_slot(&mut ep, port, slot) {
+                // The provider's receive queue is full (shm reports it as an error, not
+                // -FI_EAGAIN): what was posted must not catch messages meant for a later
+                // endpoint at this port, and the pool is reused once it is back.
+                log::info!(
+                    "endpoint_create({port}): slot {slot} of {n} not posted ({e:?}): \
+                     MCAPI_ERR_MEM_LIMIT"
+                );
+                self.inner.retire_endpoint(&mut st, port, &ep);
+                return Err(Status::MCAPI_ERR_MEM_LIMIT);
+            }
         }
         st.endpoints.insert(port, ep);
         Ok(id)
@@ -103,31 +114,12 @@ impl Node {
             .endpoints
             .remove(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-        // A slot whose receive completed meanwhile cannot be cancelled: its completion comes
-        // back through the CQ all the same, which is what the retired pool counts.
-        for slot in 0..ep.slots {
-            _ = self.inner.fab.ep.cancel(
-                Context::RecvSlot {
-                    port,
-                    generation: ep.generation,
-                    slot,
-                }
-                .encode(),
-            );
-        }
+        self.inner.retire_endpoint(&mut st, port, &ep);
         // Its pending receives end now (an endpoint created at the port later is another).
         for &r in &ep.pending_recvs {
             st.requests
                 .complete_if_pending(r, Status::MCAPI_ERR_ENDP_INVALID, 0);
         }
-        // The pool is reused once every receive posted into it has come back.
-        st.retired_pools.push(RetiredPool {
-            port,
-            generation: ep.generation,
-            slots: ep.slots,
-            pool: ep.pool.clone(),
-            outstanding: ep.posted,
-        });
         drop(st);
         let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
         self.inner.announce_deleted(port, &senders);
@@ -287,6 +279,21 @@ impl Node {
         self.local_endpoint(&st, endpoint).map(|_| endpoint.port())
     }
 
+    /// Local endpoint `from` if it may send messages: not while it is connected to a
+    /// channel, as no message may go to one (spec 4.3.1, 4.3.2; `MCAPI_ERR_GENERAL`, the
+    /// code the spec recommends for that).
+    pub(super) fn sending_endpoint<'s>(
+        &self,
+        st: &'s State,
+        from: EndpointId,
+    ) -> Result<&'s LocalEndpoint> {
+        let ep = self.local_endpoint(st, from)?;
+        if ep.channel.is_connected() {
+            return Err(Status::MCAPI_ERR_GENERAL);
+        }
+        Ok(ep)
+    }
+
     /// `endpoint` if it is one of this node's live endpoints, under a lock already held.
     pub(super) fn local_endpoint<'s>(
         &self,
@@ -303,6 +310,30 @@ impl Node {
 }
 
 impl NodeInner {
+    /// Takes back the receives endpoint `port` posted (deleted, or its create failed) and
+    /// retires its pool, which is reused once every receive posted into it has come back.
+    fn retire_endpoint(&self, st: &mut State, port: u32, ep: &LocalEndpoint) {
+        // A slot whose receive completed meanwhile cannot be cancelled: its completion comes
+        // back through the CQ all the same, which is what the retired pool counts.
+        for slot in 0..ep.slots {
+            _ = self.fab.ep.cancel(
+                Context::RecvSlot {
+                    port,
+                    generation: ep.generation,
+                    slot,
+                }
+                .encode(),
+            );
+        }
+        st.retired_pools.push(RetiredPool {
+            port,
+            generation: ep.generation,
+            slots: ep.slots,
+            pool: ep.pool.clone(),
+            outstanding: ep.posted,
+        });
+    }
+
     pub(super) fn local_attribute(
         &self,
         st: &State,

@@ -20,7 +20,8 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_ENDP_INVALID` (either endpoint), `MCAPI_ERR_MSG_SIZE`,
-    /// `MCAPI_ERR_PRIORITY`, `MCAPI_TIMEOUT`, `MCAPI_ERR_TRANSMISSION` (peer gone).
+    /// `MCAPI_ERR_PRIORITY`, `MCAPI_TIMEOUT`, `MCAPI_ERR_TRANSMISSION` (peer gone),
+    /// `MCAPI_ERR_GENERAL` to or from an endpoint connected to a channel.
     pub fn msg_send(
         &self,
         from: EndpointId,
@@ -31,7 +32,7 @@ impl Node {
         // The fast path (a known destination with a credit in hand) takes the state lock
         // once, reads no clock and makes no call but the provider's send.
         let mut st = self.inner.live_state()?;
-        let timeout = self.local_endpoint(&st, from)?.timeout;
+        let timeout = self.sending_endpoint(&st, from)?.timeout;
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }
@@ -266,7 +267,7 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<RequestHandle> {
-        self.local_port(from)?;
+        self.sending_endpoint(&*self.inner.live_state()?, from)?;
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }

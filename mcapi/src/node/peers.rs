@@ -1,6 +1,6 @@
 //! The peer lifecycle driver over `semantics::peer`: contact, control calls, liveness.
 
-use super::common::{lock, ofi_status, Result};
+use super::common::{lock, Result};
 use super::inner::NodeInner;
 use super::state::{ControlLink, LocalEndpoint, Peer, State};
 use crate::control::{self, Frame, Rendezvous};
@@ -72,20 +72,29 @@ impl NodeInner {
             incarnation: self.incarnation,
             fabric_addr: self.fab.ep.address().to_vec(),
         };
-        let Ok(Frame::Welcome {
-            peer,
-            incarnation,
-            fabric_addr,
-        }) = stream.call(&hello)
-        else {
-            return Err(Status::MCAPI_ERR_TRANSMISSION);
+        let (peer, incarnation, fabric_addr) = match stream.call(&hello) {
+            Ok(Frame::Welcome {
+                peer,
+                incarnation,
+                fabric_addr,
+            }) => (peer, incarnation, fabric_addr),
+            // It cannot take another peer now.
+            Ok(Frame::Refused(c)) if c == Status::MCAPI_ERR_MEM_LIMIT.code() => {
+                return Err(Status::MCAPI_ERR_MEM_LIMIT)
+            }
+            _ => return Err(Status::MCAPI_ERR_TRANSMISSION),
         };
-        let addr = self.fab.av.insert(&fabric_addr).map_err(ofi_status)?;
         let closer = stream.try_clone().map_err(|e| {
             log::info!("node <{domain}, {node}>: control connection: {e}");
             Status::MCAPI_ERR_TRANSMISSION
         })?;
         let mut st = self.live_state()?;
+        let addr = self
+            .peer_address(&st, index, incarnation, &fabric_addr)
+            .map_err(|e| {
+                log::info!("node <{domain}, {node}>: its fabric address: {e}");
+                Status::MCAPI_ERR_MEM_LIMIT
+            })?;
         self.peer_met(&mut st, index, incarnation, addr, peer as u16);
         st.peers[index as usize].link = Some(Arc::new(ControlLink {
             stream: Mutex::new(stream),
@@ -193,9 +202,25 @@ impl NodeInner {
         }
         match event {
             Some(PeerEvent::Restarted { .. }) => self.forget_run(st, peer),
-            Some(PeerEvent::Gone) => self.reclaim_run(st, peer),
+            Some(PeerEvent::Gone) => self.run_gone(st, peer),
             Some(PeerEvent::Departed) | None => {}
         }
+    }
+
+    /// The fabric address of run `incarnation` of peer `index`: the one we hold if we met
+    /// that run already (both nodes may open the contact), else inserted into the AV.
+    pub(super) fn peer_address(
+        &self,
+        st: &State,
+        index: u16,
+        incarnation: u64,
+        fabric_addr: &[u8],
+    ) -> std::result::Result<FiAddr, mcapi_ofi::Error> {
+        let p = &st.peers[index as usize];
+        if p.addr != FiAddr::UNSPEC && p.life.incarnation() == Some(incarnation) {
+            return Ok(p.addr);
+        }
+        self.fab.av.insert(fabric_addr)
     }
 
     /// A handshake with run `incarnation` of peer `index` completed: it is alive, at
@@ -209,6 +234,10 @@ impl NodeInner {
         index_at_peer: u16,
     ) {
         let p = &mut st.peers[index as usize];
+        if p.addr != addr {
+            // The address of a run replaced (or gone): shm maps 256 peers at most.
+            self.forget_address(p.addr);
+        }
         p.addr = addr;
         p.index_at_peer = index_at_peer;
         self.peer_event_locked(st, index, PeerInput::Met(incarnation));
@@ -231,9 +260,11 @@ impl NodeInner {
         }
     }
 
-    /// The credits and sequence state a lost run held at our endpoints go back.
+    /// The credits and sequence state a lost run held at our endpoints go back, and our
+    /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
         forget_sequence(st, index);
+        unbind_unopened(st, index);
         let ports: Vec<u32> = st.endpoints.keys().copied().collect();
         for port in ports {
             if let Some(ep) = st.endpoints.get_mut(&port) {
@@ -243,13 +274,30 @@ impl NodeInner {
         }
     }
 
+    /// Run of peer `index` is gone for good (its grace over): what it held goes back, and
+    /// its fabric address leaves the AV, whose entries are bounded (shm: 256 peers), so
+    /// senders that come and go never fill it.
+    fn run_gone(&self, st: &mut State, index: u16) {
+        self.reclaim_run(st, index);
+        let p = &mut st.peers[index as usize];
+        self.forget_address(std::mem::replace(&mut p.addr, FiAddr::UNSPEC));
+    }
+
+    fn forget_address(&self, addr: FiAddr) {
+        if addr != FiAddr::UNSPEC {
+            if let Err(e) = self.fab.av.remove(addr) {
+                log::info!("a departed peer's fabric address not removed: {e}");
+            }
+        }
+    }
+
     /// Ends the departure graces that are over.
     pub(super) fn end_graces(&self, st: &mut State) {
         let now = Instant::now();
         for i in 0..st.peers.len() {
             if st.peers[i].life.tick(now) == Some(PeerEvent::Gone) {
                 st.departing -= 1;
-                self.reclaim_run(st, i as u16);
+                self.run_gone(st, i as u16);
             }
         }
     }
@@ -266,6 +314,24 @@ fn forget_sequence(st: &mut State, peer: u16) {
             // Credits bound the queue to its slots, so it has room.
             let _ = queue.push(a.priority as usize, a);
         });
+    }
+}
+
+/// Unbinds our endpoints connected to an endpoint of `peer`, whose run is lost, and not
+/// opened here: no open can complete against it any more, and nothing else would ever undo
+/// the connect (an endpoint that opened learns of the loss through its open). The node that
+/// made the connect does not count: a third party may connect and leave (spec 4.4.1).
+fn unbind_unopened(st: &mut State, peer: u16) {
+    let Some((domain, node)) = st
+        .peer_of
+        .iter()
+        .find(|(_, &p)| p == peer)
+        .map(|(&node, _)| node)
+    else {
+        return;
+    };
+    for ep in st.endpoints.values_mut() {
+        ep.channel.node_lost_before_open(domain, node);
     }
 }
 

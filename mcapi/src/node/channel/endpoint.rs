@@ -31,6 +31,17 @@ impl EndpointChannel {
         self.binding.is_connected()
     }
 
+    /// Node `<domain, node>` is gone: unbinds the endpoint if it is connected to one of that
+    /// node's endpoints and has not opened (an open learns of the loss itself).
+    pub(in crate::node) fn node_lost_before_open(&mut self, domain: u32, node: u32) {
+        let theirs = self
+            .peer
+            .is_some_and(|id| (id.domain(), id.node()) == (domain, node));
+        if theirs && self.side.is_none() && self.binding.peer_lost_before_open() {
+            self.peer = None;
+        }
+    }
+
     pub(in crate::node) fn status_flags(&self) -> u64 {
         self.binding.status_flags()
     }
