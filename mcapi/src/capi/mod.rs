@@ -202,7 +202,15 @@ impl StatusOut {
         let (value, code) = match catch_unwind(AssertUnwindSafe(body)) {
             Ok(Ok((value, code))) => (value, code),
             Ok(Err(code)) => (on_error, code),
-            Err(_) => (on_error, Status::MCAPI_ERR_GENERAL),
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("unknown");
+                log::error!("MCAPI_ERR_GENERAL: a panic caught at the C boundary: {why}");
+                (on_error, Status::MCAPI_ERR_GENERAL)
+            }
         };
         // SAFETY: NULL or writable, as promised to `StatusOut::new`.
         unsafe { put(self.0, code.code()) };

@@ -36,7 +36,11 @@ pub(super) fn refusal(what: &str, answer: &Frame) -> Status {
     };
     match status {
         Some(s) => {
-            log::debug!("{what}: refused with {s}");
+            if s == Status::MCAPI_ERR_GENERAL {
+                log::info!("{what}: refused with MCAPI_ERR_GENERAL");
+            } else {
+                log::debug!("{what}: refused with {s}");
+            }
             s
         }
         None => {

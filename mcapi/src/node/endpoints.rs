@@ -289,6 +289,7 @@ impl Node {
     ) -> Result<&'s LocalEndpoint> {
         let ep = self.local_endpoint(st, from)?;
         if ep.channel.is_connected() {
+            log::info!("msg_send from {from:?}: MCAPI_ERR_GENERAL: it is connected to a channel");
             return Err(Status::MCAPI_ERR_GENERAL);
         }
         Ok(ep)

@@ -195,6 +195,9 @@ impl Node {
             }
             ep.channel = EndpointChannel::default();
             let status = if lost {
+                log::info!(
+                    "close on port {port}: MCAPI_ERR_GENERAL: the other side's node is gone"
+                );
                 Status::MCAPI_ERR_GENERAL
             } else {
                 Status::MCAPI_SUCCESS

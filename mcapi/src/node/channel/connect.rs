@@ -348,7 +348,12 @@ impl Node {
                     });
                 match opened {
                     Some(info) => info,
-                    None => return fail(Status::MCAPI_ERR_GENERAL, Some(peer_id)),
+                    None => {
+                        log::info!(
+                            "open on port {port}: MCAPI_ERR_GENERAL: {peer_id:?}'s node is gone"
+                        );
+                        return fail(Status::MCAPI_ERR_GENERAL, Some(peer_id));
+                    }
                 }
             }
             None => return Ok(()),
