@@ -77,14 +77,22 @@ impl SendData {
     }
 }
 
-/// What a post to the fabric did, for the state machine.
+/// What a post to the fabric did, for the state machine (a refusal is logged: the send
+/// fails with it).
 #[inline(always)]
 pub(super) fn posted(r: &std::result::Result<(), OfiError>) -> Posted {
     match r {
         Ok(()) => Posted::Sent,
         Err(e) if e.is_again() => Posted::Again,
-        Err(_) => Posted::Failed,
+        Err(e) => post_refused(e),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn post_refused(e: &OfiError) -> Posted {
+    log::info!("a channel send failed: {e}");
+    Posted::Failed
 }
 
 /// A receive side's pool and its state machine (`semantics::channel_side`): the state

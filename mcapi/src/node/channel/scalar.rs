@@ -57,11 +57,6 @@ impl Node {
             // No endpoint: fails as the provider would, so the credit goes back.
             (None, None) => Err(OfiError::InvalidArgument("scalar side without an endpoint")),
         };
-        if let Err(e) = &sent {
-            if !e.is_again() {
-                log::info!("sclchan_send: MCAPI_ERR_GENERAL: {e}");
-            }
-        }
         s.state.posted(posted(&sent), Status::MCAPI_ERR_GENERAL)
     }
 
