@@ -3,6 +3,7 @@
 //! | environment | [`Config`] field | default |
 //! |---|---|---|
 //! | `MCAPI_JOB` | `job` | `default` (so two processes of one user meet without configuration) |
+//! | `MCAPI_BOOTSTRAP` (`pmix`, `topology` or `local`) | `bootstrap` | `pmix` under a PMIx launcher (`PMIX_NAMESPACE`, `PMIX_RANK` or `PMIX_SERVER_URI*` set) when built with PMIx, else `topology` when `MCAPI_TOPOLOGY` is set, else `local` |
 //! | `MCAPI_TOPOLOGY` | `topology` | none: every node on this host |
 //! | `MCAPI_PROVIDER` | `provider` | `shm` when every node is on this host, else the best network provider |
 //! | `MCAPI_TCP_IFACE` (or libfabric's `FI_TCP_IFACE`) | `tcp_iface` | libfabric's choice |
@@ -110,9 +111,23 @@ impl fmt::Debug for JobKey {
     }
 }
 
+/// How the nodes of a job find each other (docs/launchers.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// Every node on this host: Unix sockets in the job's private directory.
+    Local,
+    /// The hosts and ports of an `MCAPI_TOPOLOGY` file.
+    Topology,
+    /// The PMIx server of the launcher (mpirun, `srun --mpi=pmix`): each node publishes its
+    /// control address, peers are looked up by `<domain, node>`.
+    Pmix,
+}
+
 /// A node's configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
+    /// How nodes find each other.
+    pub bootstrap: Bootstrap,
     /// Job name: nodes of different jobs never see each other.
     pub job: String,
     /// Where nodes run, for jobs that span hosts.
@@ -153,6 +168,7 @@ impl Config {
     /// Defaults, without reading the environment.
     pub fn defaults() -> Config {
         Config {
+            bootstrap: Bootstrap::Local,
             job: "default".into(),
             topology: None,
             provider: None,
@@ -195,6 +211,46 @@ impl Config {
                     .map_err(|e| ConfigError(format!("MCAPI_TOPOLOGY={path}: {e}")))?,
             );
         }
+        c.bootstrap = match var("MCAPI_BOOTSTRAP").as_deref() {
+            None | Some("") => {
+                let launched = ["PMIX_NAMESPACE", "PMIX_RANK", "PMIX_SERVER_URI"]
+                    .iter()
+                    .chain(&["PMIX_SERVER_URI2", "PMIX_SERVER_URI21"])
+                    .chain(&["PMIX_SERVER_URI3", "PMIX_SERVER_URI4", "PMIX_SERVER_URI41"])
+                    .any(|k| var(k).is_some());
+                if launched && crate::launcher::built_with_pmix() {
+                    Bootstrap::Pmix
+                } else if c.topology.is_some() {
+                    Bootstrap::Topology
+                } else {
+                    Bootstrap::Local
+                }
+            }
+            Some("pmix") if crate::launcher::built_with_pmix() => Bootstrap::Pmix,
+            Some("pmix") => {
+                return Err(ConfigError(
+                    "MCAPI_BOOTSTRAP=pmix: this build has no PMIx (install libpmix-dev and \
+                     pkg-config, rebuild)"
+                        .into(),
+                ))
+            }
+            Some("topology") if c.topology.is_some() => Bootstrap::Topology,
+            Some("topology") => {
+                return Err(ConfigError(
+                    "MCAPI_BOOTSTRAP=topology needs MCAPI_TOPOLOGY".into(),
+                ))
+            }
+            Some("local") => Bootstrap::Local,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "MCAPI_BOOTSTRAP={other}: expected pmix, topology or local"
+                )))
+            }
+        };
+        // The topology file is what `topology` reads; the other bootstraps ignore it.
+        if c.bootstrap != Bootstrap::Topology {
+            c.topology = None;
+        }
         c.job_key = match (
             var("MCAPI_JOB_KEY").filter(|k| !k.is_empty()),
             var("MCAPI_JOB_KEY_FILE").filter(|k| !k.is_empty()),
@@ -234,8 +290,11 @@ impl Config {
     }
 
     /// Whether every node of the job runs on this host (no topology, or one naming only
-    /// local addresses).
+    /// local addresses; under PMIx, every rank of the job on this host).
     pub fn single_host(&self) -> bool {
+        if self.bootstrap == Bootstrap::Pmix {
+            return crate::launcher::all_ranks_here();
+        }
         self.topology.as_ref().is_none_or(Topology::all_local)
     }
 
@@ -449,6 +508,29 @@ mod tests {
 
         assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "0")])).is_err());
         assert!(Config::from_vars(vars(&[("MCAPI_TOPOLOGY", "/nonexistent/topo")])).is_err());
+    }
+
+    #[test]
+    fn bootstrap_detection_and_override() {
+        let b = |pairs: &[(&str, &str)]| Config::from_vars(vars(pairs)).map(|c| c.bootstrap);
+        assert_eq!(b(&[]), Ok(Bootstrap::Local));
+        let pmix = if crate::launcher::built_with_pmix() {
+            Bootstrap::Pmix
+        } else {
+            Bootstrap::Local
+        };
+        assert_eq!(b(&[("PMIX_RANK", "0")]), Ok(pmix));
+        assert_eq!(b(&[("PMIX_SERVER_URI41", "x")]), Ok(pmix));
+        assert_eq!(
+            b(&[("PMIX_RANK", "0"), ("MCAPI_BOOTSTRAP", "local")]),
+            Ok(Bootstrap::Local)
+        );
+        assert!(b(&[("MCAPI_BOOTSTRAP", "topology")]).is_err());
+        assert!(b(&[("MCAPI_BOOTSTRAP", "slurm")]).is_err());
+        assert_eq!(
+            b(&[("MCAPI_BOOTSTRAP", "pmix")]).is_ok(),
+            crate::launcher::built_with_pmix()
+        );
     }
 
     #[test]

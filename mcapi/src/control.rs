@@ -9,6 +9,9 @@
 //!   and is replaced; a live one means the node id is taken.
 //! - Several hosts: TCP on the host and port the topology gives for the node, listening on
 //!   that address only (not every interface).
+//! - Under a PMIx launcher (mpirun, `srun --mpi=pmix`): TCP on an ephemeral port of this
+//!   host's address (`launcher::control_ip`), published in the launcher's PMIx server; a
+//!   peer's address is looked up there until the caller's deadline.
 //!
 //! Every connection first passes the job's key handshake ([`JobAuth`]); the server then
 //! takes a Hello and, once it welcomed one, other requests. A connection that fails either
@@ -24,7 +27,8 @@ mod auth;
 mod frame;
 mod job_dir;
 
-use crate::config::Config;
+use crate::config::{Bootstrap, Config};
+use crate::launcher;
 use crate::semantics::Status;
 pub use auth::JobAuth;
 pub(crate) use frame::FrameBytes;
@@ -113,6 +117,9 @@ pub fn job_auth(config: &Config) -> Result<JobAuth, String> {
     if let Some(key) = &config.job_key {
         return Ok(JobAuth::new(&config.job, key.clone()));
     }
+    if config.bootstrap == Bootstrap::Pmix {
+        return Ok(JobAuth::new(&config.job, launcher::job_key(&config.job)?));
+    }
     if !config.single_host() {
         return Err("a job across hosts needs a job key: set MCAPI_JOB_KEY, or \
                     MCAPI_JOB_KEY_FILE to a file of mode 0600, the same on every host \
@@ -130,12 +137,23 @@ pub enum Rendezvous {
     Unix(PathBuf),
     /// A TCP host and port (from the topology).
     Tcp(String, u16),
+    /// A key in the launcher's PMIx server, whose value is the TCP address.
+    Pmix(String),
 }
 
 impl Rendezvous {
     /// The rendezvous of `<domain, node>` under `config`; `None` when a topology is in use
     /// and does not list the node.
     pub fn of(config: &Config, domain: u32, node: u32) -> Option<Rendezvous> {
+        if config.bootstrap == Bootstrap::Pmix {
+            return match launcher::node_key(&config.job, domain, node) {
+                Ok(key) => Some(Rendezvous::Pmix(key)),
+                Err(why) => {
+                    log::error!("node <{domain}, {node}>: {why}");
+                    None
+                }
+            };
+        }
         match &config.topology {
             Some(t) => t
                 .get(domain, node)
@@ -167,6 +185,11 @@ impl Stream {
     pub fn connect(to: &Rendezvous, timeout: Duration) -> io::Result<Stream> {
         match to {
             Rendezvous::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
+            // Resolved by `connect_raw`, which has the deadline to wait for the publish.
+            Rendezvous::Pmix(key) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{key}: not resolved"),
+            )),
             Rendezvous::Tcp(host, port) => {
                 let mut last =
                     io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"));
@@ -357,6 +380,26 @@ pub struct ControlServer {
     connections: Connections,
 }
 
+/// Under PMIx: binds an ephemeral port of this host's control address and publishes it
+/// under `key`, unless a live node already answers at the address published there.
+fn bind_published(config: &Config, key: &str) -> Result<Listener, StartError> {
+    let io_err = |why: String| StartError::Io(io::Error::other(why));
+    let now = Instant::now();
+    if let Some(addr) = launcher::lookup(key, Some(now)).map_err(io_err)? {
+        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return Err(StartError::NodeTaken);
+        }
+        // Left by a run that died: ours replaces it.
+        launcher::unpublish(key);
+    }
+    let ip = launcher::control_ip(config).map_err(io_err)?;
+    let listener =
+        TcpListener::bind((ip, 0)).map_err(|e| io_err(format!("cannot listen on {ip}: {e}")))?;
+    let addr = listener.local_addr().map_err(StartError::Io)?;
+    launcher::publish(key, addr).map_err(io_err)?;
+    Ok(Listener::Tcp(listener))
+}
+
 impl ControlServer {
     /// Binds `<domain, node>`'s rendezvous and starts serving `handler` to the peers that
     /// prove they are of job `auth`.
@@ -376,7 +419,10 @@ impl ControlServer {
             job_dir::private_job_dir(&config.runtime_dir, &config.job)
                 .map_err(StartError::Unsafe)?;
         }
-        let listener = bind(&rendezvous)?;
+        let listener = match &rendezvous {
+            Rendezvous::Pmix(key) => bind_published(config, key)?,
+            other => bind(other)?,
+        };
         let wake = match &listener {
             Listener::Unix(_) => rendezvous.clone(),
             Listener::Tcp(l) => {
@@ -441,6 +487,9 @@ impl Drop for ControlServer {
                 _ = t.join();
             }
         }
+        if let Rendezvous::Pmix(key) = &self.rendezvous {
+            launcher::unpublish(key);
+        }
         if let Rendezvous::Unix(path) = &self.rendezvous {
             // Cleanup only: a socket file left behind is detected and replaced by the next
             // node at this path.
@@ -463,6 +512,7 @@ enum Listener {
 /// moved elsewhere too).
 fn bind(to: &Rendezvous) -> Result<Listener, StartError> {
     match to {
+        Rendezvous::Pmix(_) => unreachable!("bound by bind_published"),
         Rendezvous::Unix(path) => {
             let listener = match UnixListener::bind(path) {
                 Ok(l) => l,
@@ -697,6 +747,17 @@ pub fn connect_when_up(
 
 /// [`connect_when_up`] without the handshake.
 fn connect_raw(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<Stream>> {
+    let resolved;
+    let to = match to {
+        Rendezvous::Pmix(key) => match launcher::lookup(key, deadline).map_err(io::Error::other)? {
+            Some(a) => {
+                resolved = Rendezvous::Tcp(a.ip().to_string(), a.port());
+                &resolved
+            }
+            None => return Ok(None),
+        },
+        other => other,
+    };
     let mut pause = Duration::from_millis(1);
     loop {
         match Stream::connect(to, Duration::from_secs(1)) {

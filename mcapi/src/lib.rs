@@ -49,6 +49,7 @@ mod diagnostics;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod launcher;
 mod node;
 pub mod semantics;
 

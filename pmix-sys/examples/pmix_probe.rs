@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 fn main() -> Result<(), pmix_sys::Error> {
-    let c = pmix_sys::Client::init()?;
+    let c = pmix_sys::Client::process()?;
     let (me, n) = (c.rank(), c.job_size()?);
     println!(
         "{} rank {me} of {n} ({} here)",

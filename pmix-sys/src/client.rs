@@ -4,6 +4,7 @@ use crate::ffi;
 use crate::Error;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// `PMIX_RANK_WILDCARD` (`UINT32_MAX-1`; a macro expression bindgen does not evaluate).
@@ -102,7 +103,41 @@ impl Drop for Infos {
     }
 }
 
+/// The process's client: initialized by the first [`Client::process`], finalized at exit.
+static PROCESS: OnceLock<Result<Client, Error>> = OnceLock::new();
+
+extern "C" fn finalize_at_exit() {
+    // SAFETY: registered only after the process client's PMIx_Init succeeded; runs once, at
+    // exit, when no PMIx call of ours is in progress any more.
+    _ = unsafe { ffi::PMIx_Finalize(ptr::null(), 0) };
+}
+
 impl Client {
+    /// The process's client, shared by every caller and finalized when the process exits
+    /// (a launcher such as Open MPI's mpirun reports a process that initialized PMIx and
+    /// exited without finalizing it as failed, and kills the job).
+    ///
+    /// # Errors
+    /// As [`Client::init`], the same error every time.
+    pub fn process() -> Result<&'static Client, Error> {
+        PROCESS
+            .get_or_init(|| {
+                let c = Client::init()?;
+                // SAFETY: a plain `extern "C" fn()` with no captured state.
+                if unsafe { libc::atexit(finalize_at_exit) } != 0 {
+                    return Err(Error::Call {
+                        call: "atexit",
+                        status: -1,
+                        text: "cannot register PMIx_Finalize at exit".into(),
+                    });
+                }
+                // Never dropped (a static): the exit handler is its finalize.
+                Ok(c)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     /// Connects to the PMIx server that started this process.
     ///
     /// # Errors

@@ -86,6 +86,13 @@ impl Client {
     pub fn init() -> Result<Client, Error> {
         Err(Error::Unavailable)
     }
+    /// Always [`Error::Unavailable`] in this build.
+    ///
+    /// # Errors
+    /// Always.
+    pub fn process() -> Result<&'static Client, Error> {
+        Err(Error::Unavailable)
+    }
     /// The process's namespace (the job).
     pub fn namespace(&self) -> &str {
         match self.never {}

@@ -1,0 +1,170 @@
+//! Launched for real: `mpirun -n 4` on this test's own binary, no topology file. Under
+//! mpirun (`PMIX_RANK` set) the binary is a rank: node id = rank, every pair of ranks
+//! exchanges messages, and rank 0 opens a packet channel to rank 1. Without mpirun (or a
+//! build without PMIx) the test says why it did not run.
+
+use mcapi::config::{Bootstrap, Config};
+use mcapi::Node;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const RANKS: u32 = 4;
+const WAIT: Option<Duration> = Some(Duration::from_secs(30));
+const MSG_PORT: u32 = 1;
+
+fn main() {
+    if std::env::var_os("PMIX_RANK").is_some() {
+        if let Err(e) = rank_main() {
+            eprintln!("rank {:?}: {e}", mcapi::launcher::rank());
+            std::process::exit(1);
+        }
+        return;
+    }
+    if !mcapi::launcher::built_with_pmix() {
+        println!("launcher: skipped: this build has no PMIx (libpmix-dev, pkg-config)");
+        return;
+    }
+    let Ok(mpirun) = which("mpirun") else {
+        println!("launcher: skipped: no mpirun on PATH (apt-get install openmpi-bin)");
+        return;
+    };
+    let me = std::env::current_exe().expect("own path");
+    let mut failed = 0;
+    for provider in ["tcp", "shm"] {
+        if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_err() {
+            println!("launcher {provider}: not run (libfabric offers no {provider})");
+            continue;
+        }
+        let t0 = Instant::now();
+        let mut cmd = Command::new(&mpirun);
+        cmd.args([
+            "-n",
+            &RANKS.to_string(),
+            "--oversubscribe",
+            "--allow-run-as-root",
+        ])
+        .args(["-x", "MCAPI_PROVIDER"]);
+        if std::env::var_os("MCAPI_LOG").is_some() {
+            cmd.args(["-x", "MCAPI_LOG"]);
+        }
+        let mut child = cmd
+            .arg(&me)
+            .env("MCAPI_PROVIDER", provider)
+            // No topology, no key, no job directory: everything comes through PMIx.
+            .env_remove("MCAPI_TOPOLOGY")
+            .env_remove("MCAPI_JOB_KEY")
+            .env_remove("MCAPI_JOB_KEY_FILE")
+            .spawn()
+            .expect("spawn mpirun");
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait mpirun") {
+                break Some(s);
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                // Only the mpirun this test started; mpirun takes its ranks down with it.
+                _ = child.kill();
+                _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        match status {
+            Some(s) if s.success() => println!(
+                "launcher {provider}: mpirun -n {RANKS}: ok ({:.1}s)",
+                t0.elapsed().as_secs_f64()
+            ),
+            other => {
+                println!("launcher {provider}: FAILED: {other:?}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+fn which(cmd: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::split_paths(&std::env::var_os("PATH").ok_or(())?)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+        .ok_or(())
+}
+
+fn rank_main() -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = Config::from_env()?;
+    if cfg.bootstrap != Bootstrap::Pmix {
+        return Err(format!("bootstrap {:?} under mpirun", cfg.bootstrap).into());
+    }
+    let me = mcapi::launcher::rank().ok_or("no rank")?;
+    let n = mcapi::launcher::size().ok_or("no size")?;
+    assert_eq!(n, RANKS);
+    let node = Node::initialize(0, me, cfg)?;
+    // Two rounds, each on its own endpoint (messages of different senders are not
+    // ordered): data, then "received all", so no rank finalizes before every rank has
+    // everything of round 0.
+    let rounds = [
+        node.endpoint_create(MSG_PORT)?,
+        node.endpoint_create(MSG_PORT + 1)?,
+    ];
+    let rx = rounds[0];
+    let peers: Vec<u32> = (0..n).filter(|&r| r != me).collect();
+    for (round, rx) in (0u8..).zip(rounds) {
+        for &r in &peers {
+            let dest = node.endpoint_get(0, r, MSG_PORT + u32::from(round), WAIT)?;
+            node.msg_send(rx, dest, &[round, me as u8], 0)?;
+        }
+        let mut from = Vec::new();
+        let mut buf = [0u8; 16];
+        for _ in &peers {
+            let len = node.msg_recv(rx, &mut buf)?;
+            if len != 2 || buf[0] != round {
+                return Err(format!("round {round}: got {:?}", &buf[..len]).into());
+            }
+            from.push(u32::from(buf[1]));
+        }
+        from.sort_unstable();
+        if from != peers {
+            return Err(format!("round {round}: heard from {from:?}, expected {peers:?}").into());
+        }
+    }
+    // A packet channel from rank 0 to rank 1.
+    match me {
+        0 => {
+            let tx = node.endpoint_create(10)?;
+            let remote = node.endpoint_get(0, 1, 11, WAIT)?;
+            let c = node.pktchan_connect_i(tx, remote)?;
+            node.wait(c, None, WAIT)?;
+            let (h, open) = node.pktchan_send_open_i(tx)?;
+            node.wait(open, None, WAIT)?;
+            for i in 0..100u32 {
+                node.pktchan_send(h, &i.to_le_bytes())?;
+            }
+            let close = node.pktchan_send_close_i(h)?;
+            node.wait(close, None, WAIT)?;
+            // Rank 1 says it has every packet before this node goes.
+            let mut buf = [0u8; 16];
+            node.msg_recv(rx, &mut buf)?;
+        }
+        1 => {
+            let ep = node.endpoint_create(11)?;
+            let (h, open) = node.pktchan_recv_open_i(ep)?;
+            node.wait(open, None, WAIT)?;
+            for i in 0..100u32 {
+                let p = node.pktchan_recv(h)?;
+                if p.to_vec() != i.to_le_bytes() {
+                    return Err(format!("packet {i}: {:?}", p.to_vec()).into());
+                }
+                node.pktchan_release(p)?;
+            }
+            let close = node.pktchan_recv_close_i(h)?;
+            node.wait(close, None, WAIT)?;
+            let zero = node.endpoint_get(0, 0, MSG_PORT, WAIT)?;
+            node.msg_send(rx, zero, b"done", 0)?;
+        }
+        _ => {}
+    }
+    node.finalize()?;
+    println!("rank {me}: ok");
+    Ok(())
+}
