@@ -75,6 +75,13 @@ typedef struct mcapi_node_attributes {
 /* Sets up a parameter block (implementation-specific; see above). */
 void mcapi_param_init(mcapi_param_t* mcapi_parameters, mca_status_t* mcapi_status);
 
+/* EXTENSIONS, not part of MCAPI 2.000 (prefix mcapi_ext_): the process's rank and the
+ * number of processes under a PMIx launcher (mpirun, srun --mpi=pmix), so a program can
+ * take its rank as its node id (docs/launchers.md). Not under a launcher, or libmcapi
+ * built without PMIx: 0 and MCAPI_ERR_GENERAL. */
+mca_uint_t mcapi_ext_launcher_rank(mca_status_t* mcapi_status);
+mca_uint_t mcapi_ext_launcher_size(mca_status_t* mcapi_status);
+
 #ifdef __cplusplus
 }
 #endif

@@ -530,6 +530,8 @@ signatures! {
     mcapi_initialize: "void" ("mcapi_domain_t, mcapi_node_t, const mcapi_node_attributes_t*, const mcapi_param_t*, mcapi_info_t*, mcapi_status_t*")
         = fn(u32, u32, *const mcapi_node_attributes_t, *const mcapi_param_t, *mut mcapi_info_t, *mut u32);
     mcapi_param_init: "void" ("mcapi_param_t*, mcapi_status_t*") = fn(*mut mcapi_param_t, *mut u32);
+    mcapi_ext_launcher_rank: "mcapi_uint_t" ("mcapi_status_t*") = fn(*mut u32) -> u32;
+    mcapi_ext_launcher_size: "mcapi_uint_t" ("mcapi_status_t*") = fn(*mut u32) -> u32;
     mcapi_finalize: "void" ("mcapi_status_t*") = fn(*mut u32);
     mcapi_domain_id_get: "mcapi_domain_t" ("mcapi_status_t*") = fn(*mut u32) -> u32;
     mcapi_node_id_get: "mcapi_node_t" ("mcapi_status_t*") = fn(*mut u32) -> u32;

@@ -99,6 +99,14 @@ fn rank_main() -> Result<(), Box<dyn std::error::Error>> {
     let me = mcapi::launcher::rank().ok_or("no rank")?;
     let n = mcapi::launcher::size().ok_or("no size")?;
     assert_eq!(n, RANKS);
+    // The C extensions agree.
+    let mut status = u32::MAX;
+    // SAFETY: `status` is a writable mcapi_status_t.
+    let c_rank = unsafe { mcapi::capi::mcapi_ext_launcher_rank(&mut status) };
+    assert_eq!((c_rank, status), (me, mcapi::Status::MCAPI_SUCCESS.code()));
+    // SAFETY: NULL status is allowed.
+    let c_size = unsafe { mcapi::capi::mcapi_ext_launcher_size(std::ptr::null_mut()) };
+    assert_eq!(c_size, n);
     let node = Node::initialize(0, me, cfg)?;
     // Two rounds, each on its own endpoint (messages of different senders are not
     // ordered): data, then "received all", so no rank finalizes before every rank has

@@ -137,6 +137,8 @@ fn configure(params: Option<&mcapi_param_t>) -> Result<Config, Status> {
     if let Some(path) = param_string(&p.topology)? {
         let text = std::fs::read_to_string(&path).map_err(|_| Status::MCAPI_ERR_PARAMETER)?;
         config.topology = Some(Topology::parse(&text).map_err(|_| Status::MCAPI_ERR_PARAMETER)?);
+        // A topology named in code wins over a detected launcher.
+        config.bootstrap = crate::config::Bootstrap::Topology;
     }
     Ok(config)
 }
@@ -358,5 +360,34 @@ pub unsafe extern "C" fn mcapi_node_get_attribute(
         // SAFETY: non-NULL, writable for `attribute_size` (= 4) bytes by the contract.
         unsafe { attribute.cast::<mcapi_uint_t>().write_unaligned(value) };
         Ok(())
+    })
+}
+
+/// `mcapi_ext_launcher_rank` (an extension, not MCAPI 2.000): this process's rank under a
+/// PMIx launcher (mpirun, `srun --mpi=pmix`), e.g. to use as its node id. Not under a
+/// launcher, or built without PMIx: 0 and `MCAPI_ERR_GENERAL`.
+///
+/// # Safety
+/// `status` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcapi_ext_launcher_rank(status: *mut mcapi_status_t) -> mcapi_uint_t {
+    // SAFETY: `status` is NULL or writable per this function's contract.
+    let status = unsafe { StatusOut::new(status) };
+    status.call(0, || {
+        crate::launcher::rank().ok_or(Status::MCAPI_ERR_GENERAL)
+    })
+}
+
+/// `mcapi_ext_launcher_size` (an extension, not MCAPI 2.000): the number of processes the
+/// launcher started; as [`mcapi_ext_launcher_rank`] otherwise.
+///
+/// # Safety
+/// `status` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcapi_ext_launcher_size(status: *mut mcapi_status_t) -> mcapi_uint_t {
+    // SAFETY: `status` is NULL or writable per this function's contract.
+    let status = unsafe { StatusOut::new(status) };
+    status.call(0, || {
+        crate::launcher::size().ok_or(Status::MCAPI_ERR_GENERAL)
     })
 }
