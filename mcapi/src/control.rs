@@ -414,7 +414,14 @@ impl ControlServer {
         handler: Arc<dyn Handler>,
         auth: Arc<JobAuth>,
     ) -> Result<ControlServer, StartError> {
-        let rendezvous = Rendezvous::of(config, domain, node).ok_or(StartError::NotInTopology)?;
+        let rendezvous = if config.bootstrap == Bootstrap::Pmix {
+            // The launcher's reason, rather than "not in the topology".
+            let key = launcher::node_key(&config.job, domain, node)
+                .map_err(|why| StartError::Io(io::Error::other(why)))?;
+            Rendezvous::Pmix(key)
+        } else {
+            Rendezvous::of(config, domain, node).ok_or(StartError::NotInTopology)?
+        };
         if let Rendezvous::Unix(_) = rendezvous {
             job_dir::private_job_dir(&config.runtime_dir, &config.job)
                 .map_err(StartError::Unsafe)?;

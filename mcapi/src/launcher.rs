@@ -164,7 +164,8 @@ fn iface_addr(pick: impl Fn(&str) -> bool) -> Option<IpAddr> {
             let sa = a.address?;
             let ip = match (sa.as_sockaddr_in(), sa.as_sockaddr_in6()) {
                 (Some(v4), _) => IpAddr::V4(v4.ip()),
-                (_, Some(v6)) if !v6.ip().is_unicast_link_local() => IpAddr::V6(v6.ip()),
+                // Link-local (fe80::/10) needs a scope id no peer could use.
+                (_, Some(v6)) if v6.ip().segments()[0] & 0xffc0 != 0xfe80 => IpAddr::V6(v6.ip()),
                 _ => return None,
             };
             Some((a.interface_name, ip))

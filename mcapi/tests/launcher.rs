@@ -30,13 +30,27 @@ fn main() {
     };
     let me = std::env::current_exe().expect("own path");
     let mut failed = 0;
-    for provider in ["tcp", "shm"] {
+    // The key from rank 0 through PMIx, and (last run) given to every rank with -x.
+    for (provider, key) in [
+        ("tcp", None),
+        ("shm", None),
+        ("tcp", Some("launcher-test-key-0123456789")),
+    ] {
+        let run = format!(
+            "{provider}{}",
+            if key.is_some() {
+                ", -x MCAPI_JOB_KEY"
+            } else {
+                ""
+            }
+        );
         if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_err() {
             println!("launcher {provider}: not run (libfabric offers no {provider})");
             continue;
         }
         let t0 = Instant::now();
         let mut cmd = Command::new(&mpirun);
+        cmd.env_remove("MCAPI_JOB_KEY");
         cmd.args([
             "-n",
             &RANKS.to_string(),
@@ -47,12 +61,14 @@ fn main() {
         if std::env::var_os("MCAPI_LOG").is_some() {
             cmd.args(["-x", "MCAPI_LOG"]);
         }
+        if let Some(key) = key {
+            cmd.args(["-x", "MCAPI_JOB_KEY"]).env("MCAPI_JOB_KEY", key);
+        }
         let mut child = cmd
             .arg(&me)
             .env("MCAPI_PROVIDER", provider)
             // No topology, no key, no job directory: everything comes through PMIx.
             .env_remove("MCAPI_TOPOLOGY")
-            .env_remove("MCAPI_JOB_KEY")
             .env_remove("MCAPI_JOB_KEY_FILE")
             .spawn()
             .expect("spawn mpirun");
@@ -70,11 +86,11 @@ fn main() {
         };
         match status {
             Some(s) if s.success() => println!(
-                "launcher {provider}: mpirun -n {RANKS}: ok ({:.1}s)",
+                "launcher {run}: mpirun -n {RANKS}: ok ({:.1}s)",
                 t0.elapsed().as_secs_f64()
             ),
             other => {
-                println!("launcher {provider}: FAILED: {other:?}");
+                println!("launcher {run}: FAILED: {other:?}");
                 failed += 1;
             }
         }
@@ -167,6 +183,11 @@ fn rank_main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let close = node.pktchan_recv_close_i(h)?;
             node.wait(close, None, WAIT)?;
+            // Node 0 is live in rank 0 (it waits for our "done"): its id is taken.
+            match Node::initialize(0, 0, Config::from_env()?) {
+                Err(mcapi::Status::MCAPI_ERR_NODE_INITFAILED) => {}
+                other => return Err(format!("a second node 0: {:?}", other.err()).into()),
+            }
             let zero = node.endpoint_get(0, 0, MSG_PORT, WAIT)?;
             node.msg_send(rx, zero, b"done", 0)?;
         }
