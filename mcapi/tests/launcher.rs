@@ -1,7 +1,10 @@
 //! Launched for real: `mpirun -n 4` on this test's own binary, no topology file. Under
 //! mpirun (`PMIX_RANK` set) the binary is a rank: node id = rank, every pair of ranks
-//! exchanges messages, and rank 0 opens a packet channel to rank 1. Without mpirun (or a
-//! build without PMIx) the test says why it did not run.
+//! exchanges messages, and rank 0 opens a packet channel to rank 1. On one host over tcp
+//! and shm, then on two "hosts": two network namespaces joined by a veth pair, mpirun in
+//! one starting its daemon in the other through an rsh agent that is `ip netns exec`.
+//! Without mpirun (or a build without PMIx, or CAP_NET_ADMIN for the two hosts) the test
+//! says why it did not run.
 
 use mcapi::config::{Bootstrap, Config};
 use mcapi::Node;
@@ -30,6 +33,17 @@ fn main() {
     };
     let me = std::env::current_exe().expect("own path");
     let mut failed = 0;
+    let mut report = |run: &str, status: Option<std::process::ExitStatus>, t0: Instant| match status
+    {
+        Some(s) if s.success() => println!(
+            "launcher {run}: mpirun -n {RANKS}: ok ({:.1}s)",
+            t0.elapsed().as_secs_f64()
+        ),
+        other => {
+            println!("launcher {run}: FAILED: {other:?}");
+            failed += 1;
+        }
+    };
     // The key from rank 0 through PMIx, and (last run) given to every rank with -x.
     for (provider, key) in [
         ("tcp", None),
@@ -72,31 +86,131 @@ fn main() {
             .env_remove("MCAPI_JOB_KEY_FILE")
             .spawn()
             .expect("spawn mpirun");
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait mpirun") {
-                break Some(s);
-            }
-            if t0.elapsed() > Duration::from_secs(120) {
-                // Only the mpirun this test started; mpirun takes its ranks down with it.
-                _ = child.kill();
-                _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        match status {
-            Some(s) if s.success() => println!(
-                "launcher {run}: mpirun -n {RANKS}: ok ({:.1}s)",
-                t0.elapsed().as_secs_f64()
-            ),
-            other => {
-                println!("launcher {run}: FAILED: {other:?}");
-                failed += 1;
-            }
+        report(&run, wait_bounded(&mut child), t0);
+    }
+    match TwoHosts::new() {
+        Ok(hosts) => {
+            let t0 = Instant::now();
+            let mut child = hosts.mpirun(&mpirun, &me).spawn().expect("spawn mpirun");
+            report("two hosts (tcp)", wait_bounded(&mut child), t0);
         }
+        Err(why) => println!("launcher two hosts: skipped: {why}"),
     }
     if failed > 0 {
         std::process::exit(1);
+    }
+}
+
+/// Waits for `child` (an mpirun) for at most two minutes; `None`: killed at the limit.
+fn wait_bounded(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait mpirun") {
+            return Some(s);
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            // Only the mpirun this test started; mpirun takes its ranks down with it.
+            _ = child.kill();
+            _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two network namespaces joined by a veth pair, removed on drop; "host" A is where mpirun
+/// runs, B is reached by the rsh agent script.
+struct TwoHosts {
+    ns: [String; 2],
+    agent: std::path::PathBuf,
+}
+
+const HOST_ADDR: [&str; 2] = ["198.51.100.11", "198.51.100.12"];
+
+impl TwoHosts {
+    fn new() -> Result<TwoHosts, String> {
+        let id = std::process::id();
+        let ns = [format!("mcapi-pmix-a{id}"), format!("mcapi-pmix-b{id}")];
+        sh(&["ip", "netns", "add", &ns[0]])
+            .map_err(|e| format!("cannot create network namespaces (needs CAP_NET_ADMIN): {e}"))?;
+        let hosts = TwoHosts {
+            agent: std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("pmix-agent-{id}.sh")),
+            ns,
+        };
+        let (veth_a, veth_b) = (format!("mpa{id}"), format!("mpb{id}"));
+        sh(&["ip", "netns", "add", &hosts.ns[1]])?;
+        sh(&[
+            "ip", "link", "add", &veth_a, "type", "veth", "peer", "name", &veth_b,
+        ])?;
+        for (i, veth) in [&veth_a, &veth_b].into_iter().enumerate() {
+            let ns = &hosts.ns[i];
+            sh(&["ip", "link", "set", veth, "netns", ns])?;
+            let addr = format!("{}/24", HOST_ADDR[i]);
+            sh(&["ip", "-n", ns, "addr", "add", &addr, "dev", veth])?;
+            sh(&["ip", "-n", ns, "link", "set", veth, "up"])?;
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+        }
+        // mpirun runs `agent <host> <command line>` to start its daemon on another host.
+        let script = format!(
+            "#!/bin/sh\nshift\nexec ip netns exec {} sh -c \"$*\"\n",
+            hosts.ns[1]
+        );
+        std::fs::write(&hosts.agent, script).map_err(|e| e.to_string())?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hosts.agent, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| e.to_string())?;
+        Ok(hosts)
+    }
+
+    /// mpirun in host A, two ranks per host, its own traffic on the veth pair.
+    fn mpirun(&self, mpirun: &std::path::Path, exe: &std::path::Path) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns[0]])
+            .arg(mpirun)
+            .args([
+                "-n",
+                &RANKS.to_string(),
+                "--oversubscribe",
+                "--allow-run-as-root",
+            ])
+            .args(["--mca", "plm_rsh_agent"])
+            .arg(&self.agent)
+            .args(["--mca", "oob_tcp_if_include", "198.51.100.0/24"])
+            .arg("--host")
+            .arg(format!("{}:2,{}:2", HOST_ADDR[0], HOST_ADDR[1]))
+            .arg(exe)
+            .env_remove("MCAPI_PROVIDER")
+            .env_remove("MCAPI_TOPOLOGY")
+            .env_remove("MCAPI_JOB_KEY")
+            .env_remove("MCAPI_JOB_KEY_FILE");
+        cmd
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        // Cleanup only: the veth pair goes with its namespaces.
+        for ns in &self.ns {
+            _ = sh(&["ip", "netns", "del", ns]);
+        }
+        _ = std::fs::remove_file(&self.agent);
+    }
+}
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 

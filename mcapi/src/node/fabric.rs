@@ -40,8 +40,12 @@ pub(super) fn open_fabric(
     node_id: u32,
 ) -> std::result::Result<Fab, String> {
     // The local address the network providers bind to: the chosen interface's, else this
-    // node's topology entry, else loopback (every node on this host).
+    // node's topology entry, else (under a launcher) the address its control server
+    // publishes, else loopback (every node on this host).
     let local = match (&config.tcp_iface, &config.topology) {
+        (None, None) if config.bootstrap == crate::config::Bootstrap::Pmix => {
+            crate::launcher::control_ip(config)?.to_string()
+        }
         (Some(iface), _) => interface_address(iface)
             .ok_or_else(|| format!("MCAPI_TCP_IFACE={iface}: no IPv4 address on that interface"))?,
         (None, Some(t)) => t
