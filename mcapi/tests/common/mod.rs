@@ -51,7 +51,10 @@ impl Peer {
         let mut child = Command::new(std::env::current_exe()?)
             .env("MCAPI_TEST_CHILD", format!("{role}:{prov}:{job}"))
             // A peer that fails to start says why on the test's stderr.
-            .env("MCAPI_LOG", std::env::var("MCAPI_LOG").unwrap_or_else(|_| "error".into()))
+            .env(
+                "MCAPI_LOG",
+                std::env::var("MCAPI_LOG").unwrap_or_else(|_| "error".into()),
+            )
             .stdout(Stdio::piped())
             .spawn()?;
         let out = child.stdout.take().ok_or("no stdout")?;
