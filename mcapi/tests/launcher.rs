@@ -32,13 +32,16 @@ fn main() {
         return;
     };
     let me = std::env::current_exe().expect("own path");
-    let mut failed = 0;
+    let (mut passed, mut failed) = (0, 0);
     let mut report = |run: &str, status: Option<std::process::ExitStatus>, t0: Instant| match status
     {
-        Some(s) if s.success() => println!(
-            "launcher {run}: mpirun -n {RANKS}: ok ({:.1}s)",
-            t0.elapsed().as_secs_f64()
-        ),
+        Some(s) if s.success() => {
+            passed += 1;
+            println!(
+                "launcher {run}: mpirun -n {RANKS}: ok ({:.1}s)",
+                t0.elapsed().as_secs_f64()
+            )
+        }
         other => {
             println!("launcher {run}: FAILED: {other:?}");
             failed += 1;
@@ -96,6 +99,7 @@ fn main() {
         }
         Err(why) => println!("launcher two hosts: skipped: {why}"),
     }
+    println!("\nlauncher: {passed} passed, {failed} failed");
     if failed > 0 {
         std::process::exit(1);
     }
