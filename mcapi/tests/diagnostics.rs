@@ -3,8 +3,8 @@
 //! child process (logging is set up once per process) through the C entry point, and its
 //! stderr must name the cause in one line; without `MCAPI_LOG` nothing is printed.
 
-use mcapi::capi::mcapi_initialize;
-use mcapi::Status;
+mod common;
+
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -139,20 +139,7 @@ fn expect_line(
 }
 
 fn child(case: &str) {
-    let mut status = 0;
-    // SAFETY: NULL attributes, params and info are allowed; `status` is a local.
-    unsafe {
-        mcapi_initialize(
-            0,
-            77,
-            std::ptr::null(),
-            std::ptr::null(),
-            std::ptr::null_mut(),
-            &mut status,
-        );
-    }
-    let status =
-        Status::from_code(status).map_or_else(|| format!("code {status}"), |s| format!("{s}"));
+    let status = common::c_initialize(77);
     if case == "hold" && status == "MCAPI_SUCCESS" {
         println!("holding");
         loop {

@@ -5,8 +5,9 @@
 //! directories others could write into, a job across hosts without a key and an unsafe key
 //! file, each refused at initialize with the reason logged (child processes).
 
+mod common;
+
 use libtest_mimic::{Arguments, Failed, Trial};
-use mcapi::capi::mcapi_initialize;
 use mcapi::config::{Config, JobKey, Topology};
 use mcapi::{EndpointId, Node, Status};
 use std::io::{ErrorKind, Read, Write};
@@ -469,19 +470,6 @@ fn child(case: &str) {
             std::thread::sleep(Duration::from_secs(1));
         }
     }
-    let mut status = 0;
-    // SAFETY: NULL attributes, params and info are allowed; `status` is a local.
-    unsafe {
-        mcapi_initialize(
-            0,
-            77,
-            std::ptr::null(),
-            std::ptr::null(),
-            std::ptr::null_mut(),
-            &mut status,
-        );
-    }
-    let status =
-        Status::from_code(status).map_or_else(|| format!("code {status}"), |s| format!("{s}"));
+    let status = common::c_initialize(77);
     println!("{status}");
 }

@@ -119,3 +119,21 @@ impl Drop for Peer {
         }
     }
 }
+
+/// `mcapi_initialize` of node `<0, node>` through the C entry point, as a C program calls it
+/// (configuration from the environment); the status's name.
+pub fn c_initialize(node: u32) -> String {
+    let mut status = 0;
+    // SAFETY: NULL attributes, params and info are allowed; `status` is a local.
+    unsafe {
+        mcapi::capi::mcapi_initialize(
+            0,
+            node,
+            std::ptr::null(),
+            std::ptr::null(),
+            std::ptr::null_mut(),
+            &mut status,
+        );
+    }
+    mcapi::Status::from_code(status).map_or_else(|| format!("code {status}"), |s| format!("{s}"))
+}
