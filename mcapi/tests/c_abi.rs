@@ -265,6 +265,8 @@ fn expected_constants() -> BTreeMap<String, u64> {
             capi::MCAPI_MAX_RECV_BUFFERS.into(),
         ),
         ("MCAPI_PARAM_MAGIC", capi::MCAPI_PARAM_MAGIC),
+        ("MCAPI_COMPAT_SPEC", capi::MCAPI_COMPAT_SPEC.into()),
+        ("MCAPI_COMPAT_MCA", capi::MCAPI_COMPAT_MCA.into()),
         ("MCAPI_NODE_ATTR_MAGIC", capi::MCAPI_NODE_ATTR_MAGIC.into()),
         ("MCAPI_PORT_ANY", capi::MCAPI_PORT_ANY.into()),
         (
