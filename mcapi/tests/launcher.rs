@@ -174,8 +174,9 @@ fn one_host(mpirun: &Path, provider: &str) -> Command {
 
 /// Runs the halo example (`cmd`: mpirun with it, over `provider`) and checks rank 0's line.
 fn halo_result(cmd: &mut Command, provider: &str) -> Result<(), String> {
-    let (status, out) = output_bounded(cmd).ok_or("mpirun did not finish within 120 s (killed)")?;
-    succeeded(Some(status)).map_err(|e| format!("{e}; output:\n{out}"))?;
+    let run = output_bounded(cmd).ok_or("mpirun did not finish within 120 s (killed)")?;
+    let out = run.stdout;
+    succeeded(Some(run.status)).map_err(|e| format!("{e}; output:\n{out}{}", run.stderr))?;
     let want = format!("halo: {RANKS} ranks x 16 cells, 100 iterations over {provider}: ");
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("halo")).collect();
     match lines[..] {

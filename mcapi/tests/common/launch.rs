@@ -47,24 +47,43 @@ pub fn wait_bounded(child: &mut Child) -> Option<ExitStatus> {
     }
 }
 
-/// Runs `cmd` (an mpirun) with its standard output captured, bounded as [`wait_bounded`];
-/// standard error goes to the test's. `None`: killed at the limit.
-pub fn output_bounded(cmd: &mut Command) -> Option<(ExitStatus, String)> {
+/// What a bounded run printed.
+pub struct Captured {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` (an mpirun) with its standard output and error captured, bounded as
+/// [`wait_bounded`]. `None`: killed at the limit.
+pub fn output_bounded(cmd: &mut Command) -> Option<Captured> {
     use std::io::Read;
+    use std::process::Stdio;
     let mut child = cmd
-        .stdout(std::process::Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn mpirun");
     // Read while it runs, so that a full pipe cannot stall it.
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        _ = stdout.read_to_string(&mut text);
-        text
-    });
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("piped stderr")));
     let status = wait_bounded(&mut child);
-    let text = reader.join().unwrap_or_default();
-    status.map(|s| (s, text))
+    let (stdout, stderr) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    status.map(|status| Captured {
+        status,
+        stdout,
+        stderr,
+    })
 }
 
 /// Two network namespaces joined by a veth pair, removed on drop; "host" A is where mpirun
@@ -114,6 +133,16 @@ impl TwoHosts {
         std::fs::set_permissions(&hosts.agent, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| e.to_string())?;
         Ok(hosts)
+    }
+
+    /// `program` run in host `host` (0: A, 1: B).
+    pub fn on(&self, host: usize, program: &Path) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns[host]]).arg(program);
+        for v in CLEARED {
+            cmd.env_remove(v);
+        }
+        cmd
     }
 
     /// mpirun in host A with `per_host` ranks on each host, its own traffic on the veth
