@@ -44,8 +44,9 @@
 //! # Modules
 //! [`cli`] command line; [`session`] bootstrap and the run of all sizes; [`pattern`] the
 //! ping-pong and windowed-streaming protocols; [`transport`] the layers under test; [`oob`]
-//! the out-of-band TCP channel; [`launch`] runs under mpirun; [`stats`] and [`report`] numbers and output; [`local`] the
-//! two-process `--local` mode; [`affinity`] `--cpu`; [`compare`] the provider comparison.
+//! the out-of-band TCP channel; [`launch`] runs under mpirun; [`stats`] and [`report`]
+//! numbers and output; [`local`] the two-process `--local` mode; [`affinity`] `--cpu`;
+//! [`compare`] the provider comparison.
 
 mod affinity;
 mod cli;
