@@ -69,6 +69,9 @@ fn main() {
             Trial::test(format!("{provider}::random_calls"), move || {
                 random_calls(provider, &[])
             }),
+            Trial::test(format!("{provider}::compat_modes"), move || {
+                compat_modes(provider)
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -896,6 +899,31 @@ fn c_suite(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
     let report = processes.wait_all(Duration::from_secs(120))?;
     if !report.contains("all checks passed") {
         return Err(format!("the suite did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+/// The two modes (`tests/c/compat.c`): the spec's and `MCAPI_COMPAT=mca`'s reading of
+/// `_i` calls refused at once and of `test`/`wait`/`wait_any`, the mode chosen by
+/// `mcapi_param_t.compat` and by the environment.
+fn compat_modes(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("compat.c", &[], "compat")?;
+    for (mode, from, env) in [
+        ("spec", "param", None),
+        ("mca", "param", None),
+        ("mca", "env", Some("mca")),
+        ("spec", "env", Some("spec")),
+    ] {
+        let job = format!("c-compat-{provider}-{mode}-{from}-{}", std::process::id());
+        let env: Vec<(&str, &str)> = env.map(|v| ("MCAPI_COMPAT", v)).into_iter().collect();
+        let mut processes = Processes {
+            children: Vec::new(),
+        };
+        processes.spawn(&exe, &[mode, from], provider, &job, &env)?;
+        let report = processes.wait_all(Duration::from_secs(60))?;
+        if !report.contains(&format!("compat {mode} {from}: all checks passed")) {
+            return Err(format!("compat {mode} {from} did not finish:\n{report}").into());
+        }
     }
     Ok(())
 }
