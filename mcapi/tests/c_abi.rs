@@ -72,6 +72,9 @@ fn main() {
             Trial::test(format!("{provider}::compat_modes"), move || {
                 compat_modes(provider)
             }),
+            Trial::test(format!("{provider}::error_codes"), move || {
+                error_codes(provider)
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -923,6 +926,25 @@ fn compat_modes(provider: &str) -> Result<(), Failed> {
         let report = processes.wait_all(Duration::from_secs(60))?;
         if !report.contains(&format!("compat {mode} {from}: all checks passed")) {
             return Err(format!("compat {mode} {from} did not finish:\n{report}").into());
+        }
+    }
+    Ok(())
+}
+
+/// The codes chapter 4's ERRORS tables leave a choice of (`tests/c/errors.c`): handles
+/// after delete and close, attribute numbers, tiny timeouts, channel calls of the wrong
+/// type or direction, connects with gets pending; the same in both modes.
+fn error_codes(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("errors.c", &[], "errors")?;
+    for mode in ["spec", "mca"] {
+        let job = format!("c-errors-{provider}-{mode}-{}", std::process::id());
+        let mut processes = Processes {
+            children: Vec::new(),
+        };
+        processes.spawn(&exe, &[], provider, &job, &[("MCAPI_COMPAT", mode)])?;
+        let report = processes.wait_all(Duration::from_secs(60))?;
+        if !report.contains("errors: all checks passed") {
+            return Err(format!("errors ({mode}) did not finish:\n{report}").into());
         }
     }
     Ok(())

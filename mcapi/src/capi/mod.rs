@@ -114,12 +114,13 @@ pub const MCAPI_MAX_ENDPOINTS: u32 = 2048;
 pub const MCAPI_BUF_ALIGN: usize = 64;
 /// `MCAPI_MAX_STATUS_MSG_LEN`: a buffer this long holds every status name and its NUL.
 pub const MCAPI_MAX_STATUS_MSG_LEN: usize = 32;
-/// `MCAPI_ENDP_ATTR_STATE_BUFFER` (an ABB extension this implementation does not offer).
-pub const MCAPI_ENDP_ATTR_STATE_BUFFER: u32 = 1;
-/// `MCAPI_ENDP_ATTR_SHARED_MEMORY` (not offered).
-pub const MCAPI_ENDP_ATTR_SHARED_MEMORY: u32 = 1;
-/// `MCAPI_ENDP_ATTR_REMOTE_MEMORY` (not offered).
-pub const MCAPI_ENDP_ATTR_REMOTE_MEMORY: u32 = 2;
+/// `MCAPI_ENDP_ATTR_STATE_BUFFER` (an ABB extension this implementation does not offer:
+/// setting it is `MCAPI_ERR_ATTR_NOTSUPPORTED`).
+pub const MCAPI_ENDP_ATTR_STATE_BUFFER: u32 = crate::attributes::STATE_BUFFER as u32;
+/// `MCAPI_ENDP_ATTR_SHARED_MEMORY` (not offered: `MCAPI_ERR_ATTR_NOTSUPPORTED`).
+pub const MCAPI_ENDP_ATTR_SHARED_MEMORY: u32 = crate::attributes::SHARED_MEMORY as u32;
+/// `MCAPI_ENDP_ATTR_REMOTE_MEMORY` (not offered: `MCAPI_ERR_ATTR_NOTSUPPORTED`).
+pub const MCAPI_ENDP_ATTR_REMOTE_MEMORY: u32 = crate::attributes::REMOTE_MEMORY as u32;
 /// The `MCAPI_ENDP_ATTR_STATUS_*` flags (spec 3.16.13.8), by C name: the channel state's
 /// flags that `MCAPI_ENDP_ATTR_STATUS` reports.
 pub const MCAPI_ENDP_ATTR_STATUS_FLAGS: [(&str, u32); 8] = [
