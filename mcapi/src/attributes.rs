@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn fixed_attributes_take_their_value_and_refuse_the_others() {
-        use EndpointAttribute::*;
+        use EndpointAttribute::{BufferType, MemoryType, Timeout};
         assert_eq!(BufferType.set_fixed(FIFO_BUFFER), Some(Ok(())));
         assert_eq!(
             BufferType.set_fixed(STATE_BUFFER),
@@ -190,7 +190,7 @@ mod tests {
                 Some(Err(Status::MCAPI_ERR_ATTR_NOTSUPPORTED))
             );
         }
-        assert_eq!(Status.set_fixed(0), None);
+        assert_eq!(EndpointAttribute::Status.set_fixed(0), None);
         assert_eq!(Timeout.set_fixed(0), None);
     }
 
