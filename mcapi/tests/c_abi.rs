@@ -75,6 +75,9 @@ fn main() {
             Trial::test(format!("{provider}::error_codes"), move || {
                 error_codes(provider)
             }),
+            Trial::test(format!("{provider}::mca_style_program"), move || {
+                mca_style_program(provider)
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -626,6 +629,9 @@ signatures! {
         = fn(usize, *mut *mut u64, *mut usize, u32, *mut u32) -> u32;
     mcapi_cancel: "void" ("mcapi_request_t*, mcapi_status_t*") = fn(*mut u64, *mut u32);
     mcapi_display_status: "char*" ("mcapi_status_t, char*, size_t") = fn(u32, *mut c_char, usize) -> *mut c_char;
+    mcapi_set_debug_level: "void" ("int") = fn(std::ffi::c_int);
+    mca_set_debug_level: "void" ("int") = fn(std::ffi::c_int);
+    mcapi_display_state: "void" ("void*") = fn(*mut c_void);
 }
 
 /// Function names the headers declare.
@@ -946,6 +952,24 @@ fn error_codes(provider: &str) -> Result<(), Failed> {
         if !report.contains("errors: all checks passed") {
             return Err(format!("errors ({mode}) did not finish:\n{report}").into());
         }
+    }
+    Ok(())
+}
+
+/// A program in the style of the MCA reference implementation's tests
+/// (`tests/c/mca_style.c`), unchanged, under `MCAPI_COMPAT=mca`: failed sends polled with
+/// `while (!mcapi_test(...))`, errors reported through requests, the reference's debug
+/// helpers.
+fn mca_style_program(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("mca_style.c", &[], "mca_style")?;
+    let job = format!("c-mca-style-{provider}-{}", std::process::id());
+    let mut processes = Processes {
+        children: Vec::new(),
+    };
+    processes.spawn(&exe, &[], provider, &job, &[("MCAPI_COMPAT", "mca")])?;
+    let report = processes.wait_all(Duration::from_secs(60))?;
+    if !report.contains("mca_style: Test PASSED") {
+        return Err(format!("mca_style did not finish:\n{report}").into());
     }
     Ok(())
 }

@@ -37,6 +37,41 @@ impl Node {
             .alloc_completed(Req::Failed, status, 0)
     }
 
+    /// What `mcapi_display_state` prints: the node, its mode, its endpoints (port, messages
+    /// queued, receives pending, connected to a channel) and the requests in use.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` after finalize.
+    pub fn describe(&self) -> Result<String> {
+        use std::fmt::Write;
+        let st = self.inner.live_state()?;
+        let mut text = format!(
+            "mcapi node <{}, {}> ({:?} mode): {} endpoints, {} of {} requests in use",
+            self.inner.domain_id,
+            self.inner.node_id,
+            self.compat(),
+            st.endpoints.len(),
+            st.requests.len(),
+            st.requests.capacity(),
+        );
+        let mut ports: Vec<_> = st.endpoints.iter().collect();
+        ports.sort_by_key(|(port, _)| **port);
+        for (port, ep) in ports {
+            let _ = write!(
+                text,
+                "\n  port {port}: {} queued, {} receives pending{}",
+                ep.queue.len(),
+                ep.pending_recvs.len(),
+                if ep.channel.is_connected() {
+                    ", channel connected"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok(text)
+    }
+
     /// One non-blocking attempt to complete a pending `endpoint_get_i` request.
     pub(super) fn poll_get(&self, request: RequestHandle) -> Result<()> {
         let id = {
