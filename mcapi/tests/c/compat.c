@@ -237,6 +237,42 @@ static void test_and_wait(mcapi_endpoint_t a) {
     EXPECT_OK(status);
 }
 
+/* A request table with every slot pending: a refused `_i` call has no slot for its failed
+ * request, so the status alone reports the error, in both modes (*request untouched). */
+static void full_request_table(mcapi_param_t* params) {
+    mcapi_status_t status;
+    mcapi_info_t info;
+    mcapi_endpoint_t a, b;
+    mcapi_request_t pending[2], r = GARBAGE_REQUEST;
+    char buffer[2][8];
+    params->request_table_size = 2;
+    mcapi_initialize(DOMAIN, NODE, NULL, params, &info, &status);
+    EXPECT_OK(status);
+    a = mcapi_endpoint_create(1, &status);
+    EXPECT_OK(status);
+    b = mcapi_endpoint_create(2, &status);
+    EXPECT_OK(status);
+    mcapi_msg_recv_i(b, buffer[0], sizeof buffer[0], &pending[0], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_msg_recv_i(b, buffer[1], sizeof buffer[1], &pending[1], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_msg_send_i(a, b, "x", 1, MCAPI_MAX_PRIORITY + 1, &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_PRIORITY);
+    EXPECT(r == GARBAGE_REQUEST);
+    mcapi_msg_recv_i(b, buffer[0], sizeof buffer[0], &r, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_REQUEST_LIMIT);
+    EXPECT(r == GARBAGE_REQUEST);
+    mcapi_cancel(&pending[0], &status);
+    EXPECT_OK(status);
+    mcapi_cancel(&pending[1], &status);
+    EXPECT_OK(status);
+    /* Cancelled slots are reclaimable: the next refusal gets its request in MCA mode. */
+    mcapi_msg_send_i(a, b, "x", 1, MCAPI_MAX_PRIORITY + 1, &r, &status);
+    refused(&r, status, MCAPI_ERR_PRIORITY, "msg_send_i once slots are free again");
+    mcapi_finalize(&status);
+    EXPECT_OK(status);
+}
+
 int main(int argc, char** argv) {
     mcapi_status_t status;
     mcapi_param_t params;
@@ -272,6 +308,7 @@ int main(int argc, char** argv) {
 
     mcapi_finalize(&status);
     EXPECT_OK(status);
+    full_request_table(&params);
     /* A compat value that is neither is a parameter error. */
     mcapi_param_init(&params, &status);
     params.compat = 3;
