@@ -86,6 +86,16 @@ void mcapi_param_init(mcapi_param_t* mcapi_parameters, mca_status_t* mcapi_statu
 mca_uint_t mcapi_ext_launcher_rank(mca_status_t* mcapi_status);
 mca_uint_t mcapi_ext_launcher_size(mca_status_t* mcapi_status);
 
+/* EXTENSIONS of the MCA reference implementation that its programs call (not part of
+ * MCAPI 2.000; docs/c-abi.md, "Compatibility mode"):
+ * mcapi_set_debug_level / mca_set_debug_level: this library's diagnostics on stderr, 0 off,
+ * 1 errors, 2 warnings, 3 info, 4 debug, 5 and more everything (MCAPI_LOG, when set, wins).
+ * mcapi_display_state: prints the calling thread's node (endpoints, queued messages,
+ * requests in use) to stderr; the handle is not read. */
+void mcapi_set_debug_level(int level);
+void mca_set_debug_level(int level);
+void mcapi_display_state(void* handle);
+
 #ifdef __cplusplus
 }
 #endif
