@@ -50,6 +50,7 @@ mod endpoint;
 mod handle;
 mod hub;
 mod limits;
+mod local;
 mod lookup;
 mod open;
 mod outbox;
