@@ -106,7 +106,7 @@ pub(super) struct RecvData {
     pub(super) state: RecvSide,
     /// The sender is on this node (`local.rs`): the buffers "posted" for it, in order
     /// (nothing is posted to the fabric), and credits freed and not yet handed to it.
-    pub(super) local: Option<LocalRecv>,
+    pub(super) local: Option<Box<LocalRecv>>,
 }
 
 /// A same-node receive side's stand-in for posted receives and credit messages.

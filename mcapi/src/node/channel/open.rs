@@ -98,9 +98,11 @@ impl NodeInner {
                 let mut r = RecvData {
                     pool,
                     state: RecvSide::new(kind, posting, buffer_size, n, capacity),
-                    local: local.then(|| LocalRecv {
-                        free: VecDeque::with_capacity(n),
-                        credits: 0,
+                    local: local.then(|| {
+                        Box::new(LocalRecv {
+                            free: VecDeque::with_capacity(n),
+                            credits: 0,
+                        })
                     }),
                 };
                 for b in 0..n {
