@@ -34,9 +34,9 @@
 //! (what a channel request waits for), `hub` (the scalar hub), `outbox`, `data` (a side's
 //! memory), `side_io` (its fabric part), `side`, `local` (same-node channels: no fabric),
 //! `table` (the node's sides). Node `state` and `inner` hold its types; the operations,
-//! `impl Node` and `impl NodeInner` blocks over both: `lookup` (finding a side), `waiting` (blocked calls), `drive` (channel
-//! requests' progress), `control` (channel frames), `open`, `connect`, `close`, `send`,
-//! `recv`, `scalar`, `cancel`.
+//! `impl Node` and `impl NodeInner` blocks over both: `lookup` (finding a side), `waiting`
+//! (blocked calls), `drive` (channel requests' progress), `control` (channel frames),
+//! `open`, `connect`, `close`, `send`, `recv`, `scalar`, `cancel`.
 //!
 //! [`CreditReturn`]: crate::semantics::channel::CreditReturn
 
