@@ -95,6 +95,15 @@ impl MemoryRegion {
         self.inner.mem.write(offset, data)
     }
 
+    /// Copies `len` bytes at `from` of region `src` (which may be this one) to `offset` of
+    /// this region: memory to memory, without a bounce buffer.
+    ///
+    /// # Panics
+    /// If either range is outside its region.
+    pub fn copy_from(&self, offset: usize, src: &MemoryRegion, from: usize, len: usize) {
+        self.inner.mem.copy_from(offset, &src.inner.mem, from, len)
+    }
+
     /// Describes `len` bytes at `offset` for an operation.
     ///
     /// # Errors

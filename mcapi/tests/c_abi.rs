@@ -78,6 +78,12 @@ fn main() {
             Trial::test(format!("{provider}::mca_style_program"), move || {
                 mca_style_program(provider)
             }),
+            Trial::test(format!("{provider}::same_node_chan_spec"), move || {
+                same_node_chan(provider, "spec")
+            }),
+            Trial::test(format!("{provider}::same_node_chan_mca"), move || {
+                same_node_chan(provider, "mca")
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -970,6 +976,25 @@ fn mca_style_program(provider: &str) -> Result<(), Failed> {
     let report = processes.wait_all(Duration::from_secs(60))?;
     if !report.contains("mca_style: Test PASSED") {
         return Err(format!("mca_style did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+/// Packet and scalar channels with both sides in one node, driven by one thread
+/// (`tests/c/same_node_chan.c`), in compat mode `compat` (`MCAPI_COMPAT`).
+fn same_node_chan(provider: &str, compat: &str) -> Result<(), Failed> {
+    let exe = build_once("same_node_chan.c", &[], "same_node_chan")?;
+    let job = format!(
+        "c-same-node-chan-{provider}-{compat}-{}",
+        std::process::id()
+    );
+    let mut processes = Processes {
+        children: Vec::new(),
+    };
+    processes.spawn(&exe, &["3"], provider, &job, &[("MCAPI_COMPAT", compat)])?;
+    let report = processes.wait_all(Duration::from_secs(60))?;
+    if !report.contains("same-node channels: all checks passed") {
+        return Err(format!("the program did not finish:\n{report}").into());
     }
     Ok(())
 }
