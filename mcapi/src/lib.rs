@@ -54,6 +54,8 @@ mod node;
 pub mod semantics;
 
 pub use mcapi_ofi::SendBuffer;
-pub use node::{ChannelHandle, Node, Packet, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES};
+pub use node::{
+    ChannelHandle, Node, Packet, MAX_ENDPOINTS, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES,
+};
 pub use semantics::request::RequestHandle;
 pub use semantics::{EndpointId, Status};
