@@ -69,6 +69,9 @@ fn main() {
             Trial::test(format!("{provider}::random_calls"), move || {
                 random_calls(provider, &[])
             }),
+            Trial::test(format!("{provider}::same_node_msg"), move || {
+                same_node_msg(provider)
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -896,6 +899,24 @@ fn c_suite(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
     let report = processes.wait_all(Duration::from_secs(120))?;
     if !report.contains("all checks passed") {
         return Err(format!("the suite did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+/// Issue 22 section 1 (`tests/c/same_node_msg.c`): one node, one thread, messages between
+/// its own endpoints complete at once; in spec and in compatibility mode.
+fn same_node_msg(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("same_node_msg.c", &[], "same_node_msg")?;
+    for mode in ["spec", "mca"] {
+        let job = format!("c-same-node-msg-{mode}-{provider}-{}", std::process::id());
+        let mut processes = Processes {
+            children: Vec::new(),
+        };
+        processes.spawn(&exe, &[], provider, &job, &[("MCAPI_COMPAT", mode)])?;
+        let report = processes.wait_all(Duration::from_secs(60))?;
+        if !report.contains("all checks passed") {
+            return Err(format!("{mode} mode did not finish:\n{report}").into());
+        }
     }
     Ok(())
 }

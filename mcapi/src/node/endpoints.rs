@@ -4,7 +4,7 @@ use super::channel::{EndpointChannel, MAX_PKT_SIZE};
 use super::common::{refusal, Result, MAX_ENDPOINTS, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;
-use super::state::{LocalEndpoint, Remote, State};
+use super::state::{LocalEndpoint, Remote, State, LOCAL_SLOT};
 use super::Node;
 use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE};
 use crate::config::Compat;
@@ -73,6 +73,8 @@ impl Node {
             max_payload: MAX_MSG_SIZE,
             channel: EndpointChannel::default(),
             generation: st.next_endpoint_generation,
+            local_bufs: Vec::new(),
+            local_free: Vec::new(),
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         st.endpoints.insert(port, ep);
@@ -317,6 +319,9 @@ impl NodeInner {
     /// which are counted as strays until they come back.
     fn retire_endpoint(&self, st: &mut State, port: u32, ep: &mut LocalEndpoint) {
         while let Some(a) = ep.queue.pop() {
+            if a.slot & LOCAL_SLOT != 0 {
+                continue;
+            }
             if let Err(e) = self.fab.post_recv_slot(a.slot) {
                 log::warn!("port {port}: a receive slot could not be posted again: {e}");
             }

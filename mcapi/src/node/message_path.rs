@@ -4,7 +4,7 @@ use super::common::{Result, MAX_MSG_SIZE};
 use super::credit_plane::{control_tag, queue_control};
 use super::inner::NodeInner;
 use super::seq::widen;
-use super::state::{Arrived, LocalEndpoint, Req, State, TakenSlot};
+use super::state::{Arrived, LocalEndpoint, Req, State, TakenSlot, LOCAL_PEER, LOCAL_SLOT};
 use crate::semantics::credit::SenderId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
@@ -59,6 +59,31 @@ impl NodeInner {
             };
             if blocked[..nblocked].contains(&remote) {
                 i += 1;
+                continue;
+            }
+            if remote.0 == LOCAL_PEER {
+                let pool = &self.fab.send_pool;
+                let fill = |buf: &mut [u8]| pool.read(slot as usize * MAX_MSG_SIZE, buf);
+                match self.deliver_local(st, remote.1, priority, len, fill) {
+                    Ok(true) => {
+                        st.requests
+                            .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
+                        st.send_free.push(slot);
+                        st.pending_sends.remove(i);
+                    }
+                    Ok(false) => {
+                        if nblocked < blocked.len() {
+                            blocked[nblocked] = remote;
+                            nblocked += 1;
+                        }
+                        i += 1;
+                    }
+                    Err(e) => {
+                        st.requests.complete_if_pending(h, e, 0);
+                        st.send_free.push(slot);
+                        st.pending_sends.remove(i);
+                    }
+                }
                 continue;
             }
             let peer = remote.0;
@@ -196,6 +221,20 @@ impl NodeInner {
             return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
         }
         ep.queue.pop();
+        if head.slot & LOCAL_SLOT != 0 {
+            // From this node: copied out of its buffer, nothing to post or credit.
+            let i = head.slot & !LOCAL_SLOT;
+            buf[..len].copy_from_slice(&ep.local_bufs[i as usize][..len]);
+            ep.local_free.push(i);
+            ep.credits.local_consumed();
+            if ep.credits.has_waiters() {
+                self.settle_credits(st, port);
+            }
+            if !st.pending_sends.is_empty() {
+                self.advance_sends(st);
+            }
+            return Ok(Some(len));
+        }
         self.fab
             .recv_pool
             .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len]);
@@ -207,6 +246,55 @@ impl NodeInner {
             peer: head.peer,
         });
         Ok(Some(len))
+    }
+
+    /// Queues a message of `len` bytes from one of this node's endpoints at local endpoint
+    /// `port` (`fill` writes it): `Ok(false)` when the endpoint's N buffers are taken.
+    /// Allocates a buffer only the first times an endpoint holds that many such messages
+    /// at once (or a larger one).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID` (no such endpoint), `MCAPI_ERR_GENERAL` (connected to a
+    /// channel, spec 3.6).
+    pub(super) fn deliver_local(
+        &self,
+        st: &mut State,
+        port: u32,
+        priority: u8,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool> {
+        let ep = st
+            .endpoints
+            .get_mut(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        if ep.channel.is_connected() {
+            return Err(Status::MCAPI_ERR_GENERAL);
+        }
+        if !ep.credits.take_local() {
+            return Ok(false);
+        }
+        let i = match ep.local_free.pop() {
+            Some(i) => i,
+            None => {
+                ep.local_bufs.push(Vec::new());
+                ep.local_bufs.len() as u32 - 1
+            }
+        };
+        let buf = &mut ep.local_bufs[i as usize];
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        fill(&mut buf[..len]);
+        let arrived = Arrived {
+            slot: LOCAL_SLOT | i,
+            len: len as u32,
+            peer: LOCAL_PEER,
+            priority,
+        };
+        // The endpoint's credits bound its queue to N, local messages included.
+        let _ = ep.queue.push(priority as usize, arrived);
+        Ok(true)
     }
 
     /// Posts the slot of the message taken last again and returns its sender's credit.

@@ -172,7 +172,18 @@ pub(super) struct LocalEndpoint {
     pub(super) channel: EndpointChannel,
     /// Tells this endpoint from an earlier one at the same port (the message taken last).
     pub(super) generation: u8,
+    /// Buffers of messages from this node's own endpoints (`Arrived::slot` with
+    /// [`LOCAL_SLOT`]), made on first use and reused: at most N.
+    pub(super) local_bufs: Vec<Vec<u8>>,
+    pub(super) local_free: Vec<u32>,
 }
+
+/// `Arrived::slot` of a message from the node's own endpoints: an index into
+/// `LocalEndpoint::local_bufs`, not a slot of the node's receive pool.
+pub(super) const LOCAL_SLOT: u32 = 1 << 31;
+/// `Arrived::peer` of a message from the node's own endpoints (it passes no credit pool
+/// and no reorder buffer), and the peer of `Req::Send` to one of them.
+pub(super) const LOCAL_PEER: u16 = u16::MAX;
 
 /// The receive slot of a message the application took.
 #[derive(Clone, Copy)]
