@@ -23,6 +23,7 @@
 //! perftest msg-lat -p tcp -S all                 # on the server host
 //! perftest msg-lat -p tcp -S all server-host     # on the client host
 //! perftest msg-lat --local -S 8 --rounds 9       # 9 rounds, raw and MCAPI alternating
+//! perftest msg-lat --same-node -S 8 --rounds 5   # one node talking to itself, then --local
 //! perftest compare                               # every benchmark over every provider
 //! ```
 //!
@@ -50,6 +51,7 @@ mod local;
 mod oob;
 mod pattern;
 mod report;
+mod same_node;
 mod session;
 mod stats;
 mod transport;
@@ -81,7 +83,9 @@ fn main() {
         (Some(_), _, _) => " (client)",
         (None, _, _) => " (server)",
     };
-    let result = if opts.local {
+    let result = if opts.same_node {
+        same_node::run(opts)
+    } else if opts.local {
         local::run(opts)
     } else {
         match &opts.host {
@@ -111,6 +115,9 @@ fn main() {
 /// What clap cannot check alone: options that depend on the benchmark.
 fn check_opts(test: cli::Test, opts: &cli::Opts) -> Result<(), String> {
     test.sizes(opts.sizes.as_ref())?;
+    if opts.same_node && test != cli::Test::MsgLat {
+        return Err(format!("--same-node applies to msg-lat, not to {test}"));
+    }
     if opts.blocking_sends && test != cli::Test::PktBw {
         return Err(format!("--blocking-sends applies to pkt-bw, not to {test}"));
     }
