@@ -312,17 +312,27 @@ impl NodeInner {
             // The credit stays with the endpoint's sender accounting, never returned.
             return;
         }
-        match st
-            .endpoints
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            recv_free,
+            hungry,
+            ..
+        } = st;
+        // Deleted since: its credit went back with the endpoint.
+        let Some(ep) = endpoints
             .get_mut(&t.port)
             .filter(|ep| ep.generation == t.generation)
-        {
-            // (A sender that left meanwhile has nothing to be credited.)
-            Some(ep) => _ = ep.credits.consumed(SenderId(u32::from(t.peer))),
-            // Deleted since: its credit went back with the endpoint.
-            None => return,
+        else {
+            return;
+        };
+        // (A sender that left meanwhile has nothing to be credited.)
+        _ = ep.credits.consumed(SenderId(u32::from(t.peer)));
+        settle_pool(ep, t.port, peers, outbox, recv_free, hungry);
+        if !st.hungry.is_empty() {
+            self.feed_hungry(st);
         }
-        self.settle_credits(st, t.port);
         if !st.outbox.is_empty() {
             self.flush_outbox(st);
         }
@@ -341,13 +351,7 @@ impl NodeInner {
             ..
         } = st;
         if let Some(ep) = endpoints.get_mut(&port) {
-            *recv_free += ep.credits.reclaim();
-            if ep.credits.has_waiters() && !hungry.contains(&port) {
-                hungry.push_back(port);
-            }
-            while let Some(ctl) = ep.credits.poll() {
-                queue_control(peers, outbox, port, ctl);
-            }
+            settle_pool(ep, port, peers, outbox, recv_free, hungry);
         }
         if !st.hungry.is_empty() {
             self.feed_hungry(st);
@@ -486,6 +490,26 @@ impl NodeInner {
         if let Err(e) = self.fab.post_recv_slot(slot) {
             slot_lost(port, &e);
         }
+    }
+}
+
+/// After endpoint `port`'s credit pool changed: its free credits go back to the node, it is
+/// listed hungry if its senders wait, and its decisions go to the outbox.
+#[inline]
+fn settle_pool(
+    ep: &mut LocalEndpoint,
+    port: u32,
+    peers: &[super::state::Peer],
+    outbox: &mut std::collections::VecDeque<(u16, Tag, u64)>,
+    recv_free: &mut u32,
+    hungry: &mut std::collections::VecDeque<u32>,
+) {
+    *recv_free += ep.credits.reclaim();
+    if ep.credits.has_waiters() && !hungry.contains(&port) {
+        hungry.push_back(port);
+    }
+    while let Some(ctl) = ep.credits.poll() {
+        queue_control(peers, outbox, port, ctl);
     }
 }
 
