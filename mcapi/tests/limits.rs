@@ -118,9 +118,9 @@ fn a_create_beyond_max_endpoints_is_port_invalid() {
 }
 
 /// Every one of `MCAPI_MAX_ENDPOINTS` endpoints of a node receives messages from another
-/// node and sends to it, at the default settings: each endpoint gets two messages (both
-/// queued before any is received, so the node's pool holds 512 at once), then answers;
-/// endpoints are deleted and created again and lose nothing sent after.
+/// node and sends to it, at the default settings: each endpoint gets a message in each of
+/// two rounds (one round queues as many messages as the node's pool has slots), then
+/// answers; endpoints are deleted and created again and lose nothing sent after.
 #[test]
 fn every_endpoint_of_a_full_node_exchanges_messages() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
@@ -136,11 +136,13 @@ fn every_endpoint_of_a_full_node_exchanges_messages() {
             let rx = &rx;
             move || {
                 let mut buf = [0u8; 16];
-                for (i, &ep) in made.iter().enumerate() {
-                    for k in 0..2u32 {
+                for k in 0..2u32 {
+                    for (i, &ep) in made.iter().enumerate() {
                         let n = rx.msg_recv(ep, &mut buf).unwrap();
                         assert_eq!(&buf[..n], &[i as u32, k].map(u32::to_le_bytes).concat()[..]);
                     }
+                }
+                for (i, &ep) in made.iter().enumerate() {
                     rx.msg_send(ep, from, &(i as u32).to_le_bytes(), 0).unwrap();
                 }
             }

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 pub const MAX_MSG_SIZE: usize = 64 * 1024;
 /// Endpoints a node has at most (`MCAPI_MAX_ENDPOINTS`): they share the node's receive
 /// pool, so the providers' posted-receive limits do not bound them.
-pub const MAX_ENDPOINTS: usize = 256;
+pub const MAX_ENDPOINTS: usize = 512;
 /// Priorities per endpoint (`MCAPI_MAX_PRIORITY` + 1); 0 is the highest.
 pub const NUM_PRIORITIES: u32 = 8;
 
