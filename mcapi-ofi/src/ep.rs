@@ -339,6 +339,27 @@ impl Endpoint {
             .rma_write(buf.io, dest.0, remote_addr, key, context)
     }
 
+    /// RMA read (`fi_read`) of `buf.len()` bytes of the peer's registered memory at
+    /// `remote_addr` with `key` into `buf`; the completion (with `context`) says the data is
+    /// there.
+    ///
+    /// # Errors
+    /// As [`Endpoint::inject_tagged`]; unsupported without `FI_RMA`.
+    #[inline]
+    pub fn read(
+        &self,
+        buf: Buf<'_>,
+        src: FiAddr,
+        remote_addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.pin(&buf);
+        self.inner
+            .fid
+            .rma_read(buf.io, src.0, remote_addr, key, context)
+    }
+
     /// Cancels the posted receive with `context`; it completes with `FI_ECANCELED`.
     ///
     /// # Errors

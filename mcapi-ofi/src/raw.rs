@@ -946,6 +946,33 @@ impl EpFid {
         check("fi_write", ret)
     }
 
+    pub(crate) fn rma_read(
+        &self,
+        buf: IoSlice,
+        src: u64,
+        addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        // SAFETY: buf points into registered Memory that the endpoint keeps alive until it is
+        // closed (pinned by the caller), so the provider may write into it until then; safe
+        // code reads it only by copies (`MemoryRegion::read`). The remote side is the peer's
+        // business (a bad key or address gives an error completion, not local corruption).
+        let ret = unsafe {
+            sys::fi_read(
+                self.as_ptr(),
+                buf.ptr.cast(),
+                buf.len,
+                buf.desc,
+                src,
+                addr,
+                key,
+                ctx(context),
+            )
+        };
+        check("fi_read", ret)
+    }
+
     pub(crate) fn cancel(&self, context: u64) -> Result<()> {
         // SAFETY: the endpoint is open; cancel only looks the context up.
         let ret = unsafe { sys::fi_cancel(self.fid(), ctx(context)) };

@@ -12,6 +12,8 @@
 //! | `MCAPI_REQUESTS` | `request_table_size` | 1024 |
 //! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 |
 //! | `MCAPI_COMPAT` (`spec` or `mca`) | `compat` | `spec`: the letter of MCAPI 2.000; `mca`: the reference implementation's readings (docs/c-abi.md) |
+//! | `MCAPI_MAX_MSG_SIZE` | `max_msg_size` | 16 MiB (`MCAPI_MAX_MSG_SIZE`, the ceiling); 64 KiB on a provider without `FI_RMA` |
+//! | `MCAPI_EAGER_MAX` | `eager_max` | the provider's measured eager/rendezvous threshold (64 KiB) |
 //! | `MCAPI_SPIN_US` | `spin` | 50: a blocked call polls for 50 µs before it yields the core (then sleeps); large values busy-poll, 0 yields at once |
 //!
 //! The job key authenticates every control connection (docs/security.md). It is at least
@@ -164,6 +166,13 @@ pub struct Config {
     pub spin: Duration,
     /// The spec's reading or the reference implementation's.
     pub compat: Compat,
+    /// Largest message a node accepts (at most, and by default,
+    /// [`MAX_MSG_SIZE`](crate::MAX_MSG_SIZE); the eager slot, 64 KiB, on a provider
+    /// without `FI_RMA`). Read it at run time with `Node::max_msg_size`.
+    pub max_msg_size: usize,
+    /// Largest message sent eagerly (1 to 64 KiB); larger ones go by rendezvous. `None`:
+    /// the provider's measured threshold (docs/performance.md).
+    pub eager_max: Option<usize>,
 }
 
 /// A configuration value that could not be used.
@@ -193,6 +202,8 @@ impl Config {
             recv_buffers: DEFAULT_RECV_BUFFERS,
             spin: DEFAULT_SPIN,
             compat: Compat::Spec,
+            max_msg_size: crate::MAX_MSG_SIZE,
+            eager_max: None,
         }
     }
 
@@ -294,6 +305,12 @@ impl Config {
         }
         if let Some(n) = var("MCAPI_RECV_BUFFERS") {
             c.recv_buffers = parse_count("MCAPI_RECV_BUFFERS", &n)?;
+        }
+        if let Some(n) = var("MCAPI_MAX_MSG_SIZE") {
+            c.max_msg_size = parse_count("MCAPI_MAX_MSG_SIZE", &n)?;
+        }
+        if let Some(n) = var("MCAPI_EAGER_MAX") {
+            c.eager_max = Some(parse_count("MCAPI_EAGER_MAX", &n)?);
         }
         c.compat = match var("MCAPI_COMPAT").as_deref() {
             None | Some("") | Some("spec") => Compat::Spec,

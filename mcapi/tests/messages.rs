@@ -1566,3 +1566,119 @@ fn local_sends_keep_order_behind_pending_ones() {
         node.finalize().unwrap();
     }
 }
+
+/// A pattern that tells every offset of a large message from every other (and one message
+/// from the next: `seed`).
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as u8 ^ (i >> 13) as u8)
+        .collect()
+}
+
+/// Messages above the eager size go by rendezvous: 16 MiB between two nodes over shm and
+/// tcp with their content checked, in the order of priorities and per-sender FIFO mixed
+/// with eager messages, both from blocking sends and from `msg_send_i`.
+#[test]
+fn large_messages_by_rendezvous_keep_content_priorities_and_order() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "large");
+        let a = Node::initialize(0, 60, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 61, cfg).unwrap();
+        assert_eq!(a.max_msg_size(), mcapi::MAX_MSG_SIZE, "{prov}");
+        assert!(a.eager_max() <= 64 * 1024);
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a.endpoint_get(0, 61, 1, None).unwrap();
+        let max = mcapi::MAX_MSG_SIZE;
+        // One 16 MiB message, blocking send, received by a blocking receive.
+        let big = pattern(max, 1);
+        let recv = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; max];
+                let n = b.msg_recv(rx, &mut buf).unwrap();
+                buf.truncate(n);
+                buf
+            })
+        };
+        a.msg_send(tx, to, &big, 0).unwrap();
+        let got = recv.join().unwrap();
+        assert!(got == big, "{prov}: 16 MiB message content differs");
+        assert_eq!(
+            a.msg_send(tx, to, &vec![0u8; max + 1], 0),
+            Err(Status::MCAPI_ERR_MSG_SIZE)
+        );
+        // A mix of sizes and priorities, queued before the receiver looks.
+        let sizes = [
+            8usize,
+            200_000,
+            64 * 1024,
+            64 * 1024 + 1,
+            3,
+            1 << 20,
+            100,
+            2_000_000,
+        ];
+        let prios = [2u32, 2, 0, 1, 0, 2, 1, 0];
+        let mut reqs = Vec::new();
+        for (i, (&n, &p)) in sizes.iter().zip(&prios).enumerate() {
+            let data = pattern(n, i as u32 + 10);
+            if i % 2 == 0 {
+                a.msg_send(tx, to, &data, p).unwrap();
+            } else {
+                reqs.push(a.msg_send_i(tx, to, &data, p).unwrap());
+            }
+        }
+        for r in reqs {
+            a.wait(r, None, Some(Duration::from_secs(30))).unwrap();
+        }
+        await_available(&b, rx, sizes.len(), prov);
+        // A buffer too small leaves the large message queued.
+        let mut small = vec![0u8; 16];
+        let mut order = Vec::new();
+        let mut expect: Vec<usize> = (0..sizes.len()).collect();
+        expect.sort_by_key(|&i| prios[i]);
+        for &i in &expect {
+            if sizes[i] > 16 {
+                assert_eq!(
+                    b.msg_recv(rx, &mut small),
+                    Err(Status::MCAPI_ERR_MSG_TRUNCATED)
+                );
+            }
+            let mut buf = vec![0u8; 4 << 20];
+            let n = b.msg_recv(rx, &mut buf).unwrap();
+            assert_eq!(n, sizes[i], "{prov}: message {i} out of order");
+            assert!(
+                buf[..n] == pattern(n, i as u32 + 10)[..],
+                "{prov}: message {i} content"
+            );
+            order.push(i);
+        }
+        assert_eq!(order, expect);
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+/// A node sending a 16 MiB message to itself, in one thread: queued at once (a copy), no
+/// deadlock, by `msg_send` and by `msg_send_i`.
+#[test]
+fn a_same_node_16_mib_message_in_one_thread() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "large-self");
+    let a = Node::initialize(0, 62, cfg).unwrap();
+    let rx = a.endpoint_create(1).unwrap();
+    let tx = a.endpoint_create(2).unwrap();
+    let max = mcapi::MAX_MSG_SIZE;
+    let big = pattern(max, 7);
+    a.msg_send(tx, rx, &big, 1).unwrap();
+    let r = a.msg_send_i(tx, rx, &pattern(max, 8), 0).unwrap();
+    a.wait(r, None, Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; max];
+    assert_eq!(a.msg_recv(rx, &mut buf), Ok(max));
+    assert!(buf == pattern(max, 8));
+    assert_eq!(a.msg_recv(rx, &mut buf), Ok(max));
+    assert!(buf == big);
+    a.finalize().unwrap();
+}

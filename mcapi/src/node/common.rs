@@ -5,8 +5,12 @@ use crate::semantics::Status;
 use mcapi_ofi::Error as OfiError;
 use std::sync::{Mutex, MutexGuard};
 
-/// Largest message (`MCAPI_MAX_MSG_SIZE`): the size of a receive slot.
-pub const MAX_MSG_SIZE: usize = 64 * 1024;
+/// Largest message (`MCAPI_MAX_MSG_SIZE`), the compile-time ceiling: messages above the
+/// eager size go by rendezvous (`node/rendezvous.rs`), so it sizes no receive memory.
+/// [`Config::max_msg_size`](crate::config::Config::max_msg_size) may lower it per node.
+pub const MAX_MSG_SIZE: usize = 16 * 1024 * 1024;
+/// Size of a slot of the node's send and receive pools: the largest eager message.
+pub const EAGER_SLOT: usize = 64 * 1024;
 /// Endpoints a node has at most (`MCAPI_MAX_ENDPOINTS`): they share the node's receive
 /// pool, so the providers' posted-receive limits do not bound them.
 pub const MAX_ENDPOINTS: usize = 512;

@@ -1,7 +1,7 @@
 //! Endpoints: create, delete, get (resolving remote ones), attributes.
 
 use super::channel::{EndpointChannel, MAX_PKT_SIZE};
-use super::common::{refusal, Result, MAX_ENDPOINTS, MAX_MSG_SIZE, NUM_PRIORITIES};
+use super::common::{refusal, Result, EAGER_SLOT, MAX_ENDPOINTS, NUM_PRIORITIES};
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;
 use super::state::{LocalEndpoint, Remote, State, LOCAL_SLOT};
@@ -70,7 +70,7 @@ impl Node {
             timeout: None,
             priority: 0,
             pending_recvs: VecDeque::with_capacity(16),
-            max_payload: MAX_MSG_SIZE,
+            max_payload: EAGER_SLOT,
             channel: EndpointChannel::default(),
             generation: st.next_endpoint_generation,
             local_bufs: Vec::new(),
@@ -328,18 +328,33 @@ impl NodeInner {
             if a.slot & LOCAL_SLOT != 0 {
                 continue;
             }
+            if a.rndv {
+                // Its sender frees the data it staged.
+                let id = self.descriptor_in(a.slot).id;
+                self.send_rndv_done(st, a.peer, port, id);
+            }
             if let Err(e) = self.fab.post_recv_slot(a.slot) {
                 log::warn!("port {port}: a receive slot could not be posted again: {e}");
             }
         }
         // Messages waiting in the reorder buffer for an earlier one hold slots too.
         let peers: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
+        let mut done = Vec::new();
         for peer in peers {
             ep.reorder.remove(&peer, |a| {
+                if a.rndv {
+                    done.push((a.peer, self.descriptor_in(a.slot).id));
+                }
                 if let Err(e) = self.fab.post_recv_slot(a.slot) {
                     log::warn!("port {port}: a receive slot could not be posted again: {e}");
                 }
             });
+        }
+        for (peer, id) in done {
+            self.send_rndv_done(st, peer, port, id);
+        }
+        if !st.outbox.is_empty() {
+            self.flush_outbox(st);
         }
         let (back, held) = ep.credits.dissolve();
         st.recv_free += back;

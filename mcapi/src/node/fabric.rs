@@ -1,6 +1,6 @@
 //! The node's libfabric stack: opening it (provider, CQ wait object), posting receives.
 
-use super::common::{ofi_status, Result, MAX_MSG_SIZE};
+use super::common::{ofi_status, Result, EAGER_SLOT, MAX_MSG_SIZE};
 use super::state::State;
 use crate::config::Config;
 use crate::semantics::wire::{Context, Kind, Tag};
@@ -40,10 +40,26 @@ pub(super) struct Fab {
     pub(super) inject_size: usize,
     pub(super) send_pool: MemoryRegion,
     pub(super) control_pool: MemoryRegion,
-    /// The node's message receive pool: [`recv_slots`] slots of `MAX_MSG_SIZE`, each
+    /// The node's message receive pool: [`recv_slots`] slots of `EAGER_SLOT`, each
     /// posted for a message to any port (the tag says which).
     pub(super) recv_pool: MemoryRegion,
     pub(super) recv_slots: u32,
+    /// Largest message sent eagerly (the payload in a receive slot); larger ones go by
+    /// rendezvous ([`eager_threshold`]).
+    pub(super) eager_max: usize,
+    /// Largest message accepted (`Config::max_msg_size`; the eager slot without `FI_RMA`).
+    pub(super) max_msg: usize,
+}
+
+/// The eager/rendezvous threshold of `provider` unless configured (`MCAPI_EAGER_MAX`),
+/// chosen by measurement (docs/performance.md, "Large messages"): the eager path's copies
+/// cost less than the rendezvous round trip up to the slot size on both shm and
+/// tcp;ofi_rxm.
+pub(super) fn eager_threshold(provider: &str, configured: Option<usize>) -> usize {
+    let default = match provider {
+        _ => EAGER_SLOT,
+    };
+    configured.unwrap_or(default).clamp(1, EAGER_SLOT)
 }
 
 /// Opens the fabric stack with the first provider candidate that works.
@@ -73,19 +89,27 @@ pub(super) fn open_fabric(
     };
     let mut reasons = Vec::new();
     for provider in config.provider_candidates() {
-        let mut hints = Hints::new()
-            .provider(provider.clone())
-            .caps(flags::TAGGED | flags::MSG | flags::MULTI_RECV);
-        if provider != "shm" {
-            hints = hints.source(Some(&local), None);
-        }
-        let info = match Info::first(&hints) {
+        let base = flags::TAGGED | flags::MSG | flags::MULTI_RECV;
+        let hints_with = |caps: u64| {
+            let hints = Hints::new().provider(provider.clone()).caps(caps);
+            if provider != "shm" {
+                hints.source(Some(&local), None)
+            } else {
+                hints
+            }
+        };
+        // RMA for rendezvous messages where the provider has it; without, messages stay
+        // within the eager slot.
+        let info = match Info::first(&hints_with(base | flags::RMA))
+            .or_else(|_| Info::first(&hints_with(base)))
+        {
             Ok(info) => info,
             Err(e) => {
                 reasons.push(format!("{provider}: {e}"));
                 continue;
             }
         };
+        let rma = info.attributes().has(flags::RMA);
         let open = || -> std::result::Result<Fab, OfiError> {
             let domain = Domain::open_info(&info)?;
             let (cq, cq_wait) = open_node_cq(&domain, info.provider())?;
@@ -95,13 +119,19 @@ pub(super) fn open_fabric(
                 inject_size: info.attributes().inject_size,
                 provider: info.provider().to_owned(),
                 cq_wait,
-                send_pool: MemoryRegion::new(&domain, SEND_SLOTS as usize * MAX_MSG_SIZE)?,
+                send_pool: MemoryRegion::new(&domain, SEND_SLOTS as usize * EAGER_SLOT)?,
                 control_pool: MemoryRegion::new(&domain, 8 * 4096)?,
                 recv_pool: MemoryRegion::new(
                     &domain,
-                    recv_slots(config.recv_buffers) as usize * MAX_MSG_SIZE,
+                    recv_slots(config.recv_buffers) as usize * EAGER_SLOT,
                 )?,
                 recv_slots: recv_slots(config.recv_buffers),
+                eager_max: eager_threshold(info.provider(), config.eager_max),
+                max_msg: if rma {
+                    config.max_msg_size.clamp(1, MAX_MSG_SIZE)
+                } else {
+                    config.max_msg_size.clamp(1, EAGER_SLOT)
+                },
                 ep,
                 cq,
                 av,
@@ -155,7 +185,7 @@ impl Fab {
     pub(super) fn post_recv_slot(&self, slot: u32) -> Result<()> {
         let buf = self
             .recv_pool
-            .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
+            .slice(slot as usize * EAGER_SLOT, EAGER_SLOT)
             .map_err(ofi_status)?;
         let (tag, ignore) = Tag::match_kind(Kind::Message);
         self.post_receive(buf, tag, ignore, Context::RecvSlot(slot))

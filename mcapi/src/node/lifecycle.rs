@@ -154,6 +154,7 @@ impl Node {
             cq_buf: [Completion::default(); CQ_BATCH],
             taken: None,
             delivered: HashMap::default(),
+            rndv: Default::default(),
             finalized: false,
         };
         let busy_every_poll = fab.provider.contains("ofi_rxm");

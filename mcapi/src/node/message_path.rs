@@ -1,31 +1,39 @@
 //! The message data path: queued sends and credits, arrivals, receives taking messages.
 
-use super::common::{Result, MAX_MSG_SIZE};
+use super::common::{Result, EAGER_SLOT};
 use super::credit_plane::{control_tag, queue_control};
 use super::inner::NodeInner;
+use super::rendezvous::{Msg, DESC_LEN, NO_STAGING, RNDV_MARK};
 use super::seq::widen;
 use super::state::{Arrived, LocalEndpoint, Req, State, TakenSlot, LOCAL_PEER, LOCAL_SLOT};
 use crate::semantics::credit::SenderId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
-use mcapi_ofi::Completion;
+use mcapi_ofi::{flags, Completion};
 
 impl NodeInner {
-    /// Copies a message into a send slot and queues it as a request.
+    /// Copies a message (an eager one, or a staged one's descriptor) into a send slot and
+    /// queues it as a request. The request owns a staged message's staging from then on
+    /// (freed if it fails or is withdrawn).
     pub(super) fn queue_send(
         &self,
         st: &mut State,
         remote: (u16, u32),
         priority: u8,
-        data: &[u8],
+        msg: Msg<'_>,
     ) -> Result<RequestHandle> {
         let slot = st.send_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        let rndv = match msg {
+            Msg::Eager(_) => NO_STAGING,
+            Msg::Staged { id, .. } => id,
+        };
         let req = Req::Send {
             remote,
             priority,
             slot,
-            len: data.len(),
+            len: msg.len(),
+            rndv,
         };
         let h = match st.requests.alloc(req) {
             Ok(h) => h,
@@ -34,9 +42,23 @@ impl NodeInner {
                 return Err(e);
             }
         };
-        self.fab.send_pool.write(slot as usize * MAX_MSG_SIZE, data);
+        match msg {
+            Msg::Eager(data) => self.fab.send_pool.write(slot as usize * EAGER_SLOT, data),
+            Msg::Staged { desc, .. } => self.fab.send_pool.write(slot as usize * EAGER_SLOT, &desc),
+        }
         st.pending_sends.push_back(h);
         Ok(h)
+    }
+
+    /// A queued send that is over (sent, failed or withdrawn): its slot goes back, and a
+    /// staged message's staging unless it was sent (its receiver releases it then).
+    pub(super) fn send_finished(&self, st: &mut State, slot: u32, rndv: u64, sent: bool) {
+        if !sent {
+            st.send_free.push(slot);
+            if rndv != NO_STAGING {
+                st.rndv.release(rndv, None);
+            }
+        }
     }
 
     /// Posts queued sends that have credits now, in order per destination; asks for
@@ -52,6 +74,7 @@ impl NodeInner {
                 priority,
                 slot,
                 len,
+                rndv,
             }) = st.requests.get(h)
             else {
                 st.pending_sends.remove(i);
@@ -63,12 +86,18 @@ impl NodeInner {
             }
             if remote.0 == LOCAL_PEER {
                 let pool = &self.fab.send_pool;
-                let fill = |buf: &mut [u8]| pool.read(slot as usize * MAX_MSG_SIZE, buf);
+                let staged = (rndv != NO_STAGING)
+                    .then(|| st.rndv.region(rndv).cloned())
+                    .flatten();
+                let fill = |buf: &mut [u8]| match &staged {
+                    Some(region) => region.read(0, buf),
+                    None => pool.read(slot as usize * EAGER_SLOT, buf),
+                };
                 match self.deliver_local(st, remote.1, priority, len, fill) {
                     Ok(true) => {
                         st.requests
                             .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
-                        st.send_free.push(slot);
+                        self.send_finished(st, slot, rndv, false);
                         st.pending_sends.remove(i);
                     }
                     Ok(false) => {
@@ -80,7 +109,7 @@ impl NodeInner {
                     }
                     Err(e) => {
                         st.requests.complete_if_pending(h, e, 0);
-                        st.send_free.push(slot);
+                        self.send_finished(st, slot, rndv, false);
                         st.pending_sends.remove(i);
                     }
                 }
@@ -93,14 +122,14 @@ impl NodeInner {
             let Some(r) = st.remotes.get_mut(&remote) else {
                 st.requests
                     .complete_if_pending(h, Status::MCAPI_ERR_ENDP_INVALID, 0);
-                st.send_free.push(slot);
+                self.send_finished(st, slot, rndv, false);
                 st.pending_sends.remove(i);
                 continue;
             };
             if !alive {
                 st.requests
                     .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
-                st.send_free.push(slot);
+                self.send_finished(st, slot, rndv, false);
                 st.pending_sends.remove(i);
                 continue;
             }
@@ -130,14 +159,23 @@ impl NodeInner {
                 peer: index,
                 seq,
             };
-            let Ok(buf) = self.fab.send_pool.slice(slot as usize * MAX_MSG_SIZE, len) else {
+            let wire_len = if rndv == NO_STAGING { len } else { DESC_LEN };
+            let Ok(buf) = self
+                .fab
+                .send_pool
+                .slice(slot as usize * EAGER_SLOT, wire_len)
+            else {
                 break;
             };
-            match self
-                .fab
-                .ep
-                .send_tagged(buf, dest, tag.encode(), Context::SendSlot(slot).encode())
-            {
+            let ctx = Context::SendSlot(slot).encode();
+            let posted = if rndv == NO_STAGING {
+                self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx)
+            } else {
+                self.fab
+                    .ep
+                    .send_tagged_data(buf, RNDV_MARK, dest, tag.encode(), ctx)
+            };
+            match posted {
                 Ok(()) => {
                     st.requests
                         .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
@@ -154,7 +192,7 @@ impl NodeInner {
                 Err(_) => {
                     st.requests
                         .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
-                    st.send_free.push(slot);
+                    self.send_finished(st, slot, rndv, false);
                     st.pending_sends.remove(i);
                 }
             }
@@ -225,6 +263,11 @@ impl NodeInner {
             // From this node: copied out of its buffer, nothing to post or credit.
             let i = head.slot & !LOCAL_SLOT;
             buf[..len].copy_from_slice(&ep.local_bufs[i as usize][..len]);
+            if ep.local_bufs[i as usize].len() > EAGER_SLOT {
+                // A large message's buffer is not kept: the endpoint's memory stays N x
+                // the eager size however large the messages it was sent.
+                ep.local_bufs[i as usize] = Vec::new();
+            }
             ep.local_free.push(i);
             ep.credits.local_consumed();
             if ep.credits.has_waiters() {
@@ -235,9 +278,6 @@ impl NodeInner {
             }
             return Ok(Some(len));
         }
-        self.fab
-            .recv_pool
-            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len]);
         // The message is the caller's now; its slot goes back to the fabric later.
         st.taken = Some(TakenSlot {
             port,
@@ -245,7 +285,31 @@ impl NodeInner {
             slot: head.slot,
             peer: head.peer,
         });
+        if head.rndv {
+            return self.take_rendezvous(st, port, head, &mut buf[..len]);
+        }
+        self.fab
+            .recv_pool
+            .read(head.slot as usize * EAGER_SLOT, &mut buf[..len]);
         Ok(Some(len))
+    }
+
+    /// The second half of taking a rendezvous message: its data read from the sender, and
+    /// the sender told (also when the read failed: the message is gone either way).
+    #[cold]
+    #[inline(never)]
+    fn take_rendezvous(
+        &self,
+        st: &mut State,
+        port: u32,
+        head: Arrived,
+        out: &mut [u8],
+    ) -> Result<Option<usize>> {
+        let desc = self.descriptor_in(head.slot);
+        let read = self.read_rendezvous(st, head.peer, &desc, out);
+        self.send_rndv_done(st, head.peer, port, desc.id);
+        self.flush_outbox(st);
+        read.map(|()| Some(out.len()))
     }
 
     /// Queues a message of `len` bytes from one of this node's endpoints at local endpoint
@@ -291,6 +355,7 @@ impl NodeInner {
             len: len as u32,
             peer: LOCAL_PEER,
             priority,
+            rndv: false,
         };
         // The endpoint's credits bound its queue to N, local messages included.
         let _ = ep.queue.push(priority as usize, arrived);
@@ -425,15 +490,22 @@ impl NodeInner {
         // A message for a deleted endpoint (discarded, spec 4.2.2): its sender spent a
         // credit the delete counted as a stray.
         let Some(ep) = st.endpoints.get_mut(&port) else {
+            self.rndv_dropped(st, slot, tag.peer, port, c);
             self.stray_arrived(st, slot, port);
             return;
         };
-        let arrived = Arrived {
+        let mut arrived = Arrived {
             slot,
             len: c.len() as u32,
             peer: tag.peer,
             priority: tag.priority,
+            rndv: false,
         };
+        if c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK {
+            // A rendezvous descriptor: queued in the message's place, with its length.
+            arrived.rndv = true;
+            arrived.len = self.descriptor_in(slot).len as u32;
+        }
         if ep.credits.arrived(SenderId(u32::from(tag.peer))).is_err() {
             // A message without a credit: for an endpoint deleted before this one was
             // created at its port (a stray), or a protocol violation. Drop it, keep the slot.
@@ -441,6 +513,7 @@ impl NodeInner {
                 "port {port}: dropped a message of peer {} sent without a credit",
                 tag.peer
             );
+            self.rndv_dropped(st, slot, tag.peer, port, c);
             self.stray_arrived(st, slot, port);
             return;
         }
@@ -468,6 +541,16 @@ impl NodeInner {
             _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
             self.repost_slot(st, slot, port);
             self.settle_credits(st, port);
+        }
+    }
+
+    /// A message that arrived in `slot` is dropped: if it is a rendezvous descriptor, its
+    /// sender is told to free the data.
+    #[cold]
+    fn rndv_dropped(&self, st: &mut State, slot: u32, peer: u16, port: u32, c: &Completion) {
+        if c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK {
+            let id = self.descriptor_in(slot).id;
+            self.send_rndv_done(st, peer, port, id);
         }
     }
 

@@ -1,9 +1,10 @@
 //! Message calls of a node (spec 4.3).
 
 use super::channel::SideSet;
-use super::common::{ofi_status, refusal, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
+use super::common::{ofi_status, refusal, Result, EAGER_SLOT, NUM_PRIORITIES};
 use super::inner::NodeInner;
 use super::peers::PeerInput;
+use super::rendezvous::{Msg, NO_STAGING, RNDV_MARK};
 use super::state::{Req, State, LOCAL_PEER};
 use super::wait::Deadline;
 use super::Node;
@@ -16,6 +17,17 @@ use crate::semantics::Status;
 use std::time::{Duration, Instant};
 
 impl Node {
+    /// The largest message this node sends or receives (`Config::max_msg_size`, at most
+    /// [`MAX_MSG_SIZE`](crate::MAX_MSG_SIZE); the eager slot, 64 KiB, without `FI_RMA`).
+    pub fn max_msg_size(&self) -> usize {
+        self.inner.fab.max_msg
+    }
+
+    /// The largest message this node sends eagerly; larger ones go by rendezvous.
+    pub fn eager_max(&self) -> usize {
+        self.inner.fab.eager_max
+    }
+
     /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
     /// blocking while the receiver's buffers are full (up to `from`'s timeout).
     ///
@@ -37,7 +49,7 @@ impl Node {
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }
-        if data.len() > MAX_MSG_SIZE {
+        if data.len() > self.inner.fab.max_msg {
             return Err(Status::MCAPI_ERR_MSG_SIZE);
         }
         if (to.domain(), to.node()) == (self.inner.domain_id, self.inner.node_id) {
@@ -119,14 +131,40 @@ impl Node {
                     peer: st.peers[peer as usize].index_at_peer,
                     seq,
                 };
+                let msg = if data.len() > self.inner.fab.eager_max {
+                    // Staged (copied into registered memory), so the buffer is free when
+                    // the call returns; only its descriptor takes the credit's slot.
+                    match self.inner.stage(&mut st, peer, data) {
+                        Ok(Some(msg)) => msg,
+                        staged => {
+                            if let Some(remote) = st.remotes.get_mut(&key) {
+                                remote.spare += 1;
+                                remote.next_seq = seq;
+                            }
+                            staged?;
+                            // The staging budget is spent: wait for a receiver to read.
+                            drop(st);
+                            self.progress_busy_sides(&SideSet::default(), &mut backoff);
+                            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
+                            st = self.inner.live_state()?;
+                            self.inner.progress(&mut st);
+                            continue;
+                        }
+                    }
+                } else {
+                    Msg::Eager(data)
+                };
                 let sent = self
                     .inner
-                    .send_payload(&mut st, peer, tag, data, &mut deadline);
+                    .send_payload(&mut st, peer, tag, msg, &mut deadline);
                 if sent.is_err() {
                     // Not sent: the credit and the sequence number stay unused.
                     if let Some(remote) = st.remotes.get_mut(&key) {
                         remote.spare += 1;
                         remote.next_seq = seq;
+                    }
+                    if let Msg::Staged { id, .. } = msg {
+                        st.rndv.release(id, None);
                     }
                 }
                 return sent;
@@ -228,7 +266,23 @@ impl Node {
         let mut backoff = self.inner.backoff();
         let h = loop {
             let mut st = self.inner.live_state()?;
-            match self.inner.queue_send(&mut st, key, priority, data) {
+            let msg = if data.len() > self.inner.fab.eager_max {
+                self.inner.stage(&mut st, key.0, data)?
+            } else {
+                Some(Msg::Eager(data))
+            };
+            let queued = match msg {
+                Some(msg) => self
+                    .inner
+                    .queue_send(&mut st, key, priority, msg)
+                    .inspect_err(|_| {
+                        if let Msg::Staged { id, .. } = msg {
+                            st.rndv.release(id, None);
+                        }
+                    }),
+                None => Err(Status::MCAPI_ERR_MEM_LIMIT),
+            };
+            match queued {
                 Ok(h) => {
                     self.inner.advance_sends(&mut st);
                     break h;
@@ -251,9 +305,9 @@ impl Node {
                 // Withdrawn under the lock that sends it, unless it went meanwhile.
                 let mut st = self.inner.live_state()?;
                 if let Ok(RequestState::Pending) = st.requests.state(h) {
-                    if let Ok(Some(Req::Send { slot, .. })) = st.requests.release(h) {
+                    if let Ok(Some(Req::Send { slot, rndv, .. })) = st.requests.release(h) {
                         st.pending_sends.retain(|&q| q != h);
-                        st.send_free.push(slot);
+                        self.inner.send_finished(&mut st, slot, rndv, false);
                     }
                     return Err(Status::MCAPI_TIMEOUT);
                 }
@@ -314,7 +368,7 @@ impl Node {
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }
-        if data.len() > MAX_MSG_SIZE {
+        if data.len() > self.inner.fab.max_msg {
             return Err(Status::MCAPI_ERR_MSG_SIZE);
         }
         if (to.domain(), to.node()) == (self.inner.domain_id, self.inner.node_id) {
@@ -322,11 +376,33 @@ impl Node {
         }
         let peer = self.remote_peer(to, None)?;
         let mut st = self.inner.live_state()?;
-        let h = self
-            .inner
-            .queue_send(&mut st, (peer, to.port()), priority as u8, data)?;
+        let h = self.queue_staged(&mut st, (peer, to.port()), priority as u8, data)?;
         self.inner.advance_sends(&mut st);
         Ok(h)
+    }
+
+    /// `queue_send` of `data`, staged first if it is above the eager size.
+    fn queue_staged(
+        &self,
+        st: &mut State,
+        key: (u16, u32),
+        priority: u8,
+        data: &[u8],
+    ) -> Result<RequestHandle> {
+        if data.len() <= self.inner.fab.eager_max {
+            return self.inner.queue_send(st, key, priority, Msg::Eager(data));
+        }
+        let msg = self
+            .inner
+            .stage(st, key.0, data)?
+            .ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        self.inner
+            .queue_send(st, key, priority, msg)
+            .inspect_err(|_| {
+                if let Msg::Staged { id, .. } = msg {
+                    st.rndv.release(id, None);
+                }
+            })
     }
 
     /// `msg_send_i` to an endpoint of this node: queued there at once and the request
@@ -347,6 +423,7 @@ impl Node {
                     priority,
                     slot: u32::MAX,
                     len: data.len(),
+                    rndv: NO_STAGING,
                 })?;
                 st.requests.complete(h, Status::MCAPI_SUCCESS, data.len())?;
                 return Ok(h);
@@ -357,9 +434,7 @@ impl Node {
         } else if !st.endpoints.contains_key(&port) {
             return Err(Status::MCAPI_ERR_ENDP_INVALID);
         }
-        let h = self
-            .inner
-            .queue_send(&mut st, (LOCAL_PEER, port), priority, data)?;
+        let h = self.queue_staged(&mut st, (LOCAL_PEER, port), priority, data)?;
         self.inner.advance_sends(&mut st);
         Ok(h)
     }
@@ -439,10 +514,14 @@ impl NodeInner {
         st: &mut State,
         peer: u16,
         tag: Tag,
-        data: &[u8],
+        msg: Msg<'_>,
         deadline: &mut Deadline,
     ) -> Result<()> {
         let dest = st.peers[peer as usize].addr;
+        let (data, cq_data) = match &msg {
+            Msg::Eager(data) => (*data, None),
+            Msg::Staged { desc, .. } => (&desc[..], Some(RNDV_MARK)),
+        };
         let mut refused = 0u32;
         let mut stalled = |st: &mut State| -> Result<()> {
             refused += 1;
@@ -467,7 +546,11 @@ impl NodeInner {
         };
         if data.len() <= self.fab.inject_size {
             loop {
-                match self.fab.ep.inject_tagged(data, dest, tag.encode()) {
+                let injected = match cq_data {
+                    None => self.fab.ep.inject_tagged(data, dest, tag.encode()),
+                    Some(d) => self.fab.ep.inject_tagged_data(data, d, dest, tag.encode()),
+                };
+                match injected {
                     Ok(()) => return Ok(()),
                     Err(e) if e.is_again() => stalled(st)?,
                     Err(e) => return Err(ofi_status(e)),
@@ -480,7 +563,7 @@ impl NodeInner {
             }
             stalled(st)?;
         };
-        let offset = slot as usize * MAX_MSG_SIZE;
+        let offset = slot as usize * EAGER_SLOT;
         self.fab.send_pool.write(offset, data);
         let buf = self
             .fab
@@ -489,7 +572,14 @@ impl NodeInner {
             .map_err(ofi_status)?;
         let ctx = Context::SendSlot(slot).encode();
         loop {
-            match self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx) {
+            let posted = match cq_data {
+                None => self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx),
+                Some(d) => self
+                    .fab
+                    .ep
+                    .send_tagged_data(buf, d, dest, tag.encode(), ctx),
+            };
+            match posted {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_again() => {
                     if let Err(status) = stalled(st) {

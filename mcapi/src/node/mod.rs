@@ -31,6 +31,7 @@ mod message_path;
 mod messages;
 mod peers;
 mod progress;
+mod rendezvous;
 mod requests;
 mod seq;
 mod state;

@@ -263,6 +263,8 @@ impl NodeInner {
     /// The credits and sequence state a lost run held at our endpoints go back, and our
     /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
+        // What we staged for it will never be read.
+        st.rndv.forget_peer(index);
         forget_sequence(st, index);
         unbind_unopened(st, index);
         let ports: Vec<u32> = st.endpoints.keys().copied().collect();

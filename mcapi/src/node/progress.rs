@@ -42,6 +42,10 @@ impl NodeInner {
                 Err(OfiError::Completion(e)) => match Context::decode(e.context) {
                     // A send to a dead peer.
                     Some(Context::SendSlot(s)) => st.send_free.push(s),
+                    Some(Context::Read(seq)) => {
+                        log::info!("a rendezvous read failed: {}", e.err);
+                        self.read_completed(st, seq, false);
+                    }
                     // A receive of the node's pool that failed: post it again.
                     Some(Context::RecvSlot(slot)) => {
                         if let Err(e) = self.fab.post_recv_slot(slot) {
@@ -69,6 +73,7 @@ impl NodeInner {
         match Context::decode(c.context()) {
             Some(Context::SendSlot(s)) => st.send_free.push(s),
             Some(Context::RecvSlot(slot)) => self.message_arrived(st, slot, c),
+            Some(Context::Read(seq)) => self.read_completed(st, seq, true),
             Some(Context::ControlSlot(slot)) => {
                 let mut tag = [0u8; 8];
                 self.fab.control_pool.read(slot as usize * 8, &mut tag);
@@ -143,7 +148,9 @@ fn progress_in_background(node: Weak<NodeInner>) {
         if st.finalized {
             return;
         }
-        let busy = node.progress_counting(&mut st) > 0;
+        // Staged messages are read by their receivers, which on manual-progress providers
+        // needs this node's CQ read too: keep polling often while any is.
+        let busy = node.progress_counting(&mut st) > 0 || st.rndv.outstanding() > 0;
         drop(st);
         let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;
         node.flush_completed();

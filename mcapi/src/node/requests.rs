@@ -310,9 +310,9 @@ impl Node {
                     ep.pending_recvs.retain(|&h| h != request);
                 }
             }
-            Req::Send { slot, .. } => {
+            Req::Send { slot, rndv, .. } => {
                 st.pending_sends.retain(|&h| h != request);
-                st.send_free.push(slot);
+                self.inner.send_finished(&mut st, slot, rndv, false);
             }
             Req::Get { .. } | Req::Failed => {}
             Req::Chan(ChanReq::Open { port, .. }) => {

@@ -56,6 +56,8 @@ pub(super) struct State {
     pub(super) taken: Option<TakenSlot>,
     /// Packets of completed `pktchan_recv_i` requests, until asked for.
     pub(super) delivered: HashMap<RequestHandle, Packet>,
+    /// Large messages: staged sends, the receive staging region, the read under way.
+    pub(super) rndv: super::rendezvous::Rendezvous,
     pub(super) finalized: bool,
 }
 
@@ -112,6 +114,9 @@ pub(super) enum Req {
         priority: u8,
         slot: u32,
         len: usize,
+        /// The staged message (`rendezvous`) whose descriptor is in the slot, or
+        /// [`NO_STAGING`](super::rendezvous::NO_STAGING).
+        rndv: u64,
     },
     /// A receive on local endpoint `port`; it takes a message when tested or waited on.
     Recv { port: u32 },
@@ -205,6 +210,8 @@ pub(super) struct Arrived {
     pub(super) len: u32,
     pub(super) peer: u16,
     pub(super) priority: u8,
+    /// A rendezvous descriptor (its slot holds where the data is; `len` is the data's).
+    pub(super) rndv: bool,
 }
 
 pub(super) struct Remote {

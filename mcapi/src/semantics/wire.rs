@@ -31,6 +31,9 @@ pub enum Kind {
     Return = 10,
     /// The receiver asks for unspent credits back; data: count.
     Recall = 11,
+    /// The receiver of a rendezvous message is done with the sender's staged data
+    /// (read, or discarded); data: the sender's staging id.
+    RndvDone = 12,
 }
 
 impl Kind {
@@ -41,6 +44,7 @@ impl Kind {
             9 => Kind::Request,
             10 => Kind::Return,
             11 => Kind::Recall,
+            12 => Kind::RndvDone,
             _ => return None,
         })
     }
@@ -122,6 +126,8 @@ pub enum Context {
     ControlSlot(u32),
     /// A send from the node's send slot pool.
     SendSlot(u32),
+    /// The RMA read of a rendezvous message's data (its read number).
+    Read(u32),
 }
 
 impl Context {
@@ -131,6 +137,7 @@ impl Context {
             Context::RecvSlot(slot) => 1 << 62 | slot as u64,
             Context::ControlSlot(i) => 2 << 62 | i as u64,
             Context::SendSlot(i) => 3 << 62 | i as u64,
+            Context::Read(i) => 1 << 40 | i as u64,
         }
     }
 
@@ -140,6 +147,7 @@ impl Context {
             1 => Context::RecvSlot(v as u32),
             2 => Context::ControlSlot(v as u32),
             3 => Context::SendSlot(v as u32),
+            0 if v >> 32 == 1 << 8 => Context::Read(v as u32),
             _ => return None,
         })
     }

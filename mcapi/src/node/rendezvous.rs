@@ -1,0 +1,331 @@
+//! Large messages by rendezvous (docs/design.md, "Large messages").
+//!
+//! A message above the node's eager size is copied by its sender into a registered staging
+//! region (so `msg_send` returns at once with the buffer free, as for an eager message) and
+//! only a 32-byte descriptor travels the eager path: same tag, credit and sequence number
+//! as an eager message, marked by its remote CQ data, so priorities and per-sender FIFO
+//! order are the queue's. The `msg_recv` that takes the descriptor reads the data with an
+//! RMA read (`fi_read`) into the node's receive staging region, copies it out and tells
+//! the sender ([`Kind::RndvDone`](crate::semantics::wire::Kind)), which frees the region.
+
+use super::common::{ofi_status, Result};
+use super::credit_plane::control_tag;
+use super::inner::NodeInner;
+use super::peers::PeerInput;
+use super::state::{State, LOCAL_PEER};
+use crate::semantics::wire::{Context, Kind};
+use crate::semantics::Status;
+use mcapi_ofi::{flags, MemoryRegion};
+
+/// Bytes of a descriptor: remote address, key, length, the sender's staging id.
+pub(super) const DESC_LEN: usize = 32;
+/// Remote CQ data marking a message as a rendezvous descriptor (fits 4-byte CQ data).
+pub(super) const RNDV_MARK: u64 = 0x5244_5601;
+/// Bytes a node keeps staged for rendezvous messages not yet read at most (but one
+/// message always goes): beyond it a blocking `msg_send` waits for a receiver to finish
+/// reading, and `msg_send_i` is `MCAPI_ERR_MEM_LIMIT`.
+pub(super) const STAGING_BUDGET: usize = 64 << 20;
+/// Staging regions are allocated in multiples of this.
+const STAGING_UNIT: usize = 1 << 20;
+
+/// What a rendezvous descriptor says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Descriptor {
+    /// Where the data is, as the provider addresses the sender's region (its virtual
+    /// address with `FI_MR_VIRT_ADDR`, else an offset: 0).
+    pub(super) addr: u64,
+    pub(super) key: u64,
+    pub(super) len: u64,
+    /// The sender's staging id, echoed in `RndvDone`.
+    pub(super) id: u64,
+}
+
+impl Descriptor {
+    pub(super) fn encode(&self) -> [u8; DESC_LEN] {
+        let mut b = [0u8; DESC_LEN];
+        for (i, v) in [self.addr, self.key, self.len, self.id].iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    pub(super) fn decode(b: &[u8; DESC_LEN]) -> Descriptor {
+        let f = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        Descriptor {
+            addr: f(0),
+            key: f(1),
+            len: f(2),
+            id: f(3),
+        }
+    }
+}
+
+/// A message to send: eager (its bytes) or staged (its descriptor).
+#[derive(Clone, Copy)]
+pub(super) enum Msg<'a> {
+    Eager(&'a [u8]),
+    Staged {
+        desc: [u8; DESC_LEN],
+        id: u64,
+        len: usize,
+    },
+}
+
+impl Msg<'_> {
+    /// The message's length as the application sees it.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Msg::Eager(d) => d.len(),
+            Msg::Staged { len, .. } => *len,
+        }
+    }
+}
+
+/// "No staging": the `rndv` field of an eager `Req::Send`.
+pub(super) const NO_STAGING: u64 = u64::MAX;
+
+struct Staged {
+    region: MemoryRegion,
+    peer: u16,
+    len: usize,
+    generation: u32,
+}
+
+/// The node's rendezvous state (under the state lock).
+#[derive(Default)]
+pub(super) struct Rendezvous {
+    staged: Vec<Option<Staged>>,
+    free_ids: Vec<u32>,
+    generation: u32,
+    /// Staging regions not in use, kept for the next large message.
+    cache: Vec<MemoryRegion>,
+    staged_bytes: usize,
+    /// Where RMA reads land (grown to the largest message read).
+    recv_region: Option<MemoryRegion>,
+    read_seq: u32,
+    /// The read that completed last: its number and whether it succeeded.
+    read_done: Option<(u32, bool)>,
+}
+
+impl Rendezvous {
+    /// Staged messages not yet released by their receivers.
+    pub(super) fn outstanding(&self) -> usize {
+        self.staged.len() - self.free_ids.len()
+    }
+
+    /// The staged message `id`'s region, if it is still staged.
+    pub(super) fn region(&self, id: u64) -> Option<&MemoryRegion> {
+        self.get(id).map(|s| &s.region)
+    }
+
+    fn get(&self, id: u64) -> Option<&Staged> {
+        let s = self.staged.get(id as u32 as usize)?.as_ref()?;
+        (s.generation == (id >> 32) as u32).then_some(s)
+    }
+
+    /// Frees staged message `id` (an id already freed, or of an earlier use of its slot, is
+    /// ignored); `from`: the peer that says so (`None`: this node).
+    pub(super) fn release(&mut self, id: u64, from: Option<u16>) {
+        let Some(s) = self.get(id) else { return };
+        if from.is_some_and(|p| p != s.peer) {
+            return;
+        }
+        let i = id as u32;
+        let Some(s) = self.staged[i as usize].take() else {
+            return;
+        };
+        self.free_ids.push(i);
+        self.staged_bytes -= s.len;
+        let cached: usize = self.cache.iter().map(MemoryRegion::len).sum();
+        if cached + s.region.len() <= STAGING_BUDGET && self.cache.len() < 8 {
+            self.cache.push(s.region);
+        }
+    }
+
+    /// Frees what peer `peer` was sent and will never read (its run is gone).
+    pub(super) fn forget_peer(&mut self, peer: u16) {
+        let ids: Vec<u64> = self
+            .staged
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let s = s.as_ref().filter(|s| s.peer == peer)?;
+                Some(u64::from(s.generation) << 32 | i as u64)
+            })
+            .collect();
+        for id in ids {
+            self.release(id, None);
+        }
+    }
+}
+
+impl NodeInner {
+    /// Stages `data` for peer `peer` (or [`LOCAL_PEER`]): `Ok(None)` while the node's
+    /// staging budget is spent.
+    pub(super) fn stage(
+        &self,
+        st: &mut State,
+        peer: u16,
+        data: &[u8],
+    ) -> Result<Option<Msg<'static>>> {
+        let r = &mut st.rndv;
+        if r.staged_bytes > 0 && r.staged_bytes + data.len() > STAGING_BUDGET {
+            return Ok(None);
+        }
+        let best = r
+            .cache
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.len() >= data.len())
+            .min_by_key(|(_, m)| m.len())
+            .map(|(i, _)| i);
+        let region = match best {
+            Some(i) => r.cache.swap_remove(i),
+            None => {
+                let size = data.len().div_ceil(STAGING_UNIT).max(1) * STAGING_UNIT;
+                MemoryRegion::new(&self.fab.domain, size).map_err(|e| {
+                    log::info!("a staging region of {size} bytes: {e}");
+                    Status::MCAPI_ERR_MEM_LIMIT
+                })?
+            }
+        };
+        region.write(0, data);
+        r.generation = r.generation.wrapping_add(1);
+        let i = match r.free_ids.pop() {
+            Some(i) => i,
+            None => {
+                r.staged.push(None);
+                r.staged.len() as u32 - 1
+            }
+        };
+        let id = u64::from(r.generation) << 32 | u64::from(i);
+        let desc = Descriptor {
+            addr: if self.fab.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0 {
+                region.addr() as u64
+            } else {
+                0
+            },
+            key: region.key(),
+            len: data.len() as u64,
+            id,
+        };
+        r.staged_bytes += data.len();
+        r.staged[i as usize] = Some(Staged {
+            region,
+            peer,
+            len: data.len(),
+            generation: r.generation,
+        });
+        Ok(Some(Msg::Staged {
+            desc: desc.encode(),
+            id,
+            len: data.len(),
+        }))
+    }
+
+    /// A receiver is done with staged message `id` (`RndvDone` from peer `from`).
+    pub(super) fn rndv_done(&self, st: &mut State, from: u16, id: u64) {
+        st.rndv.release(id, Some(from));
+        if from == LOCAL_PEER {
+            log::debug!("a rendezvous release from this node");
+        }
+    }
+
+    /// The descriptor in receive slot `slot` (a message that arrived marked as one).
+    pub(super) fn descriptor_in(&self, slot: u32) -> Descriptor {
+        let mut d = [0u8; DESC_LEN];
+        self.fab
+            .recv_pool
+            .read(slot as usize * super::common::EAGER_SLOT, &mut d);
+        Descriptor::decode(&d)
+    }
+
+    /// Tells peer `peer` that its staged message `id` (to port `port`) is done with: read,
+    /// or discarded with its endpoint.
+    pub(super) fn send_rndv_done(&self, st: &mut State, peer: u16, port: u32, id: u64) {
+        let Some(p) = st.peers.get(peer as usize) else {
+            return;
+        };
+        let tag = control_tag(Kind::RndvDone, port, p.index_at_peer);
+        st.outbox.push_back((peer, tag, id));
+    }
+
+    /// Reads the rendezvous message `desc` of peer `peer` into `out` (its length): an RMA
+    /// read into the node's receive staging region, then a copy. Progresses the node while
+    /// the read is under way (the sender's provider may need our CQ read too); a peer that
+    /// dies meanwhile ends it with `MCAPI_ERR_TRANSMISSION`.
+    pub(super) fn read_rendezvous(
+        &self,
+        st: &mut State,
+        peer: u16,
+        desc: &Descriptor,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let len = out.len();
+        if st.rndv.recv_region.as_ref().is_none_or(|r| r.len() < len) {
+            let size = len.next_power_of_two().max(STAGING_UNIT);
+            let region = MemoryRegion::new(&self.fab.domain, size).map_err(|e| {
+                log::info!("a rendezvous receive region of {size} bytes: {e}");
+                Status::MCAPI_ERR_MEM_LIMIT
+            })?;
+            st.rndv.recv_region = Some(region);
+        }
+        let Some(region) = st.rndv.recv_region.clone() else {
+            return Err(Status::MCAPI_ERR_MEM_LIMIT);
+        };
+        st.rndv.read_seq = st.rndv.read_seq.wrapping_add(1);
+        let seq = st.rndv.read_seq;
+        st.rndv.read_done = None;
+        let dest = st.peers[peer as usize].addr;
+        let buf = region.slice(0, len).map_err(ofi_status)?;
+        let ctx = Context::Read(seq).encode();
+        let mut polls = 0u32;
+        let mut posted = false;
+        let ok = loop {
+            if !posted {
+                match self.fab.ep.read(buf, dest, desc.addr, desc.key, ctx) {
+                    Ok(()) => posted = true,
+                    Err(e) if e.is_again() => {}
+                    Err(e) => return Err(ofi_status(e)),
+                }
+            }
+            self.progress(st);
+            if let Some((s, ok)) = st.rndv.read_done {
+                if s == seq {
+                    break ok;
+                }
+            }
+            polls += 1;
+            if polls.is_multiple_of(1024) {
+                let p = &st.peers[peer as usize];
+                if let Some(link) = p.link.as_ref().filter(|l| l.is_closed()) {
+                    let run = link.incarnation;
+                    self.peer_event_locked(st, peer, PeerInput::Lost(run));
+                }
+                if !st.peers[peer as usize].is_alive() {
+                    if posted {
+                        // The provider may still write into the region: a new one for the
+                        // next read (the endpoint keeps this one alive until it closes).
+                        st.rndv.recv_region = None;
+                    }
+                    return Err(Status::MCAPI_ERR_TRANSMISSION);
+                }
+                std::thread::yield_now();
+            }
+        };
+        if !ok {
+            return Err(Status::MCAPI_ERR_TRANSMISSION);
+        }
+        region.read(0, out);
+        Ok(())
+    }
+
+    /// A read completed (`ok`) or failed.
+    pub(super) fn read_completed(&self, st: &mut State, seq: u32, ok: bool) {
+        st.rndv.read_done = Some((seq, ok));
+    }
+}
