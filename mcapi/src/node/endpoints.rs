@@ -11,7 +11,7 @@ use crate::control::Frame;
 use crate::semantics::credit::{CreditPool, CreditWindow};
 use crate::semantics::endpoint_id::{EndpointId, PORT_ANY};
 use crate::semantics::queue::{PriorityQueues, SeqReorder};
-use crate::semantics::wire::{Context, MAX_WIRE_PORT};
+use crate::semantics::wire::MAX_WIRE_PORT;
 use crate::semantics::Status;
 use mcapi_ofi::MemoryRegion;
 use std::collections::VecDeque;
@@ -56,7 +56,7 @@ impl Node {
         }
         let pool = match st.reusable_pool(n) {
             Some(pool) => pool,
-            None => MemoryRegion::new(&self.inner.fab.domain, n as usize * MAX_MSG_SIZE)
+            None => MemoryRegion::with_slots(&self.inner.fab.domain, n as usize, MAX_MSG_SIZE)
                 .map_err(|_| Status::MCAPI_ERR_MEM_LIMIT)?,
         };
         let mut ep = LocalEndpoint {
@@ -317,14 +317,9 @@ impl NodeInner {
         // A slot whose receive completed meanwhile cannot be cancelled: its completion comes
         // back through the CQ all the same, which is what the retired pool counts.
         for slot in 0..ep.slots {
-            _ = self.fab.ep.cancel(
-                Context::RecvSlot {
-                    port,
-                    generation: ep.generation,
-                    slot,
-                }
-                .encode(),
-            );
+            if let Ok(buf) = ep.pool.slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE) {
+                _ = self.fab.ep.cancel(buf);
+            }
         }
         st.retired_pools.push(RetiredPool {
             port,

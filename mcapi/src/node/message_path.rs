@@ -1,6 +1,6 @@
 //! The message data path: queued sends and credits, arrivals, receives taking messages.
 
-use super::common::{Result, MAX_MSG_SIZE};
+use super::common::{ofi_status, Result, MAX_MSG_SIZE};
 use super::credit_plane::{control_tag, queue_control};
 use super::inner::NodeInner;
 use super::seq::widen;
@@ -21,6 +21,11 @@ impl NodeInner {
         data: &[u8],
     ) -> Result<RequestHandle> {
         let slot = st.send_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        if let Err(e) = self.fab.send_pool.write(slot as usize * MAX_MSG_SIZE, data) {
+            // Never: a free send slot has no send in flight.
+            st.send_free.push(slot);
+            return Err(ofi_status(e));
+        }
         let req = Req::Send {
             remote,
             priority,
@@ -34,7 +39,6 @@ impl NodeInner {
                 return Err(e);
             }
         };
-        self.fab.send_pool.write(slot as usize * MAX_MSG_SIZE, data);
         st.pending_sends.push_back(h);
         Ok(h)
     }
@@ -195,9 +199,10 @@ impl NodeInner {
         if len > buf.len() {
             return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
         }
-        ep.queue.pop();
         ep.pool
-            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len]);
+            .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len])
+            .map_err(ofi_status)?;
+        ep.queue.pop();
         // The message is the caller's now; its slot goes back to the fabric later.
         st.taken = Some(TakenSlot {
             port,

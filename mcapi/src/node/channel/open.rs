@@ -83,7 +83,7 @@ impl NodeInner {
                     ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, Posting::MultiRecv),
                     ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
-                let pool = MemoryRegion::new(domain, n * buffer_size)?;
+                let pool = MemoryRegion::with_slots(domain, n.max(1), buffer_size)?;
                 let r = RecvData {
                     pool,
                     state: RecvSide::new(kind, posting, buffer_size, n, capacity),
@@ -182,7 +182,7 @@ impl NodeInner {
                 Some(_) => 0,
                 None => CreditReturn::max_in_flight(credits) as usize,
             };
-            let credit_slots = MemoryRegion::new(domain, (slots * 8).max(8))?;
+            let credit_slots = MemoryRegion::with_slots(domain, slots.max(1), 8)?;
             if let (Some(ep), None) = (&io.ep, &io.hub) {
                 for i in 0..slots {
                     ep.recv(
@@ -201,7 +201,7 @@ impl NodeInner {
             io.data = SideData::Send(SendData {
                 state: SendSide::new(credits, staged),
                 credit_slots,
-                staging: MemoryRegion::new(domain, (staged * payload).max(8))?,
+                staging: MemoryRegion::with_slots(domain, staged.max(1), payload.max(1))?,
                 inject_size: self.fab.inject_size,
                 credit_reposts: Vec::with_capacity(slots),
             });
