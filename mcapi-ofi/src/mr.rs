@@ -355,6 +355,9 @@ impl MrInner {
     }
 
     /// Marks `[offset, offset + len)` of a multi-receive buffer as reported.
+    ///
+    /// Known gap (docs/design.md): with two threads reading one CQ, a thread still marking
+    /// an entry of a buffer's previous post can mark bytes of its next post.
     fn mark_received(&self, offset: usize, len: usize) {
         if let Some(bits) = self.received.get() {
             for_words(offset, len, |w, mask| {
