@@ -312,7 +312,8 @@ impl MrInner {
             slot
         };
         let start = slot * self.slot_size;
-        if slot >= self.slots.len() || len > self.slot_size - (offset - start) {
+        let at = offset - start;
+        if slot >= self.slots.len() || at > self.slot_size || len > self.slot_size - at {
             return Err(Error::InvalidArgument(
                 "range outside the region or across a slot boundary",
             ));
