@@ -258,6 +258,38 @@ impl MemoryRegion {
         Ok(())
     }
 
+    /// Copies `len` bytes at `from` of region `src` (which may be this one) to `offset` of
+    /// this region: memory to memory, without a bounce buffer.
+    ///
+    /// # Errors
+    /// As [`MemoryRegion::read`] for the source range and [`MemoryRegion::write`] for the
+    /// destination (`InUse` too when both are the same slot).
+    pub fn copy_from(
+        &self,
+        offset: usize,
+        src: &MemoryRegion,
+        from: usize,
+        len: usize,
+    ) -> Result<()> {
+        let slot = self.inner.slot_of(offset, len)?;
+        if len == 0 {
+            return src.inner.slot_of(from, 0).map(drop);
+        }
+        let src_slot = src.inner.begin_read(from, len)?;
+        let s = &self.inner.slots[slot];
+        if s.state
+            .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            src.inner.end_read(src_slot);
+            return Err(in_use());
+        }
+        self.inner.mem.copy_from(offset, &src.inner.mem, from, len);
+        s.state.fetch_sub(WRITE, Ordering::Release);
+        src.inner.end_read(src_slot);
+        Ok(())
+    }
+
     /// Describes `len` bytes at `offset`, inside one slot, for an operation.
     ///
     /// # Errors

@@ -551,6 +551,17 @@ impl Memory {
         unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.addr().add(offset), data.len()) }
     }
 
+    /// Copies `len` bytes at `from` of `src` to `offset` of this memory (`ptr::copy`: the
+    /// two may be the same memory, and the ranges may overlap).
+    #[inline]
+    pub(crate) fn copy_from(&self, offset: usize, src: &Memory, from: usize, len: usize) {
+        assert!(offset <= self.layout.size() && len <= self.layout.size() - offset);
+        assert!(from <= src.layout.size() && len <= src.layout.size() - from);
+        // SAFETY: both ranges are inside their allocations (checked above); `ptr::copy`
+        // allows them to overlap.
+        unsafe { ptr::copy(src.addr().add(from), self.addr().add(offset), len) }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.layout.size()
     }

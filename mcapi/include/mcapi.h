@@ -114,9 +114,9 @@ enum mcapi_status_codes {
 
 /* Endpoint attributes (3.16.13), numbered in the order listed there. */
 enum mcapi_endp_attrs {
-    MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE = 1, /* size_t, read-only */
-    MCAPI_ENDP_ATTR_BUFFER_TYPE = 2,      /* mcapi_uint_t, read-only */
-    MCAPI_ENDP_ATTR_MEMORY_TYPE = 3,      /* mcapi_uint_t, read-only */
+    MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE = 1, /* size_t, 1..MCAPI_MAX_PKT_SIZE (channels) */
+    MCAPI_ENDP_ATTR_BUFFER_TYPE = 2,      /* mcapi_uint_t, FIFO only (STATE: NOTSUPPORTED) */
+    MCAPI_ENDP_ATTR_MEMORY_TYPE = 3,      /* mcapi_uint_t, local only (others: NOTSUPPORTED) */
     MCAPI_ENDP_ATTR_NUM_PRIORITIES = 4,   /* mcapi_uint_t, read-only */
     MCAPI_ENDP_ATTR_PRIORITY = 5,         /* mcapi_uint_t, 0..MCAPI_MAX_PRIORITY */
     MCAPI_ENDP_ATTR_NUM_SEND_BUFFERS = 6, /* mcapi_uint_t, read-only, live */

@@ -53,6 +53,8 @@ typedef mca_request_t mcapi_request_t;
  * NULL, a zero-filled block or a variable never initialized all mean defaults. A zero
  * number or an empty string keeps the environment's value (MCAPI_REQUESTS,
  * MCAPI_RECV_BUFFERS, MCAPI_PROVIDER, MCAPI_JOB, MCAPI_TOPOLOGY) or the default. */
+#define MCAPI_COMPAT_SPEC 1 /* the letter of MCAPI 2.000 (the default) */
+#define MCAPI_COMPAT_MCA 2  /* the MCA reference implementation's readings (docs/c-abi.md) */
 #define MCAPI_PARAM_MAGIC 0x4d4341504950524dULL /* set by mcapi_param_init only */
 typedef struct mcapi_param {
     uint64_t magic;
@@ -61,7 +63,9 @@ typedef struct mcapi_param {
     char provider[64];             /* libfabric provider: "shm", "tcp", "verbs;ofi_rxm"... */
     char job[64];                  /* job name; nodes of other jobs are invisible */
     char topology[256];            /* file of "domain node host[:port]" lines */
-    uint64_t reserved[8];          /* zero */
+    mca_uint_t compat;             /* MCAPI_COMPAT_SPEC, MCAPI_COMPAT_MCA; 0: MCAPI_COMPAT */
+    mca_uint_t reserved32;         /* zero */
+    uint64_t reserved[7];          /* zero */
 } mcapi_param_t;
 
 /* Node attributes (spec 4.1.5-4.1.7); set up with mcapi_node_init_attributes. */
@@ -81,6 +85,16 @@ void mcapi_param_init(mcapi_param_t* mcapi_parameters, mca_status_t* mcapi_statu
  * built without PMIx: 0 and MCAPI_ERR_GENERAL. */
 mca_uint_t mcapi_ext_launcher_rank(mca_status_t* mcapi_status);
 mca_uint_t mcapi_ext_launcher_size(mca_status_t* mcapi_status);
+
+/* EXTENSIONS of the MCA reference implementation that its programs call (not part of
+ * MCAPI 2.000; docs/c-abi.md, "Compatibility mode"):
+ * mcapi_set_debug_level / mca_set_debug_level: this library's diagnostics on stderr, 0 off,
+ * 1 errors, 2 warnings, 3 info, 4 debug, 5 and more everything (MCAPI_LOG, when set, wins).
+ * mcapi_display_state: prints the calling thread's node (endpoints, queued messages,
+ * requests in use) to stderr; the handle is not read. */
+void mcapi_set_debug_level(int level);
+void mca_set_debug_level(int level);
+void mcapi_display_state(void* handle);
 
 #ifdef __cplusplus
 }

@@ -33,8 +33,14 @@ pub enum EndpointAttribute {
 
 /// `MCAPI_ENDP_ATTR_FIFO_BUFFER`.
 pub const FIFO_BUFFER: u64 = 0;
+/// `MCAPI_ENDP_ATTR_STATE_BUFFER` (an ABB extension of the spec, not implemented).
+pub const STATE_BUFFER: u64 = 1;
 /// `MCAPI_ENDP_ATTR_LOCAL_MEMORY`.
 pub const LOCAL_MEMORY: u64 = 0;
+/// `MCAPI_ENDP_ATTR_SHARED_MEMORY` (not implemented).
+pub const SHARED_MEMORY: u64 = 1;
+/// `MCAPI_ENDP_ATTR_REMOTE_MEMORY` (not implemented).
+pub const REMOTE_MEMORY: u64 = 2;
 /// `MCAPI_TIMEOUT_INFINITE` as an attribute value.
 pub const TIMEOUT_INFINITE: u64 = u32::MAX as u64;
 
@@ -69,6 +75,26 @@ impl EndpointAttribute {
             EndpointAttribute::MaxPayloadSize => std::mem::size_of::<usize>(),
             _ => 4,
         }
+    }
+
+    /// `mcapi_endpoint_set_attribute` of an attribute whose value this implementation fixes
+    /// among several the spec defines (buffer and memory type): the value implemented is
+    /// accepted (nothing changes), another value the spec defines is
+    /// `MCAPI_ERR_ATTR_NOTSUPPORTED`, anything else `MCAPI_ERR_ATTR_VALUE`. `None` for the
+    /// other attributes.
+    pub fn set_fixed(self, value: u64) -> Option<Result<(), Status>> {
+        let (implemented, defined): (u64, &[u64]) = match self {
+            EndpointAttribute::BufferType => (FIFO_BUFFER, &[STATE_BUFFER]),
+            EndpointAttribute::MemoryType => (LOCAL_MEMORY, &[SHARED_MEMORY, REMOTE_MEMORY]),
+            _ => return None,
+        };
+        Some(if value == implemented {
+            Ok(())
+        } else if defined.contains(&value) {
+            Err(Status::MCAPI_ERR_ATTR_NOTSUPPORTED)
+        } else {
+            Err(Status::MCAPI_ERR_ATTR_VALUE)
+        })
     }
 
     /// Whether `mcapi_endpoint_set_attribute` may change it.
@@ -143,6 +169,29 @@ mod tests {
         assert_eq!(a.set(NODE_ATTR_TYPE, 7), Err(Status::MCAPI_ERR_ATTR_VALUE));
         assert_eq!(a.set(2, 0), Err(Status::MCAPI_ERR_ATTR_NUM));
         assert_eq!(a.get(0), Err(Status::MCAPI_ERR_ATTR_NUM));
+    }
+
+    #[test]
+    fn fixed_attributes_take_their_value_and_refuse_the_others() {
+        use EndpointAttribute::{BufferType, MemoryType, Timeout};
+        assert_eq!(BufferType.set_fixed(FIFO_BUFFER), Some(Ok(())));
+        assert_eq!(
+            BufferType.set_fixed(STATE_BUFFER),
+            Some(Err(Status::MCAPI_ERR_ATTR_NOTSUPPORTED))
+        );
+        assert_eq!(
+            BufferType.set_fixed(9),
+            Some(Err(Status::MCAPI_ERR_ATTR_VALUE))
+        );
+        assert_eq!(MemoryType.set_fixed(LOCAL_MEMORY), Some(Ok(())));
+        for v in [SHARED_MEMORY, REMOTE_MEMORY] {
+            assert_eq!(
+                MemoryType.set_fixed(v),
+                Some(Err(Status::MCAPI_ERR_ATTR_NOTSUPPORTED))
+            );
+        }
+        assert_eq!(EndpointAttribute::Status.set_fixed(0), None);
+        assert_eq!(Timeout.set_fixed(0), None);
     }
 
     #[test]

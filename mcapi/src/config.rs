@@ -11,6 +11,7 @@
 //! | `MCAPI_JOB_KEY` (or a file named by `MCAPI_JOB_KEY_FILE`) | `job_key` | one host: generated into the job's private directory; several hosts: none, and initialize fails |
 //! | `MCAPI_REQUESTS` | `request_table_size` | 1024 |
 //! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 |
+//! | `MCAPI_COMPAT` (`spec` or `mca`) | `compat` | `spec`: the letter of MCAPI 2.000; `mca`: the reference implementation's readings (docs/c-abi.md) |
 //! | `MCAPI_SPIN_US` | `spin` | 50: a blocked call polls for 50 µs before it yields the core (then sleeps); large values busy-poll, 0 yields at once |
 //!
 //! The job key authenticates every control connection (docs/security.md). It is at least
@@ -123,6 +124,17 @@ pub enum Bootstrap {
     Pmix,
 }
 
+/// Whose reading of the spec a node follows where the MCA reference implementation departs
+/// from the letter of MCAPI 2.000 (docs/c-abi.md lists every difference).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compat {
+    /// The letter of the spec.
+    #[default]
+    Spec,
+    /// The reference implementation's idioms, for programs written against it.
+    Mca,
+}
+
 /// A node's configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -150,6 +162,8 @@ pub struct Config {
     /// A job with a core per node can poll for as long as it waits (MPI-style busy polling)
     /// with a large value; `ZERO` yields at once.
     pub spin: Duration,
+    /// The spec's reading or the reference implementation's.
+    pub compat: Compat,
 }
 
 /// A configuration value that could not be used.
@@ -178,6 +192,7 @@ impl Config {
             request_table_size: DEFAULT_REQUESTS,
             recv_buffers: DEFAULT_RECV_BUFFERS,
             spin: DEFAULT_SPIN,
+            compat: Compat::Spec,
         }
     }
 
@@ -280,6 +295,15 @@ impl Config {
         if let Some(n) = var("MCAPI_RECV_BUFFERS") {
             c.recv_buffers = parse_count("MCAPI_RECV_BUFFERS", &n)?;
         }
+        c.compat = match var("MCAPI_COMPAT").as_deref() {
+            None | Some("") | Some("spec") => Compat::Spec,
+            Some("mca") => Compat::Mca,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "MCAPI_COMPAT={other}: expected spec or mca"
+                )))
+            }
+        };
         if let Some(us) = var("MCAPI_SPIN_US") {
             let us = us.trim().parse().map_err(|_| {
                 ConfigError(format!("MCAPI_SPIN_US={us}: not a number of microseconds"))
@@ -475,6 +499,15 @@ mod tests {
             let e = Topology::parse(text).unwrap_err();
             assert!(e.0.starts_with(&format!("line {line}:")), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn compat_mode_from_environment() {
+        let read = |v: &str| Config::from_vars(vars(&[("MCAPI_COMPAT", v)])).map(|c| c.compat);
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().compat, Compat::Spec);
+        assert_eq!(read("spec"), Ok(Compat::Spec));
+        assert_eq!(read("mca"), Ok(Compat::Mca));
+        assert!(read("MCA").is_err());
     }
 
     #[test]

@@ -385,18 +385,18 @@ pub struct ControlServer {
 fn bind_published(config: &Config, key: &str) -> Result<Listener, StartError> {
     let io_err = |why: String| StartError::Io(io::Error::other(why));
     let now = Instant::now();
-    if let Some(addr) = launcher::lookup(key, Some(now)).map_err(io_err)? {
+    if let Some(addr) = launcher::lookup_node(key, Some(now)).map_err(io_err)? {
         if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
             return Err(StartError::NodeTaken);
         }
         // Left by a run that died: ours replaces it.
-        launcher::unpublish(key);
+        launcher::unpublish_node(key);
     }
     let ip = launcher::control_ip(config).map_err(io_err)?;
     let listener =
         TcpListener::bind((ip, 0)).map_err(|e| io_err(format!("cannot listen on {ip}: {e}")))?;
     let addr = listener.local_addr().map_err(StartError::Io)?;
-    launcher::publish(key, addr).map_err(io_err)?;
+    launcher::publish_node(key, addr).map_err(io_err)?;
     Ok(Listener::Tcp(listener))
 }
 
@@ -495,7 +495,7 @@ impl Drop for ControlServer {
             }
         }
         if let Rendezvous::Pmix(key) = &self.rendezvous {
-            launcher::unpublish(key);
+            launcher::unpublish_node(key);
         }
         if let Rendezvous::Unix(path) = &self.rendezvous {
             // Cleanup only: a socket file left behind is detected and replaced by the next
@@ -756,13 +756,15 @@ pub fn connect_when_up(
 fn connect_raw(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<Stream>> {
     let resolved;
     let to = match to {
-        Rendezvous::Pmix(key) => match launcher::lookup(key, deadline).map_err(io::Error::other)? {
-            Some(a) => {
-                resolved = Rendezvous::Tcp(a.ip().to_string(), a.port());
-                &resolved
+        Rendezvous::Pmix(key) => {
+            match launcher::lookup_node(key, deadline).map_err(io::Error::other)? {
+                Some(a) => {
+                    resolved = Rendezvous::Tcp(a.ip().to_string(), a.port());
+                    &resolved
+                }
+                None => return Ok(None),
             }
-            None => return Ok(None),
-        },
+        }
         other => other,
     };
     let mut pause = Duration::from_millis(1);

@@ -15,7 +15,7 @@ use std::sync::Once;
 pub(crate) fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
-        let Some(filter) = std::env::var("MCAPI_LOG").ok().filter(|f| !f.is_empty()) else {
+        let Some(filter) = log_variable() else {
             return;
         };
         // A bare level applies to this library; a full filter is taken as it is.
@@ -24,14 +24,62 @@ pub(crate) fn init() {
         } else {
             filter
         };
-        let pid = std::process::id();
-        let _already_set = env_logger::Builder::new()
-            .parse_filters(&filter)
-            .format(move |out, record| {
-                use std::io::Write;
-                writeln!(out, "mcapi[{pid}] {}: {}", record.level(), record.args())
-            })
-            .target(env_logger::Target::Stderr)
-            .try_init();
+        install(&filter);
     });
+}
+
+/// `MCAPI_LOG`, when set and not empty.
+fn log_variable() -> Option<String> {
+    std::env::var("MCAPI_LOG").ok().filter(|f| !f.is_empty())
+}
+
+/// Installs our stderr logger with `filter`, unless a logger is installed already.
+fn install(filter: &str) {
+    let pid = std::process::id();
+    let _already_set = env_logger::Builder::new()
+        .parse_filters(filter)
+        .format(move |out, record| {
+            use std::io::Write;
+            writeln!(out, "mcapi[{pid}] {}: {}", record.level(), record.args())
+        })
+        .target(env_logger::Target::Stderr)
+        .try_init();
+}
+
+/// The level `mcapi_set_debug_level(level)` stands for: 0 (or less) off, 1 errors, 2
+/// warnings, 3 info, 4 debug, 5 and more everything.
+pub(crate) fn debug_level(level: i32) -> log::LevelFilter {
+    match level {
+        i32::MIN..=0 => log::LevelFilter::Off,
+        1 => log::LevelFilter::Error,
+        2 => log::LevelFilter::Warn,
+        3 => log::LevelFilter::Info,
+        4 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    }
+}
+
+/// `mcapi_set_debug_level` (an extension, the reference implementation's switch): this
+/// library's diagnostics on stderr at [`debug_level`]`(level)`, as `MCAPI_LOG=<level>`
+/// would. `MCAPI_LOG`, when set, wins: the call then changes nothing.
+pub(crate) fn set_debug_level(level: i32) {
+    if log_variable().is_some() {
+        return;
+    }
+    install("mcapi=trace");
+    log::set_max_level(debug_level(level));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_levels() {
+        assert_eq!(debug_level(-3), log::LevelFilter::Off);
+        assert_eq!(debug_level(0), log::LevelFilter::Off);
+        assert_eq!(debug_level(1), log::LevelFilter::Error);
+        assert_eq!(debug_level(3), log::LevelFilter::Info);
+        assert_eq!(debug_level(6), log::LevelFilter::Trace);
+    }
 }

@@ -7,6 +7,10 @@
 //! the caller's deadline. MCAPI's initialize is not collective and node ids are the
 //! application's, so nothing here waits for all ranks (no PMIx fence).
 //!
+//! Applications may use the same directory for their own values: [`publish`] and
+//! [`lookup`] (with a timeout) store strings under keys private to the launch, and
+//! [`host_address`] says which address of this host the other ranks reach.
+//!
 //! Without PMIx support in the build (the `pmix` feature off, or no PMIx found when
 //! pmix-sys was built) [`rank`] and [`size`] return `None` and `MCAPI_BOOTSTRAP=pmix` is
 //! refused.
@@ -54,6 +58,95 @@ pub fn size() -> Option<u32> {
         .and_then(|c| c.job_size().ok())
 }
 
+/// A failure of the launcher's key-value directory ([`publish`], [`lookup`], [`unpublish`],
+/// [`host_address`]): not started by a PMIx launcher, no PMIx in this build, or the
+/// launcher's answer, as text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LauncherError(pub String);
+
+impl std::fmt::Display for LauncherError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LauncherError {}
+
+/// The launcher's client, for the application-level directory: only under a launcher.
+fn app_client() -> Result<&'static pmix_sys::Client, LauncherError> {
+    if !built_with_pmix() {
+        return Err(LauncherError("this build has no PMIx support".into()));
+    }
+    if !pmix_sys::launched_under_pmix() {
+        return Err(LauncherError(
+            "not started by a PMIx launcher (mpirun, srun --mpi=pmix): no PMIX_* variables".into(),
+        ));
+    }
+    client().map_err(LauncherError)
+}
+
+/// The name under which the application's `key` is stored: in this launch's namespace, and
+/// apart from the keys MCAPI publishes for its nodes and job keys.
+fn app_key(c: &pmix_sys::Client, key: &str) -> String {
+    format!("mcapi:{}:app:{key}", c.namespace())
+}
+
+/// Publishes `value` under `key` in the launcher's directory, for the other ranks of this
+/// launch to [`lookup`] (a small key-value helper on the same PMIx publish/lookup that the
+/// nodes' bootstrap uses). Keys are private to the launch (the launcher's namespace is
+/// part of the stored name) and apart from MCAPI's own. Publishing a key again does not
+/// fail (PMIx keeps one of the values): publish each key from one rank.
+///
+/// `perftest` under `mpirun` publishes its server's out-of-band address this way.
+///
+/// # Errors
+/// Not under a PMIx launcher, no PMIx in this build, or the launcher refused (a key or
+/// value PMIx cannot carry, such as one with a NUL byte).
+pub fn publish(key: &str, value: &str) -> Result<(), LauncherError> {
+    let c = app_client()?;
+    c.publish(&app_key(c, key), value)
+        .map_err(|e| LauncherError(format!("publishing {key}: {e}")))
+}
+
+/// The value another rank [`publish`]ed under `key`, waiting for up to `timeout` (`None`:
+/// for as long as it takes) for it to appear; `Ok(None)` when it did not appear in time.
+/// The wait polls the launcher (1 ms doubling to 50 ms between lookups), so nothing stays
+/// pending in the launcher after the call.
+///
+/// # Errors
+/// As [`publish`].
+pub fn lookup(key: &str, timeout: Option<Duration>) -> Result<Option<String>, LauncherError> {
+    let c = app_client()?;
+    let deadline = timeout.map(|t| Instant::now() + t);
+    c.lookup(&app_key(c, key), deadline)
+        .map_err(|e| LauncherError(format!("looking up {key}: {e}")))
+}
+
+/// Withdraws a key this process [`publish`]ed.
+///
+/// # Errors
+/// As [`publish`].
+pub fn unpublish(key: &str) -> Result<(), LauncherError> {
+    let c = app_client()?;
+    c.unpublish(&app_key(c, key))
+        .map_err(|e| LauncherError(format!("unpublishing {key}: {e}")))
+}
+
+/// The address by which the other ranks of the job reach this host, chosen as for a node's
+/// control server (docs/launchers.md): `MCAPI_TCP_IFACE`'s address if set; else loopback
+/// when every rank of the job is on this host; else the address of the default route's
+/// interface; else of the first interface that is up and not loopback. For an application
+/// that opens its own sockets beside MCAPI (perftest's out-of-band channel).
+///
+/// # Errors
+/// Not under a PMIx launcher, no PMIx in this build, a malformed `MCAPI_*` variable, or no
+/// usable interface.
+pub fn host_address() -> Result<IpAddr, LauncherError> {
+    app_client()?;
+    let config = Config::from_env().map_err(|e| LauncherError(e.to_string()))?;
+    control_ip(&config).map_err(LauncherError)
+}
+
 /// Whether every rank of the job runs on this host (false when unknown: the network
 /// configuration works on one host too).
 pub(crate) fn all_ranks_here() -> bool {
@@ -69,14 +162,14 @@ pub(crate) fn node_key(job: &str, domain: u32, node: u32) -> Result<String, Stri
 }
 
 /// Publishes a node's control address.
-pub(crate) fn publish(key: &str, addr: SocketAddr) -> Result<(), String> {
+pub(crate) fn publish_node(key: &str, addr: SocketAddr) -> Result<(), String> {
     client()?
         .publish(key, &addr.to_string())
         .map_err(|e| format!("publishing {key}: {e}"))
 }
 
 /// Withdraws a finalized node's address (best effort: the job may be ending).
-pub(crate) fn unpublish(key: &str) {
+pub(crate) fn unpublish_node(key: &str) {
     if let Ok(c) = client() {
         if let Err(e) = c.unpublish(key) {
             log::debug!("unpublishing {key}: {e}");
@@ -85,7 +178,10 @@ pub(crate) fn unpublish(key: &str) {
 }
 
 /// The address published under `key`, waiting for it until `deadline` (`None`: forever).
-pub(crate) fn lookup(key: &str, deadline: Option<Instant>) -> Result<Option<SocketAddr>, String> {
+pub(crate) fn lookup_node(
+    key: &str,
+    deadline: Option<Instant>,
+) -> Result<Option<SocketAddr>, String> {
     let Some(text) = client()?
         .lookup(key, deadline)
         .map_err(|e| format!("looking up {key}: {e}"))?
@@ -209,6 +305,20 @@ mod tests {
     fn no_launcher_no_rank() {
         if !pmix_sys::launched_under_pmix() {
             assert_eq!((rank(), size()), (None, None));
+        }
+    }
+
+    #[test]
+    fn no_launcher_no_directory() {
+        if !pmix_sys::launched_under_pmix() {
+            for e in [
+                publish("k", "v").unwrap_err(),
+                lookup("k", Some(Duration::ZERO)).unwrap_err(),
+                unpublish("k").unwrap_err(),
+                host_address().unwrap_err(),
+            ] {
+                assert!(e.0.contains("PMIx"), "{e}");
+            }
         }
     }
 }

@@ -52,6 +52,7 @@ pub mod fuzzing;
 pub mod launcher;
 mod node;
 pub mod semantics;
+mod sync;
 
 pub use mcapi_ofi::SendBuffer;
 pub use node::{ChannelHandle, Node, Packet, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES};

@@ -69,6 +69,21 @@ fn main() {
             Trial::test(format!("{provider}::random_calls"), move || {
                 random_calls(provider, &[])
             }),
+            Trial::test(format!("{provider}::compat_modes"), move || {
+                compat_modes(provider)
+            }),
+            Trial::test(format!("{provider}::error_codes"), move || {
+                error_codes(provider)
+            }),
+            Trial::test(format!("{provider}::mca_style_program"), move || {
+                mca_style_program(provider)
+            }),
+            Trial::test(format!("{provider}::same_node_chan_spec"), move || {
+                same_node_chan(provider, "spec")
+            }),
+            Trial::test(format!("{provider}::same_node_chan_mca"), move || {
+                same_node_chan(provider, "mca")
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -265,6 +280,8 @@ fn expected_constants() -> BTreeMap<String, u64> {
             capi::MCAPI_MAX_RECV_BUFFERS.into(),
         ),
         ("MCAPI_PARAM_MAGIC", capi::MCAPI_PARAM_MAGIC),
+        ("MCAPI_COMPAT_SPEC", capi::MCAPI_COMPAT_SPEC.into()),
+        ("MCAPI_COMPAT_MCA", capi::MCAPI_COMPAT_MCA.into()),
         ("MCAPI_NODE_ATTR_MAGIC", capi::MCAPI_NODE_ATTR_MAGIC.into()),
         ("MCAPI_PORT_ANY", capi::MCAPI_PORT_ANY.into()),
         (
@@ -618,6 +635,9 @@ signatures! {
         = fn(usize, *mut *mut u64, *mut usize, u32, *mut u32) -> u32;
     mcapi_cancel: "void" ("mcapi_request_t*, mcapi_status_t*") = fn(*mut u64, *mut u32);
     mcapi_display_status: "char*" ("mcapi_status_t, char*, size_t") = fn(u32, *mut c_char, usize) -> *mut c_char;
+    mcapi_set_debug_level: "void" ("int") = fn(std::ffi::c_int);
+    mca_set_debug_level: "void" ("int") = fn(std::ffi::c_int);
+    mcapi_display_state: "void" ("void*") = fn(*mut c_void);
 }
 
 /// Function names the headers declare.
@@ -894,6 +914,87 @@ fn c_suite(provider: &str, extra_flags: &[&str]) -> Result<(), Failed> {
     let report = processes.wait_all(Duration::from_secs(120))?;
     if !report.contains("all checks passed") {
         return Err(format!("the suite did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+/// The two modes (`tests/c/compat.c`): the spec's and `MCAPI_COMPAT=mca`'s reading of
+/// `_i` calls refused at once and of `test`/`wait`/`wait_any`, the mode chosen by
+/// `mcapi_param_t.compat` and by the environment.
+fn compat_modes(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("compat.c", &[], "compat")?;
+    for (mode, from, env) in [
+        ("spec", "param", None),
+        ("mca", "param", None),
+        ("mca", "env", Some("mca")),
+        ("spec", "env", Some("spec")),
+    ] {
+        let job = format!("c-compat-{provider}-{mode}-{from}-{}", std::process::id());
+        let env: Vec<(&str, &str)> = env.map(|v| ("MCAPI_COMPAT", v)).into_iter().collect();
+        let mut processes = Processes {
+            children: Vec::new(),
+        };
+        processes.spawn(&exe, &[mode, from], provider, &job, &env)?;
+        let report = processes.wait_all(Duration::from_secs(60))?;
+        if !report.contains(&format!("compat {mode} {from}: all checks passed")) {
+            return Err(format!("compat {mode} {from} did not finish:\n{report}").into());
+        }
+    }
+    Ok(())
+}
+
+/// The codes chapter 4's ERRORS tables leave a choice of (`tests/c/errors.c`): handles
+/// after delete and close, attribute numbers, tiny timeouts, channel calls of the wrong
+/// type or direction, connects with gets pending; the same in both modes.
+fn error_codes(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("errors.c", &[], "errors")?;
+    for mode in ["spec", "mca"] {
+        let job = format!("c-errors-{provider}-{mode}-{}", std::process::id());
+        let mut processes = Processes {
+            children: Vec::new(),
+        };
+        processes.spawn(&exe, &[], provider, &job, &[("MCAPI_COMPAT", mode)])?;
+        let report = processes.wait_all(Duration::from_secs(60))?;
+        if !report.contains("errors: all checks passed") {
+            return Err(format!("errors ({mode}) did not finish:\n{report}").into());
+        }
+    }
+    Ok(())
+}
+
+/// A program in the style of the MCA reference implementation's tests
+/// (`tests/c/mca_style.c`), unchanged, under `MCAPI_COMPAT=mca`: failed sends polled with
+/// `while (!mcapi_test(...))`, errors reported through requests, the reference's debug
+/// helpers.
+fn mca_style_program(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("mca_style.c", &[], "mca_style")?;
+    let job = format!("c-mca-style-{provider}-{}", std::process::id());
+    let mut processes = Processes {
+        children: Vec::new(),
+    };
+    processes.spawn(&exe, &[], provider, &job, &[("MCAPI_COMPAT", "mca")])?;
+    let report = processes.wait_all(Duration::from_secs(60))?;
+    if !report.contains("mca_style: Test PASSED") {
+        return Err(format!("mca_style did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+/// Packet and scalar channels with both sides in one node, driven by one thread
+/// (`tests/c/same_node_chan.c`), in compat mode `compat` (`MCAPI_COMPAT`).
+fn same_node_chan(provider: &str, compat: &str) -> Result<(), Failed> {
+    let exe = build_once("same_node_chan.c", &[], "same_node_chan")?;
+    let job = format!(
+        "c-same-node-chan-{provider}-{compat}-{}",
+        std::process::id()
+    );
+    let mut processes = Processes {
+        children: Vec::new(),
+    };
+    processes.spawn(&exe, &["3"], provider, &job, &[("MCAPI_COMPAT", compat)])?;
+    let report = processes.wait_all(Duration::from_secs(60))?;
+    if !report.contains("same-node channels: all checks passed") {
+        return Err(format!("the program did not finish:\n{report}").into());
     }
     Ok(())
 }

@@ -1768,3 +1768,191 @@ fn release_at(node: &Node, addr: usize) -> Result<(), Status> {
     // SAFETY: the tests read no packet after giving its address back.
     unsafe { mcapi::capi::pktchan_release_at(node, addr) }
 }
+
+/// One node, one thread: both endpoints of a packet and a scalar channel are this node's.
+/// Connect, both opens (waited in either order), as many packets or scalars as the channel
+/// has buffers sent before any is received, each `pktchan_send_i` complete at its first
+/// test, `available` counting them at once, a pending `recv_i` complete at its first test;
+/// one packet more than the buffers stays pending until one is received. In both modes.
+#[test]
+fn same_node_channels_in_one_thread() {
+    use mcapi::config::Compat;
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        for compat in [Compat::Spec, Compat::Mca] {
+            let mut cfg = config(prov, &format!("samenode-{compat:?}"));
+            cfg.compat = compat;
+            let n = Node::initialize(0, 140, cfg).unwrap();
+            let what = format!("{prov} {compat:?}");
+            let buffers = 16usize;
+            for (k, recv_first) in [(0u32, true), (1, false)] {
+                let (tx, rx) = (
+                    n.endpoint_create(10 + 2 * k).unwrap(),
+                    n.endpoint_create(11 + 2 * k).unwrap(),
+                );
+                let c = n.pktchan_connect_i(tx, rx).unwrap();
+                n.wait(c, None, WAIT).unwrap();
+                let (hr, qr) = n.pktchan_recv_open_i(rx).unwrap();
+                let (hs, qs) = n.pktchan_send_open_i(tx).unwrap();
+                let order = if recv_first { [qr, qs] } else { [qs, qr] };
+                for q in order {
+                    n.wait(q, None, WAIT).unwrap();
+                }
+                for round in 0..2u8 {
+                    for i in 0..buffers as u8 {
+                        let data = [round, i, 7];
+                        if i % 2 == 0 {
+                            let s = n.pktchan_send_i(hs, &data).unwrap();
+                            assert_eq!(n.test(s, None).unwrap(), Some(3), "{what}");
+                        } else {
+                            n.pktchan_send(hs, &data).unwrap();
+                        }
+                    }
+                    assert_eq!(n.pktchan_available(hr).unwrap(), buffers, "{what}");
+                    for i in 0..buffers as u8 {
+                        let pkt = n.pktchan_recv(hr).unwrap();
+                        assert_eq!(pkt.to_vec(), [round, i, 7], "{what}");
+                        n.pktchan_release(pkt).unwrap();
+                    }
+                }
+                // A pending receive completes at its first test once a packet was sent.
+                let r = n.pktchan_recv_i(hr).unwrap();
+                assert_eq!(n.test(r, None).unwrap(), None, "{what}");
+                n.pktchan_send(hs, b"late").unwrap();
+                assert_eq!(n.test(r, None).unwrap(), Some(4), "{what}");
+                n.pktchan_release(n.received_packet(r).unwrap()).unwrap();
+                // One more than the buffers: pending until one is received.
+                for i in 0..buffers as u8 {
+                    n.pktchan_send(hs, &[i]).unwrap();
+                }
+                let s = n.pktchan_send_i(hs, b"over").unwrap();
+                assert_eq!(n.test(s, None).unwrap(), None, "{what}");
+                let first = n.pktchan_recv(hr).unwrap();
+                assert_eq!(first.to_vec(), [0], "{what}");
+                n.pktchan_release(first).unwrap();
+                assert_eq!(n.wait(s, None, WAIT).unwrap(), 4, "{what}");
+                for i in 1..=buffers as u8 {
+                    let pkt = n.pktchan_recv(hr).unwrap();
+                    let want: &[u8] = if i as usize == buffers { b"over" } else { &[i] };
+                    assert_eq!(pkt.to_vec(), want, "{what}");
+                    n.pktchan_release(pkt).unwrap();
+                }
+                let (qs, qr) = (
+                    n.pktchan_send_close_i(hs).unwrap(),
+                    n.pktchan_recv_close_i(hr).unwrap(),
+                );
+                n.wait(qs, None, WAIT).unwrap();
+                n.wait(qr, None, WAIT).unwrap();
+            }
+            for (k, width) in [1usize, 2, 4, 8].into_iter().enumerate() {
+                let port = 20 + 2 * k as u32;
+                let (tx, rx) = (
+                    n.endpoint_create(port).unwrap(),
+                    n.endpoint_create(port + 1).unwrap(),
+                );
+                let c = n.sclchan_connect_i(tx, rx).unwrap();
+                n.wait(c, None, WAIT).unwrap();
+                let (hs, qs) = n.sclchan_send_open_i(tx).unwrap();
+                let (hr, qr) = n.sclchan_recv_open_i(rx).unwrap();
+                n.wait(qs, None, WAIT).unwrap();
+                n.wait(qr, None, WAIT).unwrap();
+                let mask = u64::MAX >> (64 - 8 * width);
+                let value = |round: u64, i: u64| (round << 40 | i).wrapping_mul(0x0101_0101_0101);
+                for round in 0..3u64 {
+                    for i in 0..buffers as u64 {
+                        n.sclchan_send(hs, value(round, i), width).unwrap();
+                    }
+                    assert_eq!(n.sclchan_available(hr).unwrap(), buffers, "{what}");
+                    for i in 0..buffers as u64 {
+                        let v = n.sclchan_recv(hr, width).unwrap();
+                        assert_eq!(v, value(round, i) & mask, "{what}");
+                    }
+                }
+                let (qs, qr) = (
+                    n.sclchan_send_close_i(hs).unwrap(),
+                    n.sclchan_recv_close_i(hr).unwrap(),
+                );
+                n.wait(qs, None, WAIT).unwrap();
+                n.wait(qr, None, WAIT).unwrap();
+            }
+            n.finalize().unwrap();
+        }
+    }
+}
+
+/// Compatibility mode (MCAPI_COMPAT=mca): a side's open completes before the other side
+/// opens, and what is sent meanwhile waits for it: `pktchan_send_i` stays pending, a
+/// blocking send (another thread) blocks, both complete once the receiver opened; the
+/// same on one node. Spec mode: the send open stays pending until the receiver opens.
+#[test]
+fn compat_mode_opens_complete_on_their_own() {
+    use mcapi::config::Compat;
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        for compat in [Compat::Spec, Compat::Mca] {
+            let mut cfg = config(prov, &format!("early-{compat:?}"));
+            cfg.compat = compat;
+            let p = Pair::with_config(cfg, 150);
+            let what = format!("{prov} {compat:?}");
+            connect(&p, false);
+            let (hs, qs) = p.a.pktchan_send_open_i(p.tx).unwrap();
+            if compat == Compat::Spec {
+                assert_eq!(
+                    p.a.wait(qs, None, Some(Duration::from_millis(1))).err(),
+                    Some(Status::MCAPI_TIMEOUT),
+                    "{what}"
+                );
+                let (hr, qr) = p.b.pktchan_recv_open_i(p.rx).unwrap();
+                p.b.wait(qr, None, WAIT).unwrap();
+                p.a.wait(qs, None, WAIT).unwrap();
+                p.a.pktchan_send(hs, b"x").unwrap();
+                assert_eq!(p.b.pktchan_recv(hr).unwrap().to_vec(), b"x", "{what}");
+                close(&p, hs, hr, false);
+                p.finalize();
+                continue;
+            }
+            p.a.wait(qs, None, WAIT).unwrap();
+            let queued: Vec<RequestHandle> = (0..3u8)
+                .map(|i| p.a.pktchan_send_i(hs, &[i; 5]).unwrap())
+                .collect();
+            for &q in &queued {
+                assert_eq!(p.a.test(q, None).unwrap(), None, "{what}");
+            }
+            // A blocking send waits for the receiver's open (in another thread).
+            let a = p.a.clone();
+            let blocked = std::thread::spawn(move || a.pktchan_send(hs, &[3; 5]));
+            let (hr, qr) = p.b.pktchan_recv_open_i(p.rx).unwrap();
+            p.b.wait(qr, None, WAIT).unwrap();
+            for q in queued {
+                assert_eq!(p.a.wait(q, None, WAIT).unwrap(), 5, "{what}");
+            }
+            blocked.join().unwrap().unwrap();
+            for i in 0..4u8 {
+                let pkt = p.b.pktchan_recv(hr).unwrap();
+                assert_eq!(pkt.to_vec(), [i; 5], "{what}");
+                release_at(&p.b, pkt.addr()).unwrap();
+            }
+            close(&p, hs, hr, false);
+
+            // Scalars: the receive side's open completes alone too; a scalar sent before
+            // it opened (blocking, another thread) arrives once it did.
+            p.a.endpoint_delete(p.tx).unwrap();
+            p.b.endpoint_delete(p.rx).unwrap();
+            let p = Pair {
+                tx: p.a.endpoint_create(10).unwrap(),
+                rx: p.b.endpoint_create(20).unwrap(),
+                ..p
+            };
+            connect(&p, true);
+            let (hr, qr) = p.b.sclchan_recv_open_i(p.rx).unwrap();
+            p.b.wait(qr, None, WAIT).unwrap();
+            assert_eq!(p.b.sclchan_available(hr).unwrap(), 0, "{what}");
+            let (hs, qs) = p.a.sclchan_send_open_i(p.tx).unwrap();
+            p.a.wait(qs, None, WAIT).unwrap();
+            p.a.sclchan_send(hs, 0xBEEF, 2).unwrap();
+            assert_eq!(p.b.sclchan_recv(hr, 2).unwrap(), 0xBEEF, "{what}");
+            close(&p, hs, hr, true);
+            p.finalize();
+        }
+    }
+}

@@ -3,17 +3,55 @@
 //! exchanges messages, and rank 0 opens a packet channel to rank 1. On one host over tcp
 //! and shm, then on two "hosts": two network namespaces joined by a veth pair, mpirun in
 //! one starting its daemon in the other through an rsh agent that is `ip netns exec`.
-//! Without mpirun (or a build without PMIx, or CAP_NET_ADMIN for the two hosts) the test
+//! The example job `examples/halo.c` (built here against this build's libmcapi) runs the
+//! same ways: over shm and tcp on one host, over tcp on the two hosts. Without mpirun (or a
+//! build without PMIx, or CAP_NET_ADMIN for the two hosts, or cc for the example) the test
 //! says why it did not run.
 
+#[path = "common/launch.rs"]
+mod launch;
+
+use launch::{output_bounded, wait_bounded, which, TwoHosts, MPIRUN_FLAGS};
 use mcapi::config::{Bootstrap, Config};
 use mcapi::Node;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 const RANKS: u32 = 4;
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
 const MSG_PORT: u32 = 1;
+const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Runs that passed and failed, each reported as it ends.
+#[derive(Default)]
+struct Tally {
+    passed: u32,
+    failed: u32,
+}
+
+impl Tally {
+    fn report(&mut self, run: &str, result: Result<(), String>, t0: Instant) {
+        match result {
+            Ok(()) => {
+                self.passed += 1;
+                println!("launcher {run}: ok ({:.1}s)", t0.elapsed().as_secs_f64());
+            }
+            Err(why) => {
+                self.failed += 1;
+                println!("launcher {run}: FAILED: {why}");
+            }
+        }
+    }
+}
+
+fn succeeded(status: Option<ExitStatus>) -> Result<(), String> {
+    match status {
+        Some(s) if s.success() => Ok(()),
+        Some(s) => Err(format!("mpirun: {s}")),
+        None => Err("mpirun did not finish within 120 s (killed)".into()),
+    }
+}
 
 fn main() {
     if std::env::var_os("PMIX_RANK").is_some() {
@@ -32,21 +70,8 @@ fn main() {
         return;
     };
     let me = std::env::current_exe().expect("own path");
-    let (mut passed, mut failed) = (0, 0);
-    let mut report = |run: &str, status: Option<std::process::ExitStatus>, t0: Instant| match status
-    {
-        Some(s) if s.success() => {
-            passed += 1;
-            println!(
-                "launcher {run}: mpirun -n {RANKS}: ok ({:.1}s)",
-                t0.elapsed().as_secs_f64()
-            )
-        }
-        other => {
-            println!("launcher {run}: FAILED: {other:?}");
-            failed += 1;
-        }
-    };
+    let mut tally = Tally::default();
+    let offered = |p: &str| mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(p)).is_ok();
     // The key from rank 0 through PMIx, and (last run) given to every rank with -x.
     for (provider, key) in [
         ("tcp", None),
@@ -61,168 +86,159 @@ fn main() {
                 ""
             }
         );
-        if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_err() {
+        if !offered(provider) {
             println!("launcher {provider}: not run (libfabric offers no {provider})");
             continue;
         }
         let t0 = Instant::now();
-        let mut cmd = Command::new(&mpirun);
-        cmd.env_remove("MCAPI_JOB_KEY");
-        cmd.args([
-            "-n",
-            &RANKS.to_string(),
-            "--oversubscribe",
-            "--allow-run-as-root",
-        ])
-        .args(["-x", "MCAPI_PROVIDER"]);
-        if std::env::var_os("MCAPI_LOG").is_some() {
-            cmd.args(["-x", "MCAPI_LOG"]);
-        }
+        let mut cmd = one_host(&mpirun, provider);
         if let Some(key) = key {
             cmd.args(["-x", "MCAPI_JOB_KEY"]).env("MCAPI_JOB_KEY", key);
         }
-        let mut child = cmd
-            .arg(&me)
-            .env("MCAPI_PROVIDER", provider)
-            // No topology, no key, no job directory: everything comes through PMIx.
-            .env_remove("MCAPI_TOPOLOGY")
-            .env_remove("MCAPI_JOB_KEY_FILE")
-            .spawn()
-            .expect("spawn mpirun");
-        report(&run, wait_bounded(&mut child), t0);
+        let mut child = cmd.arg(&me).spawn().expect("spawn mpirun");
+        tally.report(
+            &format!("{run}: mpirun -n {RANKS}"),
+            succeeded(wait_bounded(&mut child)),
+            t0,
+        );
     }
-    match TwoHosts::new() {
+    // The example job of examples/, built against this build's libmcapi.
+    let halo = build_halo();
+    match &halo {
+        Ok(halo) => {
+            for provider in ["shm", "tcp"] {
+                if !offered(provider) {
+                    println!("launcher halo {provider}: not run (libfabric offers no {provider})");
+                    continue;
+                }
+                let t0 = Instant::now();
+                let result = halo_result(one_host(&mpirun, provider).arg(halo), provider);
+                tally.report(&format!("halo {provider}: mpirun -n {RANKS}"), result, t0);
+            }
+        }
+        Err(why) => println!("launcher halo: skipped: {why}"),
+    }
+    match TwoHosts::new(Path::new(env!("CARGO_TARGET_TMPDIR"))) {
         Ok(hosts) => {
             let t0 = Instant::now();
-            let mut child = hosts.mpirun(&mpirun, &me).spawn().expect("spawn mpirun");
-            report("two hosts (tcp)", wait_bounded(&mut child), t0);
+            let mut child = hosts
+                .mpirun(&mpirun, RANKS / 2)
+                .arg(&me)
+                .spawn()
+                .expect("spawn mpirun");
+            tally.report(
+                &format!("two hosts (tcp): mpirun -n {RANKS}"),
+                succeeded(wait_bounded(&mut child)),
+                t0,
+            );
+            if let Ok(halo) = &halo {
+                let t0 = Instant::now();
+                let mut cmd = hosts.mpirun(&mpirun, RANKS / 2);
+                cmd.args(["-x", "MCAPI_PROVIDER"])
+                    .env("MCAPI_PROVIDER", "tcp")
+                    .arg(halo);
+                tally.report(
+                    &format!("halo on two hosts (tcp): mpirun -n {RANKS}"),
+                    halo_result(&mut cmd, "tcp"),
+                    t0,
+                );
+            }
         }
         Err(why) => println!("launcher two hosts: skipped: {why}"),
     }
-    println!("\nlauncher: {passed} passed, {failed} failed");
-    if failed > 0 {
+    println!(
+        "\nlauncher: {} passed, {} failed",
+        tally.passed, tally.failed
+    );
+    if tally.failed > 0 {
         std::process::exit(1);
     }
 }
 
-/// Waits for `child` (an mpirun) for at most two minutes; `None`: killed at the limit.
-fn wait_bounded(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().expect("wait mpirun") {
-            return Some(s);
+/// `mpirun -n RANKS` on this host over `provider`, with no topology, key or job directory
+/// of the caller's: everything comes through PMIx. The caller adds the program.
+fn one_host(mpirun: &Path, provider: &str) -> Command {
+    let mut cmd = Command::new(mpirun);
+    cmd.args(["-n", &RANKS.to_string()])
+        .args(MPIRUN_FLAGS)
+        .args(["-x", "MCAPI_PROVIDER"]);
+    for v in launch::CLEARED {
+        cmd.env_remove(v);
+    }
+    if std::env::var_os("MCAPI_LOG").is_some() {
+        cmd.args(["-x", "MCAPI_LOG"]);
+    }
+    cmd.env("MCAPI_PROVIDER", provider);
+    cmd
+}
+
+/// Runs the halo example (`cmd`: mpirun with it, over `provider`) and checks rank 0's line.
+fn halo_result(cmd: &mut Command, provider: &str) -> Result<(), String> {
+    let run = output_bounded(cmd).ok_or("mpirun did not finish within 120 s (killed)")?;
+    let out = run.stdout;
+    succeeded(Some(run.status)).map_err(|e| format!("{e}; output:\n{out}{}", run.stderr))?;
+    let want = format!("halo: {RANKS} ranks x 16 cells, 100 iterations over {provider}: ");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("halo")).collect();
+    match lines[..] {
+        [line] if line.starts_with(&want) && line.ends_with(": ok") => {
+            println!("  {line}");
+            Ok(())
         }
-        if t0.elapsed() > Duration::from_secs(120) {
-            // Only the mpirun this test started; mpirun takes its ranks down with it.
-            _ = child.kill();
-            _ = child.wait();
-            return None;
+        _ => Err(format!(
+            "expected one 'halo: ... ok' line from rank 0, got:\n{out}"
+        )),
+    }
+}
+
+/// Builds `examples/halo.c` the way its Makefile does (`cc $(pkg-config --cflags --libs
+/// mcapi)`), against libmcapi of this test build installed into a private prefix with
+/// `scripts/install`. `Err`: why it cannot be built here (no cc or pkg-config).
+fn build_halo() -> Result<PathBuf, String> {
+    for tool in ["cc", "pkg-config", "nm"] {
+        which(tool).map_err(|()| format!("no {tool} on PATH to build examples/halo.c"))?;
+    }
+    // target/<profile>/deps: where this build put libmcapi.so and libmcapi.a.
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let lib = exe.parent().ok_or("no directory")?.to_path_buf();
+    let work = lib.join("..").join("launcher");
+    let prefix = work.join("prefix");
+    _ = std::fs::remove_dir_all(&prefix);
+    std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+    let run = |cmd: &mut Command| -> Result<String, String> {
+        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{cmd:?} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Two network namespaces joined by a veth pair, removed on drop; "host" A is where mpirun
-/// runs, B is reached by the rsh agent script.
-struct TwoHosts {
-    ns: [String; 2],
-    agent: std::path::PathBuf,
-}
-
-const HOST_ADDR: [&str; 2] = ["198.51.100.11", "198.51.100.12"];
-
-impl TwoHosts {
-    fn new() -> Result<TwoHosts, String> {
-        let id = std::process::id();
-        let ns = [format!("mcapi-pmix-a{id}"), format!("mcapi-pmix-b{id}")];
-        sh(&["ip", "netns", "add", &ns[0]])
-            .map_err(|e| format!("cannot create network namespaces (needs CAP_NET_ADMIN): {e}"))?;
-        let hosts = TwoHosts {
-            agent: std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("pmix-agent-{id}.sh")),
-            ns,
-        };
-        let (veth_a, veth_b) = (format!("mpa{id}"), format!("mpb{id}"));
-        sh(&["ip", "netns", "add", &hosts.ns[1]])?;
-        sh(&[
-            "ip", "link", "add", &veth_a, "type", "veth", "peer", "name", &veth_b,
-        ])?;
-        for (i, veth) in [&veth_a, &veth_b].into_iter().enumerate() {
-            let ns = &hosts.ns[i];
-            sh(&["ip", "link", "set", veth, "netns", ns])?;
-            let addr = format!("{}/24", HOST_ADDR[i]);
-            sh(&["ip", "-n", ns, "addr", "add", &addr, "dev", veth])?;
-            sh(&["ip", "-n", ns, "link", "set", veth, "up"])?;
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-        }
-        // mpirun runs `agent <host> <command line>` to start its daemon on another host.
-        let script = format!(
-            "#!/bin/sh\nshift\nexec ip netns exec {} sh -c \"$*\"\n",
-            hosts.ns[1]
-        );
-        std::fs::write(&hosts.agent, script).map_err(|e| e.to_string())?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&hosts.agent, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| e.to_string())?;
-        Ok(hosts)
-    }
-
-    /// mpirun in host A, two ranks per host, its own traffic on the veth pair.
-    fn mpirun(&self, mpirun: &std::path::Path, exe: &std::path::Path) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns[0]])
-            .arg(mpirun)
-            .args([
-                "-n",
-                &RANKS.to_string(),
-                "--oversubscribe",
-                "--allow-run-as-root",
-            ])
-            .args(["--mca", "plm_rsh_agent"])
-            .arg(&self.agent)
-            .args(["--mca", "oob_tcp_if_include", "198.51.100.0/24"])
-            .arg("--host")
-            .arg(format!("{}:2,{}:2", HOST_ADDR[0], HOST_ADDR[1]))
-            .arg(exe)
-            .env_remove("MCAPI_PROVIDER")
-            .env_remove("MCAPI_TOPOLOGY")
-            .env_remove("MCAPI_JOB_KEY")
-            .env_remove("MCAPI_JOB_KEY_FILE");
-        cmd
-    }
-}
-
-impl Drop for TwoHosts {
-    fn drop(&mut self) {
-        // Cleanup only: the veth pair goes with its namespaces.
-        for ns in &self.ns {
-            _ = sh(&["ip", "netns", "del", ns]);
-        }
-        _ = std::fs::remove_file(&self.agent);
-    }
-}
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn which(cmd: &str) -> Result<std::path::PathBuf, ()> {
-    std::env::split_paths(&std::env::var_os("PATH").ok_or(())?)
-        .map(|d| d.join(cmd))
-        .find(|p| p.is_file())
-        .ok_or(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(
+        Command::new(Path::new(MANIFEST_DIR).join("../scripts/install"))
+            .arg(&prefix)
+            .env("MCAPI_LIB_DIR", &lib),
+    )?;
+    let flags = run(Command::new("pkg-config")
+        .args(["--cflags", "--libs", "mcapi"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")))?;
+    let halo = work.join("halo");
+    run(Command::new("cc")
+        .args([
+            "-O2",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-pedantic",
+            "-Werror",
+        ])
+        .arg(Path::new(MANIFEST_DIR).join("../examples/halo.c"))
+        .arg("-o")
+        .arg(&halo)
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display())))?;
+    Ok(halo)
 }
 
 fn rank_main() -> Result<(), Box<dyn std::error::Error>> {
@@ -241,6 +257,14 @@ fn rank_main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: NULL status is allowed.
     let c_size = unsafe { mcapi::capi::mcapi_ext_launcher_size(std::ptr::null_mut()) };
     assert_eq!(c_size, n);
+    // The application's key-value helpers: rank 0 publishes, every rank finds it.
+    if me == 0 {
+        mcapi::launcher::publish("launcher-test", "from rank 0")?;
+    }
+    let value = mcapi::launcher::lookup("launcher-test", WAIT)?;
+    assert_eq!(value.as_deref(), Some("from rank 0"));
+    let never = mcapi::launcher::lookup("never-published", Some(Duration::from_millis(20)))?;
+    assert_eq!(never, None);
     let node = Node::initialize(0, me, cfg)?;
     // Two rounds, each on its own endpoint (messages of different senders are not
     // ordered): data, then "received all", so no rank finalizes before every rank has

@@ -272,3 +272,71 @@ fn senders_that_finalized_free_their_place_at_the_receiver() {
         rx.finalize().unwrap();
     }
 }
+
+/// 257 sender nodes alive at once against one endpoint (it serves 256 senders; shm also maps
+/// at most 256 peers per node): the 257th is refused with `MCAPI_ERR_MEM_LIMIT` (at its
+/// `endpoint_get` or its send), the 256 before it are all delivered, and once one of them
+/// finalizes and its departure grace ends, the 257th gets through; nothing is lost.
+#[test]
+fn the_257th_live_sender_is_refused_cleanly_and_gets_in_later() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "live-senders", 16);
+        let rx = Node::initialize(0, 60, cfg.clone()).unwrap();
+        let ep = rx.endpoint_create(5).unwrap();
+        rx.set_endpoint_timeout(ep, WAIT).unwrap();
+        let mut buf = [0u8; 8];
+        let mut senders = Vec::new();
+        for i in 0..256u32 {
+            let s = Node::initialize(0, 2000 + i, cfg.clone()).unwrap();
+            let to = s
+                .endpoint_get(0, 60, 5, WAIT)
+                .unwrap_or_else(|e| panic!("{prov}: sender {i}: endpoint_get: {e:?}"));
+            let from = s.endpoint_create(1).unwrap();
+            s.msg_send(from, to, &i.to_le_bytes(), 0)
+                .unwrap_or_else(|e| panic!("{prov}: sender {i}: msg_send: {e:?}"));
+            let n = rx.msg_recv(ep, &mut buf).unwrap();
+            assert_eq!(&buf[..n], &i.to_le_bytes(), "{prov}: sender {i}");
+            senders.push((s, from, to));
+        }
+        let late = Node::initialize(0, 2256, cfg.clone()).unwrap();
+        let from = late.endpoint_create(1).unwrap();
+        let refused = late
+            .endpoint_get(0, 60, 5, WAIT)
+            .and_then(|to| late.msg_send(from, to, b"late", 0));
+        assert_eq!(
+            refused,
+            Err(Status::MCAPI_ERR_MEM_LIMIT),
+            "{prov}: sender 256"
+        );
+        // One leaves; its place is free once its departure grace (2 s) has passed.
+        senders.remove(0).0.finalize().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let sent = loop {
+            let r = late
+                .endpoint_get(0, 60, 5, WAIT)
+                .and_then(|to| late.msg_send(from, to, b"late", 0));
+            match r {
+                Err(Status::MCAPI_ERR_MEM_LIMIT) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                r => break r,
+            }
+        };
+        assert_eq!(sent, Ok(()), "{prov}: sender 256 after one left");
+        let n = rx.msg_recv(ep, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"late");
+        // The senders that stayed still reach the endpoint.
+        for (i, (s, from, to)) in senders.iter().enumerate().step_by(51) {
+            s.msg_send(*from, *to, &(i as u32).to_le_bytes(), 0)
+                .unwrap();
+            let n = rx.msg_recv(ep, &mut buf).unwrap();
+            assert_eq!(&buf[..n], &(i as u32).to_le_bytes(), "{prov}: again {i}");
+        }
+        late.finalize().unwrap();
+        for (s, _, _) in senders {
+            s.finalize().unwrap();
+        }
+        rx.finalize().unwrap();
+    }
+}

@@ -13,8 +13,9 @@ use mcapi::{EndpointId, Node, Status};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,10 @@ fn main() {
         Trial::test(
             "a_flood_of_idle_connections_stays_bounded",
             idle_connection_flood,
+        ),
+        Trial::test(
+            "a_client_of_another_uid_is_refused_by_so_peercred",
+            another_uid,
         ),
     ];
     libtest_mimic::run(&args, trials).exit();
@@ -407,7 +412,7 @@ fn idle_connection_flood() -> Result<(), Failed> {
         .env("MCAPI_SECURITY_CHILD", "flood-target")
         .env("MCAPI_JOB", &job)
         .env("MCAPI_PROVIDER", "tcp")
-        .stdout(std::process::Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()?;
     let mut out = std::io::BufReader::new(node.stdout.take().ok_or("no stdout")?);
     let mut line = String::new();
@@ -459,7 +464,81 @@ fn idle_connection_flood() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A process of another uid that reaches the node's socket (the job directory and socket
+/// opened up for it, as a careless umask or chmod would) is refused by `SO_PEERCRED`
+/// before the node says anything, although it speaks the handshake; the same client run
+/// as this user gets the node's challenge (so the refusal is the uid's, not the client's).
+fn another_uid() -> Result<(), Failed> {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        println!("another uid: skipped: not root (cannot run a child as another uid)");
+        return Ok(());
+    }
+    let job = format!("sec-uid-{}", std::process::id());
+    let mut cfg = config(&job);
+    cfg.job_key = key(KEY);
+    let node = Node::initialize(0, 41, cfg.clone())?;
+    node.endpoint_create(1)?;
+    let dir = cfg.runtime_dir.join(&job);
+    let socket = dir.join("d0n41.sock");
+    let open_up = [
+        (cfg.runtime_dir.clone(), 0o711),
+        (dir.clone(), 0o711),
+        (socket.clone(), 0o666),
+    ];
+    let modes: Vec<u32> = open_up
+        .iter()
+        .map(|(p, _)| std::fs::metadata(p).map(|m| m.permissions().mode()))
+        .collect::<Result<_, _>>()?;
+    for (p, mode) in &open_up {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(*mode))?;
+    }
+    let answer = |uid: Option<u32>| -> Result<usize, Failed> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.env("MCAPI_SECURITY_CHILD", "handshake-client")
+            .env("MCAPI_SECURITY_SOCKET", &socket)
+            .stderr(Stdio::inherit());
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        let out = cmd.output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .parse()
+            .map_err(|_| format!("client as {uid:?}: {text:?} ({})", out.status).into())
+    };
+    let as_nobody = answer(Some(65534));
+    let as_me = answer(None);
+    for ((p, _), mode) in open_up.iter().zip(modes) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
+    }
+    let (as_nobody, as_me) = (as_nobody?, as_me?);
+    if as_nobody != 0 || as_me == 0 {
+        return Err(format!(
+            "answer bytes: {as_nobody} to uid 65534 (want 0), {as_me} to this user (want > 0)"
+        )
+        .into());
+    }
+    // The refused stranger changed nothing: a member still reaches the node.
+    let member = Node::initialize(0, 42, cfg)?;
+    member.endpoint_get(0, 41, 1, WAIT)?;
+    member.finalize()?;
+    node.finalize()?;
+    Ok(())
+}
+
 fn child(case: &str) {
+    if case == "handshake-client" {
+        // The handshake's first message: magic, version 1, a nonce (docs/security.md).
+        let mut hello = b"MCAPIKEY".to_vec();
+        hello.extend_from_slice(&1u32.to_le_bytes());
+        hello.extend_from_slice(&[7u8; 32]);
+        let socket = std::env::var("MCAPI_SECURITY_SOCKET").unwrap();
+        match answer_to(Path::new(&socket), &hello, true) {
+            Ok(got) => println!("{}", got.len()),
+            Err(e) => println!("error: {e:?}"),
+        }
+        return;
+    }
     if case == "flood-target" {
         let mut cfg = Config::from_env().unwrap();
         cfg.recv_buffers = 16;

@@ -30,7 +30,8 @@ const ALL_SIZES_MAX: usize = 4 << 20;
                   or both at once on this machine with --local:\n\n  \
                   perftest msg-lat --local -p tcp -S 8,4k\n  \
                   perftest msg-bw -p tcp            # on host A (server)\n  \
-                  perftest msg-bw -p tcp hostA      # on host B (client; prints the results)\n\n\
+                  perftest msg-bw -p tcp hostA      # on host B (client; prints the results)\n  \
+                  mpirun -n 2 perftest msg-bw -p tcp  # under a launcher: no host, no port\n\n\
                   perftest compare runs every benchmark over every provider offered here and \
                   writes a markdown table and SVG plots (perftest compare --help).",
     after_help = "Examples, one per subcommand (--local: both sides on this machine):\n  \
@@ -215,7 +216,9 @@ impl fmt::Display for Test {
 /// Options shared by every benchmark.
 #[derive(Args, Debug, Clone)]
 pub struct Opts {
-    /// Server to connect to (client mode); without it, run as the server and wait for a client
+    /// Server to connect to (client mode); without it, run as the server and wait for a client.
+    /// Under a launcher (mpirun -n 2 perftest ...) neither: rank 0 serves and prints, rank 1
+    /// connects, and they find each other through the launcher
     #[arg(value_name = "HOST", conflicts_with = "local")]
     pub host: Option<String>,
 
@@ -273,7 +276,8 @@ pub struct Opts {
     pub local: bool,
 
     /// TCP port of the out-of-band channel that exchanges fabric addresses and synchronises;
-    /// across hosts the two MCAPI nodes' control planes use the next two ports
+    /// across hosts the two MCAPI nodes' control planes use the next two ports (under a
+    /// launcher: unused, the channel takes a free port and the nodes bootstrap through PMIx)
     #[arg(long, default_value_t = DEFAULT_OOB_PORT)]
     pub oob_port: u16,
 

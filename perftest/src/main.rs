@@ -24,7 +24,12 @@
 //! perftest msg-lat -p tcp -S all server-host     # on the client host
 //! perftest msg-lat --local -S 8 --rounds 9       # 9 rounds, raw and MCAPI alternating
 //! perftest compare                               # every benchmark over every provider
+//! mpirun -n 2 perftest msg-lat -p tcp -S 8       # under a launcher: no host, no port
 //! ```
+//!
+//! Under a launcher (`mpirun`, `srun --mpi=pmix`; [`launch`]) rank 0 is the server and
+//! prints the table, rank 1 the client; they find each other through the launcher's PMIx
+//! server, and so do their MCAPI nodes. Exactly two ranks.
 //!
 //! `--rounds N` runs each size N times over each layer, alternating, and reports medians and
 //! their spread ([`stats::Summary`]). `compare` ([`compare`]) runs the benchmarks as `--local`
@@ -39,13 +44,15 @@
 //! # Modules
 //! [`cli`] command line; [`session`] bootstrap and the run of all sizes; [`pattern`] the
 //! ping-pong and windowed-streaming protocols; [`transport`] the layers under test; [`oob`]
-//! the out-of-band TCP channel; [`stats`] and [`report`] numbers and output; [`local`] the
-//! two-process `--local` mode; [`affinity`] `--cpu`; [`compare`] the provider comparison.
+//! the out-of-band TCP channel; [`launch`] runs under mpirun; [`stats`] and [`report`]
+//! numbers and output; [`local`] the two-process `--local` mode; [`affinity`] `--cpu`;
+//! [`compare`] the provider comparison.
 
 mod affinity;
 mod cli;
 mod compare;
 mod error;
+mod launch;
 mod local;
 mod oob;
 mod pattern;
@@ -76,18 +83,21 @@ fn main() {
             .error(clap::error::ErrorKind::ArgumentConflict, why)
             .exit();
     }
-    let role = match (&opts.host, opts.local, opts.local_role) {
-        (_, true, _) => "",
+    let launched = launch::role(opts);
+    let role = match (&opts.host, opts.local, &launched) {
+        (_, true, _) | (_, _, Err(_)) => "",
+        (_, _, Ok(Some(r))) => r.describe(),
         (Some(_), _, _) => " (client)",
         (None, _, _) => " (server)",
     };
-    let result = if opts.local {
-        local::run(opts)
-    } else {
-        match &opts.host {
+    let result = match launched {
+        Err(e) => Err(e),
+        Ok(Some(r)) => launch::run(test, opts, r).map(|()| 0),
+        Ok(None) if opts.local => local::run(opts),
+        Ok(None) => match &opts.host {
             Some(host) => session::client(test, opts, host).map(|()| 0),
             None => session::server(test, opts).map(|()| 0),
-        }
+        },
     };
     let code = match result {
         Ok(code) => code,

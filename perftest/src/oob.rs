@@ -57,6 +57,18 @@ impl Listener {
         )))
     }
 
+    /// Listens at exactly `addr` (port 0: a free port; see [`Listener::local_addr`]).
+    pub fn bind_at(addr: SocketAddr) -> Result<Listener> {
+        TcpListener::bind(addr)
+            .map(|listener| Listener { listener })
+            .map_err(|e| Error::failed(format!("cannot listen on {addr}: {e}")))
+    }
+
+    /// The address and port listened at.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.listener.local_addr()?)
+    }
+
     /// Waits for one client (`timeout`: `None` waits forever).
     pub fn accept(self, timeout: Option<Duration>) -> Result<Oob> {
         let start = Instant::now();
@@ -322,6 +334,16 @@ mod tests {
         server.join().unwrap();
         let e = c.line_blocking().unwrap_err().to_string();
         assert!(e.contains("closed"), "{e}");
+    }
+
+    #[test]
+    fn bound_at_a_free_port() {
+        let listener = Listener::bind_at("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        let c = Oob::connect("127.0.0.1", addr.port(), Duration::from_secs(5)).unwrap();
+        let s = listener.accept(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(s.peer, c.local);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::cli::{Metric, Test};
 use crate::pattern::Plan;
 use crate::stats::Summary;
 use serde_json::Value;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where and when the run happened.
@@ -142,16 +142,14 @@ impl Report {
         }
     }
 
-    /// Prints one size's line(s) and flushes, so results appear as they are measured.
-    pub fn row(&mut self, r: &SizeResult<'_>) {
-        let text = if self.json {
+    /// One size's line(s) (with the table's header before the first), to print as they
+    /// are measured.
+    pub fn render(&mut self, r: &SizeResult<'_>) -> String {
+        if self.json {
             self.json_line(r)
         } else {
             self.table_rows(r)
-        };
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        }
     }
 
     fn table_rows(&mut self, r: &SizeResult<'_>) -> String {

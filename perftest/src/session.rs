@@ -22,6 +22,10 @@
 //!    that many times, the order of the two alternating (the server just serves each frame).
 //! 6. `quit` -> `bye`.
 //!
+//! Under a launcher ([`crate::launch`]) the client sends its results to the server as
+//! `print <line>` (between sizes and before `quit`), and the server prints them: rank 0
+//! prints the table, rank 1 measures.
+//!
 //! Any side that fails sends `error <text>` before it exits, so the other reports the cause.
 
 use crate::affinity::{self, Side};
@@ -34,7 +38,7 @@ use crate::stats::{Measurement, Summary};
 use crate::transport::mcapi::{self, McapiLayer, Setup, CLIENT_NODE, SERVER_NODE};
 use crate::transport::raw::{self, RawTransport};
 use crate::transport::{Kind, Transport};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 const PROTOCOL: &str = "perftest/1";
@@ -47,7 +51,7 @@ const LOCAL_ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// bounds the control-plane connection).
 const MCAPI_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn pin_side(opts: &Opts, side: Side) -> Result<()> {
+pub fn pin_side(opts: &Opts, side: Side) -> Result<()> {
     match opts.cpu {
         Some(spec) => affinity::pin(affinity::core_for(spec, side)),
         None => Ok(()),
@@ -90,15 +94,61 @@ pub fn client(test: Test, opts: &Opts, host: &str) -> Result<()> {
         Some(LocalRole::Client) => LOCAL_CONNECT_RETRY,
         _ => Duration::ZERO,
     };
-    let mut oob = Oob::connect(host, opts.oob_port, retry)?;
-    let result = client_session(test, opts, &provider, &mut oob);
+    let oob = Oob::connect(host, opts.oob_port, retry)?;
+    run_client(test, opts, &provider, oob, Output::Stdout)
+}
+
+/// Where the client's results (the table or JSON lines) go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// This process's standard output.
+    Stdout,
+    /// The server's standard output, as `print <line>` lines (under a launcher: rank 0
+    /// prints the results, rank 1 measures).
+    Server,
+}
+
+impl Output {
+    fn emit(self, oob: &mut Oob, text: &str) -> Result<()> {
+        match self {
+            Output::Stdout => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+            Output::Server => {
+                for line in text.lines() {
+                    oob.send(&format!("print {line}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the client's side of a session over a connected bootstrap channel (`provider`:
+/// checked to be available); tells the server why if it fails.
+pub fn run_client(
+    test: Test,
+    opts: &Opts,
+    provider: &str,
+    mut oob: Oob,
+    output: Output,
+) -> Result<()> {
+    let result = client_session(test, opts, provider, &mut oob, output);
     if let Err(e) = &result {
         oob.report_error(e);
     }
     result
 }
 
-fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Result<()> {
+fn client_session(
+    test: Test,
+    opts: &Opts,
+    provider: &str,
+    oob: &mut Oob,
+    output: Output,
+) -> Result<()> {
     let plan = Plan::from_opts(test, opts);
     oob.send(&format!("{PROTOCOL} {provider} {}", plan.to_words()))?;
     let reply = oob.line_blocking()?;
@@ -180,12 +230,13 @@ fn client_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
             }
         }
         progress.clear();
-        report.row(&SizeResult {
+        let text = report.render(&SizeResult {
             size,
             raw: raw_rounds.as_ref(),
             mcapi: mc_rounds.as_ref(),
             mcapi_not_run: note,
         });
+        output.emit(oob, &text)?;
     }
     progress.clear();
     oob.send("quit")?;
@@ -294,8 +345,14 @@ pub fn server(test: Test, opts: &Opts) -> Result<()> {
             opts.oob_port
         );
     }
-    let mut oob = listener.accept(local.then_some(LOCAL_ACCEPT_TIMEOUT))?;
-    let result = server_session(test, opts, &provider, &mut oob);
+    let oob = listener.accept(local.then_some(LOCAL_ACCEPT_TIMEOUT))?;
+    run_server(test, opts, &provider, oob)
+}
+
+/// Serves one client's run over a connected bootstrap channel (`provider`: checked to be
+/// available); tells the client why if it fails.
+pub fn run_server(test: Test, opts: &Opts, provider: &str, mut oob: Oob) -> Result<()> {
+    let result = server_session(test, opts, provider, &mut oob);
     if let Err(e) = &result {
         oob.report_error(e);
     }
@@ -329,6 +386,17 @@ fn server_session(test: Test, opts: &Opts, provider: &str, oob: &mut Oob) -> Res
     let mut max_len = ACK_LEN;
     loop {
         let line = oob.line(|| raw.progress())?;
+        // The client's results, to print here (lines arrive trimmed: "print" alone is an
+        // empty line).
+        if let Some(text) = line
+            .strip_prefix("print")
+            .filter(|t| t.is_empty() || t.starts_with(' '))
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", text.strip_prefix(' ').unwrap_or(text));
+            let _ = out.flush();
+            continue;
+        }
         let words: Vec<&str> = line.split(' ').collect();
         match words[..] {
             ["prepare", max] => {

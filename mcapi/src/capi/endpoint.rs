@@ -2,8 +2,8 @@
 
 use super::{
     current_node, endpoint, mcapi_domain_t, mcapi_endpoint_t, mcapi_node_t, mcapi_port_t,
-    mcapi_request_t, mcapi_status_t, mcapi_timeout_t, mcapi_uint_t, put, required, timeout,
-    StatusOut, MCAPI_NULL,
+    mcapi_request_t, mcapi_status_t, mcapi_timeout_t, mcapi_uint_t, put, required, started_status,
+    timeout, RequestOut, StatusOut, MCAPI_NULL,
 };
 use crate::attributes::EndpointAttribute;
 use crate::semantics::{EndpointId, Status};
@@ -42,7 +42,9 @@ pub unsafe extern "C" fn mcapi_endpoint_get_i(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(endpoint)?;
         required(request)?;
         let node = current_node()?;
@@ -54,10 +56,7 @@ pub unsafe extern "C" fn mcapi_endpoint_get_i(
             put(endpoint, id.as_raw());
         }
         // One attempt now, so a known endpoint reports MCAPI_SUCCESS at once.
-        match node.test(handle, None)? {
-            Some(_) => Ok(((), Status::MCAPI_SUCCESS)),
-            None => Ok(((), Status::MCAPI_PENDING)),
-        }
+        Ok(started_status(node.test(handle, None)))
     })
 }
 

@@ -34,6 +34,7 @@ pub use request::*;
 pub use sclchan::*;
 pub use support::*;
 
+use crate::config::Compat;
 use crate::semantics::channel::status_flags;
 use crate::semantics::endpoint_id::{MAX_PORT, PORT_ANY};
 use crate::semantics::{EndpointId, Status};
@@ -113,12 +114,13 @@ pub const MCAPI_MAX_ENDPOINTS: u32 = 2048;
 pub const MCAPI_BUF_ALIGN: usize = 64;
 /// `MCAPI_MAX_STATUS_MSG_LEN`: a buffer this long holds every status name and its NUL.
 pub const MCAPI_MAX_STATUS_MSG_LEN: usize = 32;
-/// `MCAPI_ENDP_ATTR_STATE_BUFFER` (an ABB extension this implementation does not offer).
-pub const MCAPI_ENDP_ATTR_STATE_BUFFER: u32 = 1;
-/// `MCAPI_ENDP_ATTR_SHARED_MEMORY` (not offered).
-pub const MCAPI_ENDP_ATTR_SHARED_MEMORY: u32 = 1;
-/// `MCAPI_ENDP_ATTR_REMOTE_MEMORY` (not offered).
-pub const MCAPI_ENDP_ATTR_REMOTE_MEMORY: u32 = 2;
+/// `MCAPI_ENDP_ATTR_STATE_BUFFER` (an ABB extension this implementation does not offer:
+/// setting it is `MCAPI_ERR_ATTR_NOTSUPPORTED`).
+pub const MCAPI_ENDP_ATTR_STATE_BUFFER: u32 = crate::attributes::STATE_BUFFER as u32;
+/// `MCAPI_ENDP_ATTR_SHARED_MEMORY` (not offered: `MCAPI_ERR_ATTR_NOTSUPPORTED`).
+pub const MCAPI_ENDP_ATTR_SHARED_MEMORY: u32 = crate::attributes::SHARED_MEMORY as u32;
+/// `MCAPI_ENDP_ATTR_REMOTE_MEMORY` (not offered: `MCAPI_ERR_ATTR_NOTSUPPORTED`).
+pub const MCAPI_ENDP_ATTR_REMOTE_MEMORY: u32 = crate::attributes::REMOTE_MEMORY as u32;
 /// The `MCAPI_ENDP_ATTR_STATUS_*` flags (spec 3.16.13.8), by C name: the channel state's
 /// flags that `MCAPI_ENDP_ATTR_STATUS` reports.
 pub const MCAPI_ENDP_ATTR_STATUS_FLAGS: [(&str, u32); 8] = [
@@ -215,6 +217,67 @@ impl StatusOut {
         // SAFETY: NULL or writable, as promised to `StatusOut::new`.
         unsafe { put(self.0, code.code()) };
         value
+    }
+}
+
+impl StatusOut {
+    /// Runs the body of an `_i` function (its value is the status to report: `MCAPI_SUCCESS`,
+    /// `MCAPI_PENDING`, or the error of a request that exists and finished with one). When
+    /// the body fails before it made a request and the node follows `MCAPI_COMPAT=mca`,
+    /// `*request` still gets a request complete with that error (see [`RequestOut::fail`]).
+    fn call_i(self, request: RequestOut, body: impl FnOnce() -> Result<Status, Status>) {
+        self.call_reporting((), || match body() {
+            Ok(code) => Ok(((), code)),
+            Err(error) => {
+                request.fail(error);
+                Err(error)
+            }
+        })
+    }
+}
+
+/// The request out-parameter of an `_i` function. Creating one asserts the pointer's
+/// validity once, so writing through it is safe.
+struct RequestOut(*mut mcapi_request_t);
+
+impl RequestOut {
+    /// # Safety
+    /// `request` is NULL or valid for writing an `mcapi_request_t` during the call.
+    unsafe fn new(request: *mut mcapi_request_t) -> RequestOut {
+        RequestOut(request)
+    }
+
+    /// `MCAPI_COMPAT=mca`: an `_i` call that failed at once still yields a request, complete
+    /// with `error`, so `mcapi_test`/`mcapi_wait`/`mcapi_wait_any` on it report the error
+    /// (the reference implementation records every refusal in the request). Nothing is
+    /// written in spec mode (chapter 4: on error only the status is set), for a NULL
+    /// pointer, without a node, or when the request table is full (the status alone then
+    /// reports `error`).
+    fn fail(&self, error: Status) {
+        if self.0.is_null() {
+            return;
+        }
+        let Ok(node) = current_node() else {
+            return;
+        };
+        if node.compat() != Compat::Mca {
+            return;
+        }
+        if let Ok(handle) = node.failed_request(error) {
+            // SAFETY: non-NULL, and writable as promised to `RequestOut::new`.
+            unsafe { put(self.0, handle.as_raw()) };
+        }
+    }
+}
+
+/// The status an `_i` call reports once its request exists: `MCAPI_SUCCESS` when it
+/// completed during the call, `MCAPI_PENDING` otherwise, or the error it completed with
+/// (the request reports it too, and must still be released).
+fn started_status(test: Result<Option<usize>, Status>) -> Status {
+    match test {
+        Ok(Some(_)) => Status::MCAPI_SUCCESS,
+        Ok(None) => Status::MCAPI_PENDING,
+        Err(e) => e,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::{
     current_node, endpoint, mcapi_endpoint_t, mcapi_priority_t, mcapi_request_t, mcapi_status_t,
-    mcapi_uint_t, put, request, required, StatusOut,
+    mcapi_uint_t, put, request, required, started_status, RequestOut, StatusOut,
 };
 use crate::semantics::Status;
 use std::ffi::c_void;
@@ -38,7 +38,9 @@ pub unsafe extern "C" fn mcapi_msg_send_i(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(request)?;
         // SAFETY: per this function's contract; used only during this call.
         let data = unsafe { send_data(buffer, buffer_size)? };
@@ -47,11 +49,7 @@ pub unsafe extern "C" fn mcapi_msg_send_i(
         let handle = node.msg_send_i(from, to, data, priority)?;
         // SAFETY: non-NULL and writable by the contract.
         unsafe { put(request, handle.as_raw()) };
-        match node.test(handle, None) {
-            Ok(Some(_)) => Ok(((), Status::MCAPI_SUCCESS)),
-            Ok(None) => Ok(((), Status::MCAPI_PENDING)),
-            Err(e) => Err(e),
-        }
+        Ok(started_status(node.test(handle, None)))
     })
 }
 
@@ -97,7 +95,9 @@ pub unsafe extern "C" fn mcapi_msg_recv_i(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(request)?;
         if buffer.is_null() && buffer_size > 0 {
             return Err(Status::MCAPI_ERR_PARAMETER);
@@ -108,11 +108,7 @@ pub unsafe extern "C" fn mcapi_msg_recv_i(
         unsafe { put(request, handle.as_raw()) };
         request::remember_buffer(&node, handle, buffer.cast(), buffer_size);
         // SAFETY: the buffer was just registered under this function's contract.
-        match unsafe { request::test_now(&node, handle) } {
-            Ok(Some(_)) => Ok(((), Status::MCAPI_SUCCESS)),
-            Ok(None) => Ok(((), Status::MCAPI_PENDING)),
-            Err(e) => Err(e),
-        }
+        Ok(started_status(unsafe { request::test_now(&node, handle) }))
     })
 }
 

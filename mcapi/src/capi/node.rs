@@ -7,7 +7,7 @@ use super::{
     MCAPI_ORG_ID, MCAPI_VERSION, NUMBER_OF_PORTS,
 };
 use crate::attributes::{NodeAttributes, NODE_ATTR_TYPE};
-use crate::config::{Config, Topology};
+use crate::config::{Compat, Config, Topology};
 use crate::semantics::request::MAX_REQUESTS;
 use crate::semantics::Status;
 use crate::Node;
@@ -27,6 +27,11 @@ pub const MCAPI_NODE_ATTR_MAGIC: u32 = 0x4d4e_4154; // "MNAT"
 pub const MCAPI_MAX_RECV_BUFFERS: u32 = 16384;
 /// `MCAPI_MAX_REQUESTS`: the largest `mcapi_param_t.request_table_size`.
 pub const MCAPI_MAX_REQUESTS: u32 = MAX_REQUESTS as u32;
+
+/// `MCAPI_COMPAT_SPEC`: `mcapi_param_t.compat` for the letter of the spec.
+pub const MCAPI_COMPAT_SPEC: u32 = 1;
+/// `MCAPI_COMPAT_MCA`: `mcapi_param_t.compat` for the reference implementation's readings.
+pub const MCAPI_COMPAT_MCA: u32 = 2;
 
 /// `mcapi_param_t`: implementation parameters of `mcapi_initialize` (spec 3.17.5.1.1).
 /// `mcapi_param_init` fills it with "no override" and the magic; the application then sets
@@ -48,8 +53,12 @@ pub struct mcapi_param_t {
     pub job: [c_char; 64],
     /// Path of a topology file, lines `domain node host[:port]` (NUL-terminated).
     pub topology: [c_char; 256],
+    /// [`MCAPI_COMPAT_SPEC`], [`MCAPI_COMPAT_MCA`], or 0: `MCAPI_COMPAT` or the spec.
+    pub compat: mcapi_uint_t,
+    /// Zero.
+    pub reserved32: mcapi_uint_t,
     /// Zero; room for parameters of later versions without changing the size.
-    pub reserved: [u64; 8],
+    pub reserved: [u64; 7],
 }
 
 /// `mcapi_info_t`: what `mcapi_initialize` reports (spec 3.17.5.1.2).
@@ -128,6 +137,12 @@ fn configure(params: Option<&mcapi_param_t>) -> Result<Config, Status> {
         n if n <= MCAPI_MAX_RECV_BUFFERS => config.recv_buffers = n as usize,
         _ => return Err(Status::MCAPI_ERR_PARAMETER),
     }
+    match p.compat {
+        0 => {}
+        MCAPI_COMPAT_SPEC => config.compat = Compat::Spec,
+        MCAPI_COMPAT_MCA => config.compat = Compat::Mca,
+        _ => return Err(Status::MCAPI_ERR_PARAMETER),
+    }
     if let Some(provider) = param_string(&p.provider)? {
         config.provider = Some(provider);
     }
@@ -183,7 +198,9 @@ pub unsafe extern "C" fn mcapi_param_init(params: *mut mcapi_param_t, status: *m
             provider: [0; 64],
             job: [0; 64],
             topology: [0; 256],
-            reserved: [0; 8],
+            compat: 0,
+            reserved32: 0,
+            reserved: [0; 7],
         };
         // SAFETY: non-NULL and writable by the contract.
         unsafe { params.write(fresh) };

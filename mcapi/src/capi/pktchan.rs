@@ -8,7 +8,7 @@
 use super::{
     boolean, channel, current_node, endpoint, mcapi_boolean_t, mcapi_endpoint_t,
     mcapi_pktchan_recv_hndl_t, mcapi_pktchan_send_hndl_t, mcapi_request_t, mcapi_status_t,
-    mcapi_uint_t, put, request, required, StatusOut, MCA_FALSE,
+    mcapi_uint_t, put, request, required, started_status, RequestOut, StatusOut, MCA_FALSE,
 };
 use crate::semantics::{EndpointId, Status};
 use crate::{ChannelHandle, Node, RequestHandle, SendBuffer};
@@ -23,16 +23,13 @@ type Close = fn(&Node, ChannelHandle) -> Result<RequestHandle, Status>;
 
 /// The status an `_i` call reports for the request it made: `MCAPI_SUCCESS` when it
 /// completed during the call, `MCAPI_PENDING` otherwise, or the operation's own error when
-/// it completed with one.
+/// it completed with one (the request, written already, reports it as well).
 ///
 /// # Safety
 /// Any receive target registered for `handle` is still writable.
-pub(super) unsafe fn started(node: &Node, handle: RequestHandle) -> Result<((), Status), Status> {
+pub(super) unsafe fn started(node: &Node, handle: RequestHandle) -> Result<Status, Status> {
     // SAFETY: per this function's contract.
-    match unsafe { request::test_now(node, handle) }? {
-        Some(_) => Ok(((), Status::MCAPI_SUCCESS)),
-        None => Ok(((), Status::MCAPI_PENDING)),
-    }
+    Ok(started_status(unsafe { request::test_now(node, handle) }))
 }
 
 /// Connects with `connect`, writes the request and reports it (the connect functions of
@@ -49,7 +46,9 @@ pub(super) unsafe fn connect(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(request)?;
         let (send, receive) = (endpoint(send_endpoint)?, endpoint(receive_endpoint)?);
         let node = current_node()?;
@@ -76,7 +75,9 @@ pub(super) unsafe fn open(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(handle)?;
         required(request)?;
         let id = endpoint(local_endpoint)?;
@@ -105,7 +106,9 @@ pub(super) unsafe fn close(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(request)?;
         let node = current_node()?;
         let req = close(&node, channel(handle))?;
@@ -223,7 +226,9 @@ pub unsafe extern "C" fn mcapi_pktchan_send_i(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(request)?;
         if buffer.is_null() && size > 0 {
             return Err(Status::MCAPI_ERR_PARAMETER);
@@ -282,7 +287,9 @@ pub unsafe extern "C" fn mcapi_pktchan_recv_i(
 ) {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call_reporting((), || {
+    // SAFETY: `request` is NULL or writable per this function's contract.
+    let request_out = unsafe { RequestOut::new(request) };
+    status.call_i(request_out, || {
         required(buffer)?;
         required(request)?;
         let node = current_node()?;

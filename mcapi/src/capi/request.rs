@@ -14,6 +14,7 @@ use super::{
     boolean, current_node, mcapi_boolean_t, mcapi_request_t, mcapi_status_t, mcapi_timeout_t,
     mcapi_uint_t, put, required, timeout, StatusOut, MCAPI_RETURN_VALUE_INVALID, MCA_FALSE,
 };
+use crate::config::Compat;
 use crate::semantics::Status;
 use crate::{Node, RequestHandle};
 use std::collections::BTreeMap;
@@ -200,7 +201,9 @@ fn still_pending(error: Status) -> bool {
 /// `mcapi_test` (4.6.1): `MCA_TRUE` and `*size` once the request completed (a message
 /// receive's message is then in its buffer, a packet receive's packet address in its
 /// `void*`); `MCA_FALSE` with `MCAPI_PENDING` before. The request stays valid until waited
-/// on or cancelled.
+/// on or cancelled. On error `MCA_FALSE` (4.6.1's RETURN VALUE), but `MCA_TRUE` when the
+/// node follows `MCAPI_COMPAT=mca`: there only a request still pending says `MCA_FALSE`, so
+/// `while (!mcapi_test(...))` ends on a failed request, an invalid one or a NULL `size`.
 ///
 /// # Safety
 /// `request` is NULL or readable; `size` and `status` are NULL or writable; a receive
@@ -214,26 +217,47 @@ pub unsafe extern "C" fn mcapi_test(
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
     status.call_reporting(MCA_FALSE, || {
-        required(size)?;
         // SAFETY: NULL or readable by the contract.
-        let handle = RequestHandle::from_raw(
-            *unsafe { request.as_ref() }.ok_or(Status::MCAPI_ERR_PARAMETER)?,
-        );
-        let node = current_node()?;
+        let handle = request_arg(size, unsafe { request.as_ref() });
+        let node = with_node(&handle)?;
         // SAFETY: receive targets per this function's contract.
-        match unsafe { test_now(&node, handle) }? {
-            Some(n) => {
-                // SAFETY: non-NULL and writable by the contract.
+        match handle.and_then(|h| unsafe { test_now(&node, h) }) {
+            Ok(Some(n)) => {
+                // SAFETY: non-NULL (checked by `request_arg`) and writable by the contract.
                 unsafe { put(size, n) };
                 Ok((boolean(true), Status::MCAPI_SUCCESS))
             }
-            None => Ok((boolean(false), Status::MCAPI_PENDING)),
+            Ok(None) => Ok((boolean(false), Status::MCAPI_PENDING)),
+            Err(e) => Ok((boolean(mca(&node)), e)),
         }
     })
 }
 
+/// The request of `mcapi_test`/`mcapi_wait`, or `MCAPI_ERR_PARAMETER` for a NULL `size` or
+/// `request`.
+fn request_arg(size: *mut usize, request: Option<&u64>) -> Result<RequestHandle, Status> {
+    required(size)?;
+    request
+        .map(|&raw| RequestHandle::from_raw(raw))
+        .ok_or(Status::MCAPI_ERR_PARAMETER)
+}
+
+/// The calling thread's node; without one, a parameter error found already is reported
+/// before `MCAPI_ERR_NODE_NOTINIT`.
+fn with_node<T>(checked: &Result<T, Status>) -> Result<Node, Status> {
+    current_node().map_err(|e| checked.as_ref().err().copied().unwrap_or(e))
+}
+
+/// Whether `node` follows the MCA reference implementation's readings (`MCAPI_COMPAT=mca`).
+fn mca(node: &Node) -> bool {
+    node.compat() == Compat::Mca
+}
+
 /// `mcapi_wait` (4.6.2): blocks until the request completes (it is released then), is
 /// cancelled, or `timeout` milliseconds pass (`MCAPI_TIMEOUT`; the request stays valid).
+/// `MCA_TRUE` on success, `MCA_FALSE` on error (4.6.2's RETURN VALUE); under
+/// `MCAPI_COMPAT=mca` also `MCA_TRUE` for a request that finished with an error (cancelled
+/// included) and for a NULL `size` or `request`, as the reference implementation returns.
 ///
 /// # Safety
 /// `request` is NULL or readable; `size` and `status` are NULL or writable; a receive
@@ -247,30 +271,35 @@ pub unsafe extern "C" fn mcapi_wait(
 ) -> mcapi_boolean_t {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call(MCA_FALSE, || {
-        required(size)?;
+    status.call_reporting(MCA_FALSE, || {
         // SAFETY: NULL or readable by the contract.
-        let handle = RequestHandle::from_raw(
-            *unsafe { request.as_ref() }.ok_or(Status::MCAPI_ERR_PARAMETER)?,
-        );
-        let node = current_node()?;
+        let handle = request_arg(size, unsafe { request.as_ref() });
+        let node = with_node(&handle)?;
+        let handle = match handle {
+            Ok(h) => h,
+            Err(e) => return Ok((boolean(mca(&node)), e)),
+        };
         let keys = [key(&node, handle)];
         let target = check_out(&keys)?.pop().flatten();
         // SAFETY: checked out, and writable per this function's contract.
-        let result = node.wait(
+        let result = node.wait_outcome(
             handle,
             unsafe { checked_out_slice(target) },
             timeout(timeout_ms),
         );
         check_in(&keys, |_| !matches!(result, Err(e) if still_pending(e)));
-        let n = result?;
+        let n = match result? {
+            Ok(n) => n,
+            // The request finished with an error and is released.
+            Err(e) => return Ok((boolean(mca(&node)), e)),
+        };
         if let Some(target) = target {
             // SAFETY: checked out until now and completed here; writable by the contract.
             unsafe { target.deliver(&node, handle)? };
         }
         // SAFETY: non-NULL and writable by the contract.
         unsafe { put(size, n) };
-        Ok(boolean(true))
+        Ok((boolean(true), Status::MCAPI_SUCCESS))
     })
 }
 
@@ -278,6 +307,8 @@ pub unsafe extern "C" fn mcapi_wait(
 /// the MCA headers declare it, not the synopsis' `mcapi_request_t*`). Returns the index of
 /// the request that finished (released now) with its size, or `MCAPI_RETURN_VALUE_INVALID`
 /// with the error, which is the finished operation's own error when one finished with one.
+/// Under `MCAPI_COMPAT=mca` a request that finished with an error (cancelled included) is
+/// named by its index, with its error as the status, as the reference implementation does.
 ///
 /// # Safety
 /// `requests` is NULL or readable for `number` pointers, each NULL or readable; `size` and
@@ -293,7 +324,7 @@ pub unsafe extern "C" fn mcapi_wait_any(
 ) -> mcapi_uint_t {
     // SAFETY: `status` is NULL or writable per this function's contract.
     let status = unsafe { StatusOut::new(status) };
-    status.call(MCAPI_RETURN_VALUE_INVALID, || {
+    status.call_reporting(MCAPI_RETURN_VALUE_INVALID, || {
         required(size)?;
         required(requests)?;
         if number == 0 || number >= MCAPI_RETURN_VALUE_INVALID as usize {
@@ -322,14 +353,19 @@ pub unsafe extern "C" fn mcapi_wait_any(
         };
         check_in(&keys, |i| Some(i) == finished);
         let (index, outcome) = result?;
-        let n = outcome?;
+        let n = match outcome {
+            Ok(n) => n,
+            // The reference implementation names the request that finished with an error.
+            Err(e) if mca(&node) => return Ok((index as mcapi_uint_t, e)),
+            Err(e) => return Err(e),
+        };
         if let Some(target) = checked_out[index] {
             // SAFETY: checked out until now and completed here; writable by the contract.
             unsafe { target.deliver(&node, handles[index])? };
         }
         // SAFETY: non-NULL and writable by the contract.
         unsafe { put(size, n) };
-        Ok(index as mcapi_uint_t)
+        Ok((index as mcapi_uint_t, Status::MCAPI_SUCCESS))
     })
 }
 

@@ -1,9 +1,10 @@
 //! Spec 4.7: support functions.
 
-use super::mcapi_status_t;
+use super::{current_node, mcapi_status_t};
 use crate::semantics::status::display_status;
 use catch_unwind_free::name_into;
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::catch_unwind;
 
 /// `mcapi_display_status` (4.7.1): writes the code's name (e.g. `"MCAPI_ERR_ENDP_INVALID"`,
 /// cut to `size - 1` characters if the buffer is shorter) and a NUL into `status_message`
@@ -28,6 +29,38 @@ pub unsafe extern "C" fn mcapi_display_status(
     let out = unsafe { std::slice::from_raw_parts_mut(status_message.cast::<u8>(), size) };
     name_into(name, out);
     status_message
+}
+
+/// `mcapi_set_debug_level` (an extension: the MCA reference implementation's debug switch,
+/// which its test programs call before anything else): this library's diagnostics on stderr
+/// from then on, 0 off, 1 errors, 2 warnings, 3 info, 4 debug, 5 and more everything (as
+/// `MCAPI_LOG` sets them; when `MCAPI_LOG` is set it wins and this changes nothing).
+/// Diagnostics sit on error paths only, so a high level costs nothing while calls succeed.
+#[no_mangle]
+pub extern "C" fn mcapi_set_debug_level(level: c_int) {
+    let _ = catch_unwind(|| crate::diagnostics::set_debug_level(level));
+}
+
+/// `mca_set_debug_level`: the reference implementation's name of the same switch in
+/// `mca.h`; as [`mcapi_set_debug_level`].
+#[no_mangle]
+pub extern "C" fn mca_set_debug_level(level: c_int) {
+    mcapi_set_debug_level(level);
+}
+
+/// `mcapi_display_state` (an extension of the reference implementation, a debugging aid):
+/// prints the calling thread's node to stderr (its ids and mode, each endpoint's queued
+/// messages and pending receives, the requests in use), or that there is none. `handle` is
+/// accepted for the reference's signature and not read.
+#[no_mangle]
+pub extern "C" fn mcapi_display_state(handle: *mut c_void) {
+    let _ = handle;
+    let _ = catch_unwind(|| {
+        let text = current_node()
+            .and_then(|node| node.describe())
+            .unwrap_or_else(|_| "mcapi: no node initialized in this thread".to_owned());
+        eprintln!("{text}");
+    });
 }
 
 /// Copying a name cannot panic (no allocation, indices checked), so this function needs no

@@ -212,13 +212,16 @@ impl Node {
         }
     }
 
-    /// `mcapi_endpoint_set_attribute` of a local endpoint. Writable: priority (below
-    /// `NUM_PRIORITIES`) and timeout (milliseconds, `TIMEOUT_INFINITE`); the others are
-    /// read-only.
+    /// `mcapi_endpoint_set_attribute` of a local endpoint. Writable: maximum payload,
+    /// priority (below `NUM_PRIORITIES`) and timeout (milliseconds, `TIMEOUT_INFINITE`);
+    /// buffer and memory type take their one implemented value (FIFO, local); the others
+    /// are read-only.
     ///
     /// # Errors
     /// `MCAPI_ERR_ENDP_REMOTE` for another node's endpoint, `MCAPI_ERR_ENDP_INVALID`,
-    /// `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_ATTR_READONLY`, `MCAPI_ERR_ATTR_VALUE`.
+    /// `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_ATTR_READONLY`, `MCAPI_ERR_ATTR_VALUE`,
+    /// `MCAPI_ERR_ATTR_NOTSUPPORTED` (a state buffer, shared or remote memory),
+    /// `MCAPI_ERR_CHAN_CONNECTED`.
     pub fn endpoint_set_attribute(
         &self,
         endpoint: EndpointId,
@@ -247,8 +250,11 @@ impl Node {
             EndpointAttribute::Timeout if value <= TIMEOUT_INFINITE => {
                 ep.timeout = (value != TIMEOUT_INFINITE).then(|| Duration::from_millis(value));
             }
-            a if a.writable() => return Err(Status::MCAPI_ERR_ATTR_VALUE),
-            _ => return Err(Status::MCAPI_ERR_ATTR_READONLY),
+            a => match a.set_fixed(value) {
+                Some(fixed) => fixed?,
+                None if a.writable() => return Err(Status::MCAPI_ERR_ATTR_VALUE),
+                None => return Err(Status::MCAPI_ERR_ATTR_READONLY),
+            },
         }
         Ok(())
     }

@@ -64,6 +64,11 @@ impl Node {
         self.inner.node_id
     }
 
+    /// Whose reading of the spec this node follows (`MCAPI_COMPAT`).
+    pub fn compat(&self) -> crate::config::Compat {
+        self.inner.config.compat
+    }
+
     /// `mcapi_node_get_attribute` of this node or another one (asked over its control
     /// plane).
     ///

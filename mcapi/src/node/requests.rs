@@ -23,6 +23,55 @@ impl Node {
         self.inner.live_state()?.requests.alloc(Req::Get { id })
     }
 
+    /// A request already complete with `status`: what an `_i` call that failed at once hands
+    /// out in `MCAPI_COMPAT=mca` mode, so that `test`/`wait`/`wait_any` on it report the
+    /// error (the MCA reference implementation's reading; docs/c-abi.md).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_REQUEST_LIMIT` when no slot is free or reclaimable (the caller then reports
+    /// the original error alone), `MCAPI_ERR_PARAMETER` for `MCAPI_PENDING`.
+    pub fn failed_request(&self, status: Status) -> Result<RequestHandle> {
+        self.inner
+            .live_state()?
+            .requests
+            .alloc_completed(Req::Failed, status, 0)
+    }
+
+    /// What `mcapi_display_state` prints: the node, its mode, its endpoints (port, messages
+    /// queued, receives pending, connected to a channel) and the requests in use.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` after finalize.
+    pub fn describe(&self) -> Result<String> {
+        use std::fmt::Write;
+        let st = self.inner.live_state()?;
+        let mut text = format!(
+            "mcapi node <{}, {}> ({:?} mode): {} endpoints, {} of {} requests in use",
+            self.inner.domain_id,
+            self.inner.node_id,
+            self.compat(),
+            st.endpoints.len(),
+            st.requests.len(),
+            st.requests.capacity(),
+        );
+        let mut ports: Vec<_> = st.endpoints.iter().collect();
+        ports.sort_by_key(|(port, _)| **port);
+        for (port, ep) in ports {
+            let _ = write!(
+                text,
+                "\n  port {port}: {} queued, {} receives pending{}",
+                ep.queue.len(),
+                ep.pending_recvs.len(),
+                if ep.channel.is_connected() {
+                    ", channel connected"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok(text)
+    }
+
     /// One non-blocking attempt to complete a pending `endpoint_get_i` request.
     pub(super) fn poll_get(&self, request: RequestHandle) -> Result<()> {
         let id = {
@@ -77,9 +126,26 @@ impl Node {
     pub fn wait(
         &self,
         request: RequestHandle,
-        mut buf: Option<&mut [u8]>,
+        buf: Option<&mut [u8]>,
         timeout: Option<Duration>,
     ) -> Result<usize> {
+        self.wait_outcome(request, buf, timeout)?
+    }
+
+    /// [`Node::wait`] telling apart a wait that ended without the request (the outer error:
+    /// `MCAPI_TIMEOUT`, `MCAPI_ERR_WAIT_PENDING`, `MCAPI_ERR_REQUEST_INVALID`...; the request,
+    /// if any, stays valid) from a request that finished and was released (`Ok`, with the
+    /// operation's own outcome, such as `MCAPI_ERR_MSG_TRUNCATED` or
+    /// `MCAPI_ERR_REQUEST_CANCELLED`). `MCAPI_COMPAT=mca` reports the two differently.
+    ///
+    /// # Errors
+    /// As [`Node::wait`], for the wait itself.
+    pub fn wait_outcome(
+        &self,
+        request: RequestHandle,
+        mut buf: Option<&mut [u8]>,
+        timeout: Option<Duration>,
+    ) -> Result<Result<usize>> {
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
         let look_once = timeout == Some(Duration::ZERO);
         let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
@@ -89,7 +155,7 @@ impl Node {
         st.requests.begin_wait(request)?;
         loop {
             let outcome = match self.look(st, request, buf.as_deref_mut()) {
-                Ok(Some(size)) => return Ok(size),
+                Ok(Some(done)) => return Ok(done),
                 Ok(None) if look_once => Err(Status::MCAPI_TIMEOUT),
                 Ok(None) => {
                     let own = own_side.get_or_insert_with(|| self.transfer_sides(&[request]));
@@ -113,15 +179,16 @@ impl Node {
     /// One look of a waiter (holding `st`) at `request`: a request that completed already is
     /// taken (released) without driving anything, so a sender reaping its completed sends
     /// reads no CQ; otherwise what it waits for is driven and it is looked at again.
-    /// `Ok(None)`: still pending.
+    /// `Ok(None)`: still pending; `Ok(Some(outcome))`: finished and released (a cancelled
+    /// request's outcome is `MCAPI_ERR_REQUEST_CANCELLED`).
     fn look(
         &self,
         mut st: MutexGuard<'_, State>,
         request: RequestHandle,
         buf: Option<&mut [u8]>,
-    ) -> Result<Option<usize>> {
-        if let Some(done) = st.requests.take_completed(request)? {
-            return done_size(done.status, done.size).map(Some);
+    ) -> Result<Option<Result<usize>>> {
+        if let Some(done) = taken(st.requests.take_completed(request))? {
+            return Ok(Some(done));
         }
         let payload = st.requests.get(request)?;
         let node_progress = needs_node_progress(payload);
@@ -133,10 +200,7 @@ impl Node {
             self.inner.progress(&mut st);
         }
         self.inner.try_complete(&mut st, request, buf)?;
-        match st.requests.take_completed(request)? {
-            Some(done) => done_size(done.status, done.size).map(Some),
-            None => Ok(None),
-        }
+        taken(st.requests.take_completed(request))
     }
 
     /// `mcapi_wait_any`: waits until one of `requests` completes; returns its index and
@@ -250,7 +314,7 @@ impl Node {
                 st.pending_sends.retain(|&h| h != request);
                 st.send_free.push(slot);
             }
-            Req::Get { .. } => {}
+            Req::Get { .. } | Req::Failed => {}
             Req::Chan(ChanReq::Open { port, .. }) => {
                 drop(st);
                 self.cancel_channel_open(port);
@@ -326,10 +390,20 @@ impl Node {
     }
 }
 
-/// The size a completed request transferred, or its error.
-fn done_size(status: Status, size: usize) -> Result<usize> {
-    match status {
-        Status::MCAPI_SUCCESS => Ok(size),
-        status => Err(status),
+/// What [`RequestTable::take_completed`](crate::semantics::request::RequestTable) gave a
+/// waiter: `Ok(None)` while pending; `Ok(Some(outcome))` once the request was released, the
+/// outcome being the size transferred or the operation's error (for a cancelled one,
+/// `MCAPI_ERR_REQUEST_CANCELLED`); `Err` when the handle is not a live request.
+fn taken<T>(
+    took: Result<Option<crate::semantics::request::Completion<T>>>,
+) -> Result<Option<Result<usize>>> {
+    match took {
+        Ok(None) => Ok(None),
+        Ok(Some(done)) if done.status == Status::MCAPI_SUCCESS => Ok(Some(Ok(done.size))),
+        Ok(Some(done)) => Ok(Some(Err(done.status))),
+        Err(Status::MCAPI_ERR_REQUEST_CANCELLED) => {
+            Ok(Some(Err(Status::MCAPI_ERR_REQUEST_CANCELLED)))
+        }
+        Err(e) => Err(e),
     }
 }

@@ -130,6 +130,9 @@ pub(super) enum Req {
     Get { id: EndpointId },
     /// A channel operation.
     Chan(ChanReq),
+    /// Nothing under way: an `_i` call that failed at once, completed with its error
+    /// (`MCAPI_COMPAT=mca`, [`Node::failed_request`](super::Node::failed_request)).
+    Failed,
 }
 
 pub(super) struct Peer {

@@ -221,6 +221,28 @@ impl<T> RequestTable<T> {
         Ok(RequestHandle::new(index, slot.generation))
     }
 
+    /// Starts a request that is already complete with `status` and `size` bytes: an `_i`
+    /// call that failed at once still hands out a request reporting its error (the MCA
+    /// reference implementation's reading, `MCAPI_COMPAT=mca`). It is tested, waited on and
+    /// reclaimed as any completed request.
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_PARAMETER` for `MCAPI_PENDING` (a complete request has a final status);
+    /// otherwise as [`alloc`](Self::alloc).
+    pub fn alloc_completed(
+        &mut self,
+        payload: T,
+        status: Status,
+        size: usize,
+    ) -> Result<RequestHandle, Status> {
+        if status == Status::MCAPI_PENDING {
+            return Err(Status::MCAPI_ERR_PARAMETER);
+        }
+        let handle = self.alloc(payload)?;
+        self.complete(handle, status, size)?;
+        Ok(handle)
+    }
+
     /// The state of a live request.
     ///
     /// # Errors

@@ -335,3 +335,37 @@ fn generation_wraps_without_matching_old_handle() {
     assert_ne!(wrapped, second);
     assert_eq!(t.get(second), Err(MCAPI_ERR_REQUEST_INVALID));
 }
+
+#[test]
+fn alloc_completed_reports_its_status_and_is_reclaimable() {
+    let mut t = RequestTable::new(2);
+    let h = t.alloc_completed("failed", MCAPI_ERR_PRIORITY, 0).unwrap();
+    assert_eq!(t.find_ready(&[h]), Ok(Some(0)));
+    assert_eq!(t.test(h), Ok(Some((MCAPI_ERR_PRIORITY, 0))));
+    // Reported by test: reclaimed when the table is full.
+    let a = t.alloc("a").unwrap();
+    let b = t.alloc("b").unwrap();
+    assert_eq!(t.test(h), INVALID);
+    assert_ne!(a, b);
+    // Waited on: released with its status.
+    t.release(a).unwrap();
+    let w = t.alloc_completed("w", MCAPI_ERR_MSG_SIZE, 0).unwrap();
+    let done = t.take_completed(w).unwrap().unwrap();
+    assert_eq!((done.status, done.payload), (MCAPI_ERR_MSG_SIZE, "w"));
+    assert_eq!(t.len(), 1);
+}
+
+#[test]
+fn alloc_completed_refuses_pending_and_a_full_table() {
+    let mut t = RequestTable::new(1);
+    assert_eq!(
+        t.alloc_completed((), MCAPI_PENDING, 0),
+        Err(MCAPI_ERR_PARAMETER)
+    );
+    assert!(t.is_empty());
+    let _pending = t.alloc(()).unwrap();
+    assert_eq!(
+        t.alloc_completed((), MCAPI_ERR_PRIORITY, 0),
+        Err(MCAPI_ERR_REQUEST_LIMIT)
+    );
+}

@@ -1,10 +1,15 @@
 //! Channel connect and open (`*_connect_i`, `*_open_i`) and the open's completion.
 
 use super::data::SideData;
+use super::endpoint::PeerOpen;
 use super::handle::ChannelHandle;
 use super::req::ChanReq;
+use super::side::LocalPeer;
+use crate::config::Compat;
 use crate::control::{ChannelOp, ConnectEnd};
 use crate::node::common::{lock, Result};
+use crate::node::inner::NodeInner;
+use crate::node::state::PeerRun;
 use crate::node::state::Req;
 use crate::node::Node;
 use crate::semantics::channel::{ChannelKind, Direction};
@@ -245,15 +250,14 @@ impl Node {
         let Some(peer_id) = peer_id.filter(|_| connected) else {
             return Ok(());
         };
-        let peer = {
-            let st = self.inner.live_state()?;
-            let local =
-                (peer_id.domain(), peer_id.node()) == (self.inner.domain_id, self.inner.node_id);
-            if local {
-                None
-            } else {
-                st.peer_run(peer_id.domain(), peer_id.node())
-            }
+        let local =
+            (peer_id.domain(), peer_id.node()) == (self.inner.domain_id, self.inner.node_id);
+        let peer = if local {
+            None
+        } else {
+            self.inner
+                .live_state()?
+                .peer_run(peer_id.domain(), peer_id.node())
         };
         // First time: open our fabric part; then tell the other side (again if a connect
         // that failed half-way had us announce to another endpoint).
@@ -263,7 +267,7 @@ impl Node {
                 return Ok(());
             };
             if side.io.is_none() {
-                let io = match self.inner.open_side_io(kind, dir, max_payload, slot) {
+                let io = match self.inner.open_side_io(kind, dir, max_payload, slot, local) {
                     Ok(io) => io,
                     Err(e) => {
                         drop(g);
@@ -356,28 +360,35 @@ impl Node {
                     }
                 }
             }
+            None if self.inner.config.compat == Compat::Mca => {
+                // The reference's reading: this side's open completes on its own; the
+                // other side's open, when it comes, finishes the connection
+                // (`finish_early_open`), and what is sent meanwhile waits for it.
+                return match self
+                    .inner
+                    .open_early(port, handle, payload_of(kind, max_payload))
+                {
+                    Ok(()) => {
+                        self.inner.live_state()?.requests.complete_if_pending(
+                            request,
+                            Status::MCAPI_SUCCESS,
+                            0,
+                        );
+                        // Its open may have come meanwhile, before this side was marked.
+                        self.inner.finish_early_open(port, handle);
+                        Ok(())
+                    }
+                    Err(e) => fail(e, None),
+                };
+            }
             None => return Ok(()),
         };
         // Both sides open: finish the fabric part and complete.
+        if let Err(e) = self
+            .inner
+            .connect_opened(port, handle, peer, peer_id, &info)
         {
-            let mut g = self.inner.channels.sides[slot].lock();
-            let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
-                return Ok(());
-            };
-            side.peer = peer;
-            if kind == ChannelKind::Packet && dir == Direction::Send {
-                side.max_payload = side.max_payload.min(info.max_payload);
-            }
-            let payload = side.max_payload;
-            let Some(io) = side.io.as_mut() else {
-                return Ok(());
-            };
-            if let Err(e) = self.inner.connect_side_io(io, kind, payload, &info) {
-                drop(g);
-                log::info!("open on port {port}: MCAPI_ERR_GENERAL: reaching the other side: {e}");
-                return fail(Status::MCAPI_ERR_GENERAL, None);
-            }
-            side.ready = true;
+            return fail(e, None);
         }
         let mut st = self.inner.live_state()?;
         if let Some(ep) = st.endpoints.get_mut(&port) {
@@ -386,5 +397,161 @@ impl Node {
         st.requests
             .complete_if_pending(request, Status::MCAPI_SUCCESS, 0);
         Ok(())
+    }
+}
+
+/// The payload limit a side of `kind` uses, given its endpoint's.
+fn payload_of(kind: ChannelKind, max_payload: usize) -> usize {
+    match kind {
+        ChannelKind::Packet => max_payload,
+        ChannelKind::Scalar => 8,
+    }
+}
+
+impl NodeInner {
+    /// Both sides are open: completes side `handle` on local endpoint `port` with what the
+    /// other side (`peer_id`, on run `peer` of its node, or on this node) announced, and
+    /// lets data calls through. `Err`: the open fails with that status.
+    fn connect_opened(
+        &self,
+        port: u32,
+        handle: ChannelHandle,
+        peer: Option<PeerRun>,
+        peer_id: EndpointId,
+        info: &PeerOpen,
+    ) -> std::result::Result<(), Status> {
+        let (slot, generation, kind, dir) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
+        let local = (peer_id.domain(), peer_id.node()) == (self.domain_id, self.node_id);
+        // A same-node other side is reached through its slot (it set its handle before it
+        // announced its open).
+        let local_peer = if local {
+            let other = self
+                .live_state()?
+                .endpoints
+                .get(&peer_id.port())
+                .and_then(|ep| ep.channel.side)
+                .and_then(|h| h.decode());
+            match other {
+                Some((slot, generation, ..)) => Some(LocalPeer {
+                    sides: self.channels.sides.clone(),
+                    slot,
+                    generation,
+                }),
+                None => {
+                    log::info!("open on port {port}: MCAPI_ERR_GENERAL: {peer_id:?} has no side");
+                    return Err(Status::MCAPI_ERR_GENERAL);
+                }
+            }
+        } else {
+            None
+        };
+        let mut g = self.channels.sides[slot].lock();
+        let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+            return Ok(());
+        };
+        side.peer = peer;
+        // (Not for a side opened early: its queued packets are staged at that stride. The
+        // connect checked that the receiver takes the sender's size anyway.)
+        if kind == ChannelKind::Packet && dir == Direction::Send && !side.early {
+            side.max_payload = side.max_payload.min(info.max_payload);
+        }
+        let payload = side.max_payload;
+        let Some(io) = side.io.as_mut() else {
+            return Ok(());
+        };
+        if let Err(e) = self.connect_side_io(io, kind, payload, info, local) {
+            drop(g);
+            log::info!("open on port {port}: MCAPI_ERR_GENERAL: reaching the other side: {e}");
+            return Err(Status::MCAPI_ERR_GENERAL);
+        }
+        side.local = local_peer;
+        side.ready = true;
+        if std::mem::take(&mut side.early) {
+            // Sent before the other side opened (compatibility mode): they go now.
+            if let Some(io) = side.io.as_mut() {
+                io.advance_queued(payload, false);
+            }
+            side.progress();
+        }
+        Ok(())
+    }
+
+    /// Compatibility mode: side `handle` completes its open before the other side opened.
+    /// A send side gets its staging now and no credits (what it sends waits for the other
+    /// side's); data calls are let through.
+    fn open_early(
+        &self,
+        port: u32,
+        handle: ChannelHandle,
+        payload: usize,
+    ) -> std::result::Result<(), Status> {
+        let (slot, generation, kind, dir) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
+        let mut g = self.channels.sides[slot].lock();
+        let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
+            return Ok(());
+        };
+        if side.ready {
+            return Ok(());
+        }
+        let Some(io) = side.io.as_mut() else {
+            return Err(Status::MCAPI_ERR_GENERAL);
+        };
+        if dir == Direction::Send {
+            if let Err(e) = self.early_send_data(io, kind, payload) {
+                log::info!("open on port {port}: MCAPI_ERR_GENERAL: its staging: {e}");
+                return Err(Status::MCAPI_ERR_GENERAL);
+            }
+        }
+        side.early = true;
+        side.ready = true;
+        Ok(())
+    }
+
+    /// Compatibility mode: the other side of an early-opened side `handle` (on local
+    /// endpoint `port`) opened, or may have: connects it (once; a no-op otherwise).
+    pub(super) fn finish_early_open(&self, port: u32, handle: ChannelHandle) {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return;
+        };
+        let early = self.channels.sides[slot]
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.generation == generation && s.early);
+        if !early {
+            return;
+        }
+        let known = self.live_state().ok().and_then(|st| {
+            let ep = st.endpoints.get(&port)?;
+            let peer_id = ep.channel.peer?;
+            let info = ep.channel.binding.peer_info()?.clone();
+            let local = (peer_id.domain(), peer_id.node()) == (self.domain_id, self.node_id);
+            let peer = if local {
+                None
+            } else {
+                st.peer_run(peer_id.domain(), peer_id.node())
+            };
+            Some((peer_id, info, peer))
+        });
+        let Some((peer_id, info, peer)) = known else {
+            return;
+        };
+        match self.connect_opened(port, handle, peer, peer_id, &info) {
+            Ok(()) => {
+                if let Ok(mut st) = self.live_state() {
+                    if let Some(ep) = st.endpoints.get_mut(&port) {
+                        ep.channel.binding.try_finish_open();
+                    }
+                }
+            }
+            Err(e) => {
+                // The application holds a completed open: its data calls fail from now on.
+                let mut g = self.channels.sides[slot].lock();
+                if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
+                    side.early = false;
+                    side.peer_gone = Some(e);
+                }
+            }
+        }
+        self.flush_completed();
     }
 }

@@ -4,6 +4,7 @@ use super::data::SideData;
 use super::endpoint::PeerOpen;
 use super::side::side_status;
 use super::side_io::SideIo;
+use crate::config::Compat;
 use crate::control::{ChannelAttributes, ChannelOp, ConnectEnd, Frame};
 use crate::node::common::{lock, refusal, Result};
 use crate::node::inner::NodeInner;
@@ -153,6 +154,16 @@ impl NodeInner {
                     max_payload: max_payload as usize,
                     route,
                 });
+                // Compatibility mode: a side of ours whose open completed on its own is
+                // connected now.
+                let early = ep
+                    .channel
+                    .side
+                    .filter(|_| self.config.compat == Compat::Mca);
+                drop(st);
+                if let Some(handle) = early {
+                    self.finish_early_open(port, handle);
+                }
                 Ok(None)
             }
             ChannelOp::Closed { sent, from } => {

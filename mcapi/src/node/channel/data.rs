@@ -7,6 +7,7 @@ use crate::semantics::channel_side::{
     Item, Posted, Posting, RecvSide, Repost, SendSide, UserBuffer,
 };
 use mcapi_ofi::{Endpoint, Error as OfiError, FiAddr, MemoryRegion, SendBuffer};
+use std::collections::VecDeque;
 
 pub(super) enum SideData {
     /// A sender before the receiver's open arrived.
@@ -24,6 +25,9 @@ pub(super) struct SendData {
     pub(super) inject_size: usize,
     /// Credit receives that completed during a zero-copy send, to post again after it.
     pub(super) credit_reposts: Vec<usize>,
+    /// The receiver is on this node: packets go to it directly (`local.rs`), not to the
+    /// fabric.
+    pub(super) local: bool,
 }
 
 impl UserBuffer for SendBuffer {
@@ -102,12 +106,25 @@ fn post_refused(e: &OfiError) -> Posted {
 pub(super) struct RecvData {
     pub(super) pool: MemoryRegion,
     pub(super) state: RecvSide,
+    /// The sender is on this node (`local.rs`): the buffers "posted" for it, in order
+    /// (nothing is posted to the fabric), and credits freed and not yet handed to it.
+    pub(super) local: Option<Box<LocalRecv>>,
+}
+
+/// A same-node receive side's stand-in for posted receives and credit messages.
+pub(super) struct LocalRecv {
+    pub(super) free: VecDeque<u32>,
+    pub(super) credits: u32,
 }
 
 impl RecvData {
-    /// Posts buffer or slot `b` to `ep`.
+    /// Posts buffer or slot `b` to `ep` (or, same-node, lists it for the sender).
     #[inline(always)]
-    pub(super) fn post(&self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
+    pub(super) fn post(&mut self, ep: &Endpoint, b: usize) -> std::result::Result<(), OfiError> {
+        if let Some(l) = &mut self.local {
+            l.free.push_back(b as u32);
+            return Ok(());
+        }
         let size = self.state.buffer_size();
         let buf = self.pool.slice(b * size, size)?;
         if self.state.posting() == Posting::MultiRecv {

@@ -32,11 +32,11 @@
 //! Modules, each importing only those listed before it. The data layer: `limits` (shared
 //! constants), `handle` (public handles), `endpoint` (an endpoint's channel state), `req`
 //! (what a channel request waits for), `hub` (the scalar hub), `outbox`, `data` (a side's
-//! memory), `side_io` (its fabric part), `side`, `table` (the node's sides). Node
-//! `state` and `inner` hold its types; the operations, `impl Node` and `impl NodeInner`
-//! blocks over both: `lookup` (finding a side), `waiting` (blocked calls), `drive` (channel
-//! requests' progress), `control` (channel frames), `open`, `connect`, `close`, `send`,
-//! `recv`, `scalar`, `cancel`.
+//! memory), `side_io` (its fabric part), `side`, `local` (same-node channels: no fabric),
+//! `table` (the node's sides). Node `state` and `inner` hold its types; the operations,
+//! `impl Node` and `impl NodeInner` blocks over both: `lookup` (finding a side), `waiting`
+//! (blocked calls), `drive` (channel requests' progress), `control` (channel frames),
+//! `open`, `connect`, `close`, `send`, `recv`, `scalar`, `cancel`.
 //!
 //! [`CreditReturn`]: crate::semantics::channel::CreditReturn
 
@@ -50,6 +50,7 @@ mod endpoint;
 mod handle;
 mod hub;
 mod limits;
+mod local;
 mod lookup;
 mod open;
 mod outbox;

@@ -1,6 +1,6 @@
 //! Reserving a side and opening its fabric part (own endpoint, or a place on the scalar hub).
 
-use super::data::{RecvData, SendData, SideData};
+use super::data::{LocalRecv, RecvData, SendData, SideData};
 use super::endpoint::PeerOpen;
 use super::handle::ChannelHandle;
 use super::hub::{self, HubItem};
@@ -16,6 +16,7 @@ use mcapi_ofi::{
     AddressVector, Completion, CompletionQueue, Endpoint, EndpointOptions, Error as OfiError,
     FiAddr, MemoryRegion,
 };
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 impl NodeInner {
@@ -44,14 +45,18 @@ impl NodeInner {
 
     /// Opens the fabric part of a channel end before the other side is known: endpoint,
     /// CQ and (receive side) the posted pool. Returns it with the payload limit it uses.
+    /// `local`: the other endpoint is on this node; the receive side's pool is then
+    /// posted to no endpoint, the sender places its items itself (`local.rs`), and scalars
+    /// stay off the hub.
     pub(super) fn open_side_io(
         &self,
         kind: ChannelKind,
         dir: Direction,
         max_payload: usize,
         slot: usize,
+        local: bool,
     ) -> std::result::Result<SideIo, OfiError> {
-        if kind == ChannelKind::Scalar && self.scalars_on_hub() {
+        if kind == ChannelKind::Scalar && self.scalars_on_hub() && !local {
             return self.open_scalar_io(dir, slot);
         }
         let domain = &self.fab.domain;
@@ -61,7 +66,8 @@ impl NodeInner {
             ChannelKind::Packet => max_payload,
             ChannelKind::Scalar => 8,
         };
-        let multi_recv = dir == Direction::Receive && kind == ChannelKind::Packet && !self.is_shm();
+        let multi_recv =
+            dir == Direction::Receive && kind == ChannelKind::Packet && !self.is_shm() && !local;
         let min_multi_recv = multi_recv.then_some(payload.max(8));
         let ep = Endpoint::open(domain, &cq, &av, EndpointOptions { min_multi_recv })?;
         let capacity = match kind {
@@ -77,16 +83,27 @@ impl NodeInner {
                 // and a second completion when the buffer is full. An emptied slot is
                 // posted again off that path (`repost_slots`). Elsewhere packets share
                 // multi-receive buffers.
-                let n = capacity as usize;
+                // Same-node scalars are queued as they come, as from the hub: no slots.
+                let n = match kind {
+                    ChannelKind::Scalar if local => 0,
+                    _ => capacity as usize,
+                };
                 let (buffer_size, posting) = match kind {
+                    ChannelKind::Scalar if local => (SCALAR_SLOT, Posting::Hub),
                     ChannelKind::Scalar => (SCALAR_SLOT, Posting::Plain),
                     ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, Posting::MultiRecv),
                     ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
                 let pool = MemoryRegion::with_slots(domain, n.max(1), buffer_size)?;
-                let r = RecvData {
+                let mut r = RecvData {
                     pool,
                     state: RecvSide::new(kind, posting, buffer_size, n, capacity),
+                    local: local.then(|| {
+                        Box::new(LocalRecv {
+                            free: VecDeque::with_capacity(n),
+                            credits: 0,
+                        })
+                    }),
                 };
                 for b in 0..n {
                     r.post(&ep, b)?;
@@ -139,6 +156,7 @@ impl NodeInner {
             Direction::Receive => SideData::Recv(RecvData {
                 pool: hub.pool().clone(),
                 state: RecvSide::new(ChannelKind::Scalar, Posting::Hub, 8, 0, capacity),
+                local: None,
             }),
         };
         Ok(SideIo {
@@ -159,64 +177,114 @@ impl NodeInner {
     }
 
     /// Completes the fabric part once the other side's open arrived: its address, and for a
-    /// sender the credits and staging sized by the receiver's pool.
+    /// sender the credits and staging sized by the receiver's pool. `local`: the other side
+    /// is on this node, and nothing of the fabric is set up for it (`local.rs`).
     pub(super) fn connect_side_io(
         &self,
         io: &mut SideIo,
         kind: ChannelKind,
         payload: usize,
         peer: &PeerOpen,
+        local: bool,
     ) -> std::result::Result<(), OfiError> {
         match &mut io.hub {
+            _ if local => {}
             Some(h) => {
                 io.dest = h.hub.peer(&peer.fabric_addr)?;
                 h.peer_route = peer.route;
             }
             None => io.dest = io.av.insert(&peer.fabric_addr)?,
         }
+        let early = matches!(io.data, SideData::Send(_));
         if let SideData::Unconnected = io.data {
-            let domain = &self.fab.domain;
             let credits = peer.credits;
-            // A scalar sender's credits come through the hub.
-            let slots = match io.hub {
-                Some(_) => 0,
-                None => CreditReturn::max_in_flight(credits) as usize,
-            };
-            let credit_slots = MemoryRegion::with_slots(domain, slots.max(1), 8)?;
-            if let (Some(ep), None) = (&io.ep, &io.hub) {
-                for i in 0..slots {
-                    ep.recv(
-                        credit_slots.slice(i * 8, 8)?,
-                        FiAddr::UNSPEC,
-                        CTX_CREDIT | i as u64,
-                    )?;
-                }
-            }
             // Scalars go out by inject: no staging.
             let staged = if kind == ChannelKind::Packet {
                 credits.max(1) as usize
             } else {
                 0
             };
-            io.data = SideData::Send(SendData {
-                state: SendSide::new(credits, staged),
-                credit_slots,
-                staging: MemoryRegion::with_slots(domain, staged.max(1), payload.max(1))?,
-                inject_size: self.fab.inject_size,
-                credit_reposts: Vec::with_capacity(slots),
-            });
+            io.data = SideData::Send(self.send_data(credits, staged, payload, local)?);
+        }
+        if let SideData::Send(s) = &mut io.data {
+            if early {
+                // Opened early (compatibility mode), with no credits.
+                s.state.credits_returned(peer.credits);
+                s.local = local;
+            }
+            // A scalar sender's credits come through the hub, a same-node sender's directly.
+            let slots = match io.hub {
+                _ if local => 0,
+                Some(_) => 0,
+                None => CreditReturn::max_in_flight(peer.credits) as usize,
+            };
+            if slots > 0 {
+                s.credit_slots = MemoryRegion::with_slots(&self.fab.domain, slots, 8)?;
+                s.credit_reposts = Vec::with_capacity(slots);
+                if let Some(ep) = &io.ep {
+                    for i in 0..slots {
+                        ep.recv(
+                            s.credit_slots.slice(i * 8, 8)?,
+                            FiAddr::UNSPEC,
+                            CTX_CREDIT | i as u64,
+                        )?;
+                    }
+                }
+            }
             // An empty message, which the receiver ignores (it carries no CQ data), makes
             // the provider set up its connection while the open completes: rxm connects on
             // a first send, in several steps 10 ms apart (its CM progress interval), which
             // the first packet would wait for. Not on shm, which has no connections, and
             // where the receiver's plain receives would take one for it without a credit.
             if let (Some(ep), None, ChannelKind::Packet) = (&io.ep, &io.hub, kind) {
-                if !self.is_shm() {
+                if !self.is_shm() && !local {
                     // Best effort: a failure shows at the first packet.
                     _ = ep.inject(&[], io.dest);
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A send side's memory and state: `credits` (the receiver's pool), `staged` staging
+    /// buffers of `payload` bytes; credit receive slots are added when it connects.
+    fn send_data(
+        &self,
+        credits: u32,
+        staged: usize,
+        payload: usize,
+        local: bool,
+    ) -> std::result::Result<SendData, OfiError> {
+        let domain = &self.fab.domain;
+        Ok(SendData {
+            state: SendSide::new(credits, staged),
+            credit_slots: MemoryRegion::new(domain, 8)?,
+            staging: MemoryRegion::with_slots(domain, staged.max(1), payload.max(1))?,
+            inject_size: self.fab.inject_size,
+            credit_reposts: Vec::new(),
+            local,
+        })
+    }
+
+    /// Compatibility mode: a send side whose open completes before the receiver's gets its
+    /// state now, with no credits and its own node's pool size of staging buffers (the
+    /// receiver's is not known yet): `pktchan_send_i` packets queue there until it opens.
+    pub(super) fn early_send_data(
+        &self,
+        io: &mut SideIo,
+        kind: ChannelKind,
+        payload: usize,
+    ) -> std::result::Result<(), OfiError> {
+        if !matches!(io.data, SideData::Unconnected) {
+            return Ok(());
+        }
+        let staged = match kind {
+            ChannelKind::Packet => self.config.recv_buffers.max(1),
+            ChannelKind::Scalar => 0,
+        };
+        // Whether the receiver is on this node is known from the connect; `local` only
+        // matters for where queued packets go, decided again when it connects.
+        io.data = SideData::Send(self.send_data(0, staged, payload, false)?);
         Ok(())
     }
 }

@@ -5,7 +5,7 @@ use super::limits::MAX_SIDES;
 use crate::semantics::channel_side::Completions;
 use crate::semantics::request::RequestHandle;
 use crate::semantics::Status;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The flag of the table's orphan outbox in [`DoneFlags`] (a bit past the side slots).
@@ -23,6 +23,10 @@ pub(super) struct DoneFlags {
 impl DoneFlags {
     pub(super) fn set(&self, slot: usize) {
         self.slots[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+        // Pairs with the fence of `begin_flush`: either that flush reads this slot's bit,
+        // or this "any" lands after its clearing. Without it a flush could miss the bit and
+        // still clear "any" last, stranding the completion (found by loom: scripts/loom).
+        fence(Ordering::SeqCst);
         self.any.store(true, Ordering::Release);
     }
 
@@ -40,7 +44,7 @@ impl DoneFlags {
     /// raises it again.
     pub(super) fn begin_flush(&self) {
         self.any.store(false, Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     /// Ends a flush that left slots flagged (locked elsewhere): "any" stays raised.
@@ -114,5 +118,81 @@ impl Outbox {
 impl Completions for Outbox {
     fn complete(&mut self, request: RequestHandle, status: Status, len: usize) {
         Outbox::complete(self, request, status, len);
+    }
+}
+
+/// The flush protocol of [`DoneFlags`] under loom (scripts/loom): whatever the interleaving
+/// of sides completing requests and a flusher taking them, a completion is never left in an
+/// outbox while "any" says there is nothing to flush (the lost wake-up the fence prevents).
+#[cfg(all(test, mcapi_loom))]
+mod loom_model {
+    use super::DoneFlags;
+    use loom::sync::{Arc, Mutex};
+
+    /// Two sides' outboxes (a count of completions each) behind their locks.
+    struct Sides {
+        flags: DoneFlags,
+        outboxes: [Mutex<u32>; 2],
+    }
+
+    impl Sides {
+        /// What a side does under its lock when it completes a request.
+        fn complete(&self, slot: usize) {
+            let mut outbox = self.outboxes[slot].lock().unwrap();
+            if *outbox == 0 {
+                self.flags.set(slot);
+            }
+            *outbox += 1;
+        }
+
+        /// `flush_completed`: takes every flagged outbox. Returns the completions taken.
+        fn flush(&self) -> u32 {
+            if !self.flags.any() {
+                return 0;
+            }
+            self.flags.begin_flush();
+            let mut taken = 0;
+            let flagged: Vec<usize> = self.flags.flagged().collect();
+            for slot in flagged {
+                // A side locked elsewhere keeps its flag, as in `flush_flagged`.
+                if let Ok(mut outbox) = self.outboxes[slot].try_lock() {
+                    self.flags.clear(slot);
+                    taken += std::mem::take(&mut *outbox);
+                }
+            }
+            self.flags.end_flush();
+            taken
+        }
+    }
+
+    #[test]
+    fn no_completion_is_stranded_behind_a_cleared_any_flag() {
+        loom::model(|| {
+            let sides = Arc::new(Sides {
+                flags: DoneFlags::default(),
+                outboxes: [Mutex::new(0), Mutex::new(0)],
+            });
+            let producers: Vec<_> = (0..2)
+                .map(|slot| {
+                    let sides = sides.clone();
+                    loom::thread::spawn(move || sides.complete(slot))
+                })
+                .collect();
+            let mut taken = sides.flush();
+            for p in producers {
+                p.join().unwrap();
+            }
+            // Every completion made is either taken already or announced by "any".
+            let left: u32 = sides.outboxes.iter().map(|o| *o.lock().unwrap()).sum();
+            assert_eq!(taken + left, 2);
+            if left > 0 {
+                assert!(
+                    sides.flags.any(),
+                    "{left} completion(s) behind a cleared flag"
+                );
+            }
+            taken += sides.flush();
+            assert_eq!(taken, 2, "a flush with no side locked takes everything");
+        });
     }
 }

@@ -17,23 +17,7 @@ use crate::semantics::Status;
 impl NodeInner {
     /// Completes pending `pktchan_recv_i` requests of a receive side from its FIFO.
     pub(super) fn serve_pending_recvs(&self, side: &mut Side) {
-        let Some(SideIo {
-            data: SideData::Recv(r),
-            out,
-            ..
-        }) = &mut side.io
-        else {
-            return;
-        };
-        // Once the sender closed or died and everything it sent was received, nothing more
-        // comes: the rest end with its loss.
-        r.state.serve_pending(side.peer_gone);
-        while let Some(c) = r.state.take_completed() {
-            match c.item {
-                Some(item) => out.deliver(c.request, r.packet(item)),
-                None => out.complete(c.request, c.status, c.len),
-            }
-        }
+        side.serve_pending_recvs();
     }
 }
 
@@ -191,6 +175,9 @@ impl Node {
         if open {
             if let Some(n) = credits {
                 io.return_credits(n);
+                if side.local.is_some() {
+                    side.pump_local(false);
+                }
             }
         } else if last && io.ep.is_none() {
             // The last held packet of a disconnected channel: the pool goes now.

@@ -41,6 +41,9 @@ impl Node {
         if let Some(status) = side.peer_gone {
             return Err(status);
         }
+        if side.local.is_some() {
+            return side.send_local_scalar(value, width);
+        }
         let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
         let SideData::Send(s) = &mut io.data else {
             return Ok(false);
@@ -162,6 +165,9 @@ fn take_scalar(side: &mut Side, width: usize) -> Result<Option<u64>> {
     if let Some((v, credits)) = r.state.take_scalar(width)? {
         if let Some(n) = credits {
             io.return_credits(n);
+            if side.local.is_some() {
+                side.pump_local(false);
+            }
         }
         return Ok(Some(v));
     }

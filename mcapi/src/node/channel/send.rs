@@ -80,6 +80,9 @@ impl Node {
         data: &[u8],
         wait: &mut Option<ChannelWait>,
     ) -> Result<bool> {
+        if side.local.is_some() {
+            return side.send_local_packet(data);
+        }
         let (peer, timeout) = (side.peer, side.timeout);
         let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
         let SideData::Send(s) = &mut io.data else {
@@ -248,7 +251,9 @@ impl Node {
             // the CQ is read only when the packet must wait (on tcp;ofi_rxm each read is a
             // poll(2) of the endpoint's sockets).
             io.advance_queued(payload, false);
-            if io.has_queued_send() {
+            if side.local.is_some() {
+                side.pump_local(true);
+            } else if io.has_queued_send() {
                 side.progress();
             }
             Ok(())

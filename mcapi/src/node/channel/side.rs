@@ -7,7 +7,21 @@ use crate::node::state::PeerRun;
 use crate::semantics::channel::ChannelKind;
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::Status;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The node's side slots (the [`ChannelTable`](super::table::ChannelTable)'s).
+pub(super) type Sides = Arc<[parking_lot::Mutex<Option<Side>>]>;
+
+/// The other side of a channel whose two endpoints are on this node: items go straight from
+/// the sender's call into the receive side's pool and FIFO, credits straight back, with no
+/// fabric in between (`local.rs`). Reached by `try_lock` only (side locks never nest
+/// otherwise): a side busy elsewhere is moved to by its holder's next progress.
+pub(super) struct LocalPeer {
+    pub(super) sides: Sides,
+    pub(super) slot: usize,
+    pub(super) generation: u32,
+}
 
 /// One side of a channel, reserved by an open; its fabric part exists once both sides opened.
 pub(in crate::node) struct Side {
@@ -30,6 +44,11 @@ pub(in crate::node) struct Side {
     pub(super) io: Option<SideIo>,
     /// The endpoint this side's open was announced to.
     pub(super) announced_to: Option<EndpointId>,
+    /// The other side, when it is on this node (set when both sides are open).
+    pub(super) local: Option<LocalPeer>,
+    /// Compatibility mode: the open completed before the other side's (`ready`, but not
+    /// connected to it yet).
+    pub(super) early: bool,
 }
 
 pub(super) fn side_status(kind: ChannelKind) -> Status {
@@ -52,6 +71,9 @@ impl Side {
         if matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. }) if s.state.is_broken()) {
             // Later sends fail instead of stalling behind the lost packet.
             self.peer_gone.get_or_insert(side_status(kind));
+        }
+        if self.local.is_some() {
+            return seen + self.pump_local(false);
         }
         seen
     }
@@ -136,6 +158,27 @@ impl Side {
         }
     }
 
+    /// Completes pending `pktchan_recv_i` requests of a receive side from its FIFO.
+    pub(super) fn serve_pending_recvs(&mut self) {
+        let Some(SideIo {
+            data: SideData::Recv(r),
+            out,
+            ..
+        }) = &mut self.io
+        else {
+            return;
+        };
+        // Once the sender closed or died and everything it sent was received, nothing more
+        // comes: the rest end with its loss.
+        r.state.serve_pending(self.peer_gone);
+        while let Some(c) = r.state.take_completed() {
+            match c.item {
+                Some(item) => out.deliver(c.request, r.packet(item)),
+                None => out.complete(c.request, c.status, c.len),
+            }
+        }
+    }
+
     pub(super) fn check_usable(&self) -> Result<&SideIo> {
         match &self.io {
             Some(io) if self.ready && !self.closed => Ok(io),
@@ -159,6 +202,8 @@ impl Side {
             max_payload: 0,
             io: None,
             announced_to: None,
+            local: None,
+            early: false,
         }
     }
 }

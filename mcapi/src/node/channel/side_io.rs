@@ -275,6 +275,10 @@ impl SideIo {
             s.state.fail_queued(&mut self.out);
             return;
         }
+        if s.local {
+            // Moved by the side's `pump_local`.
+            return;
+        }
         while let Some(next) = s.state.next_queued() {
             let r = match next {
                 NextSend::Staged { slot, len, seq } => {
@@ -334,6 +338,11 @@ impl SideIo {
         if !r.state.sender_wants_credits() {
             // The sender closed (or died) and needs no more: its endpoint may be gone. While
             // packets it queued before closing are still to come, it needs the credits.
+            return;
+        }
+        if let Some(l) = &mut r.local {
+            // Handed over by the side's `pump_local`.
+            l.credits += n;
             return;
         }
         let sent = slots_posted

@@ -3,7 +3,7 @@
 use super::hub::ScalarHub;
 use super::limits::MAX_SIDES;
 use super::outbox::{DoneFlags, Outbox, ORPHAN_SLOT};
-use super::side::Side;
+use super::side::{Side, Sides};
 use crate::node::common::lock;
 use crate::node::fabric::Fab;
 use mcapi_ofi::{Endpoint, Error as OfiError};
@@ -20,7 +20,9 @@ pub(in crate::node) struct ChannelTable {
     /// parking_lot's: lock and unlock inline, with no poisoning to check, in every data
     /// call. A panic under a side lock (the C ABI catches it) leaves the side as it was,
     /// for the application's calls and for background progress alike.
-    pub(super) sides: Box<[parking_lot::Mutex<Option<Side>>]>,
+    /// Shared with the sides of same-node channels, which reach their other side through it
+    /// ([`LocalPeer`](super::side::LocalPeer)).
+    pub(super) sides: Sides,
     /// Bumped by every application call on a side: the background thread leaves sides
     /// in use alone (taking their lock could stall the application's next call).
     pub(super) touched: Box<[AtomicU32]>,

@@ -18,7 +18,8 @@
 //! Addressing: on one host (a loopback bootstrap connection) the nodes meet through MCAPI's
 //! Unix-socket rendezvous under a job name unique to the run; across hosts both sides build
 //! the same two-line topology from the addresses of the bootstrap connection (see
-//! [`topology`]). Buffers are allocated once; the data path allocates nothing.
+//! [`topology`]); under a launcher (`mpirun -n 2 perftest ...`) through its PMIx server, as
+//! any MCAPI job started by it. Buffers are allocated once; the data path allocates nothing.
 //!
 //! Setting up, in the order of the bootstrap protocol ([`crate::session`]): both sides
 //! [`McapiLayer::open`] their node and endpoints; each [`McapiLayer::connect`]s to the other
@@ -34,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::oob::Oob;
 use crate::pattern::{self, Plan};
 use crate::stats::Measurement;
-use ::mcapi::config::{Config, Topology};
+use ::mcapi::config::{Bootstrap, Config, Topology};
 use ::mcapi::{Node, Status};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -92,7 +93,11 @@ pub fn config(
     let mut c =
         Config::from_env().map_err(|e| Error::failed(format!("MCAPI configuration: {e}")))?;
     c.job.clone_from(&setup.job);
-    c.topology = topology;
+    // Under a launcher the nodes meet through its PMIx server (the bootstrap detected from
+    // the environment); the topology is for a run started by hand.
+    if c.bootstrap != Bootstrap::Pmix {
+        c.topology = topology;
+    }
     c.provider = Some(provider.to_owned());
     // A sender asks for as many credits as its own node's endpoints have buffers, so both
     // sides use the same count.
