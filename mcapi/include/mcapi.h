@@ -103,7 +103,11 @@ enum mcapi_status_codes {
     MCAPI_ERR_NODE_CONFFAILED = 43,
     MCAPI_ERR_ENDP_GET_INVALID = 44,
     MCAPI_ERR_ENDP_DELETED = 45,
-    MCAPI_STATUSCODE_END = 46 /* not a status: one past the last code */
+    /* Extension, not in MCAPI 2.000: the MCA reference implementation's code for an
+       endpoint_create beyond MCAPI_MAX_ENDPOINTS, returned only in its compatibility
+       mode (MCAPI_COMPAT=mca); MCAPI_ERR_PORT_INVALID otherwise (spec 4.2.1). */
+    MCAPI_ERR_ENDP_LIMIT = 46,
+    MCAPI_STATUSCODE_END = 47 /* not a status: one past the last code */
 };
 
 /* Spellings of the MCA reference headers. */

@@ -29,7 +29,7 @@ typedef mca_request_t mcapi_request_t;
 #define MCAPI_MAX_MSG_SIZE 65536     /* largest message (bytes) */
 #define MCAPI_MAX_PKT_SIZE 4194304   /* largest packet (bytes) */
 #define MCAPI_MAX_PRIORITY 7         /* largest valid priority value; 0 is the highest */
-#define MCAPI_MAX_ENDPOINTS 2048     /* upper bound per node; the provider's is lower */
+#define MCAPI_MAX_ENDPOINTS 512      /* endpoints per node, on every provider */
 #define MCAPI_MAX_STATUS_MSG_LEN 32  /* mcapi_display_status buffer for any name */
 #define MCAPI_MAX_REQUESTS 16777216  /* largest mcapi_param_t.request_table_size */
 #define MCAPI_MAX_RECV_BUFFERS 16384 /* largest mcapi_param_t.recv_buffers */

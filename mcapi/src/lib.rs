@@ -55,6 +55,8 @@ pub mod semantics;
 mod sync;
 
 pub use mcapi_ofi::SendBuffer;
-pub use node::{ChannelHandle, Node, Packet, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES};
+pub use node::{
+    ChannelHandle, Node, Packet, MAX_ENDPOINTS, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES,
+};
 pub use semantics::request::RequestHandle;
 pub use semantics::{EndpointId, Status};

@@ -84,6 +84,9 @@ fn main() {
             Trial::test(format!("{provider}::same_node_chan_mca"), move || {
                 same_node_chan(provider, "mca")
             }),
+            Trial::test(format!("{provider}::same_node_msg"), move || {
+                same_node_msg(provider)
+            }),
         ];
         for trial in provider_trials {
             if absent {
@@ -967,7 +970,7 @@ fn error_codes(provider: &str) -> Result<(), Failed> {
 /// `while (!mcapi_test(...))`, errors reported through requests, the reference's debug
 /// helpers.
 fn mca_style_program(provider: &str) -> Result<(), Failed> {
-    let exe = build_once("mca_style.c", &[], "mca_style")?;
+    let exe = build_once("mca_style.c", &["-DFILL_UNTIL_MEM_LIMIT=1"], "mca_style")?;
     let job = format!("c-mca-style-{provider}-{}", std::process::id());
     let mut processes = Processes {
         children: Vec::new(),
@@ -976,6 +979,24 @@ fn mca_style_program(provider: &str) -> Result<(), Failed> {
     let report = processes.wait_all(Duration::from_secs(60))?;
     if !report.contains("mca_style: Test PASSED") {
         return Err(format!("mca_style did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+/// Issue 22 section 1 (`tests/c/same_node_msg.c`): one node, one thread, messages between
+/// its own endpoints complete at once; in spec and in compatibility mode.
+fn same_node_msg(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("same_node_msg.c", &[], "same_node_msg")?;
+    for mode in ["spec", "mca"] {
+        let job = format!("c-same-node-msg-{mode}-{provider}-{}", std::process::id());
+        let mut processes = Processes {
+            children: Vec::new(),
+        };
+        processes.spawn(&exe, &[], provider, &job, &[("MCAPI_COMPAT", mode)])?;
+        let report = processes.wait_all(Duration::from_secs(60))?;
+        if !report.contains("all checks passed") {
+            return Err(format!("{mode} mode did not finish:\n{report}").into());
+        }
     }
     Ok(())
 }

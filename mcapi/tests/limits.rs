@@ -1,7 +1,7 @@
 //! The node's limits and the refusals at their edges, over real providers (shm and tcp), one
 //! test at a time: nodes are threads of this process.
 
-use mcapi::config::Config;
+use mcapi::config::{Compat, Config};
 use mcapi::semantics::channel::status_flags as flag;
 use mcapi::{EndpointId, Node, Status};
 use std::sync::Mutex;
@@ -32,11 +32,11 @@ fn providers() -> Vec<&'static str> {
     v
 }
 
-/// Creates endpoints from port 100 up until the node's receive limit refuses one: the
-/// endpoints made, and the port and status of the refused create.
+/// Creates endpoints from port 100 up until the node's limit refuses one: the endpoints
+/// made, and the port and status of the refused create.
 fn fill(node: &Node) -> (Vec<EndpointId>, u32, Status) {
     let mut made = Vec::new();
-    for port in 100..400 {
+    for port in 100..100 + 2 * mcapi::MAX_ENDPOINTS as u32 {
         match node.endpoint_create(port) {
             Ok(ep) => made.push(ep),
             Err(e) => return (made, port, e),
@@ -60,11 +60,11 @@ fn round_trip(from_node: &Node, from: EndpointId, to_node: &Node, to: EndpointId
     }
 }
 
-/// A create refused at the node's receive limit leaves nothing behind: refused again and
-/// again it leaks no posted receive, and once two endpoints are deleted the same port is
-/// created and gets every message sent to it.
+/// A create refused at the node's endpoint limit leaves nothing behind: refused again and
+/// again, and once two endpoints are deleted the same port is created and gets every
+/// message sent to it.
 #[test]
-fn a_create_refused_at_the_receive_limit_leaves_nothing_posted() {
+fn a_create_refused_at_the_endpoint_limit_leaves_nothing_behind() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
     for prov in providers() {
         let cfg = config(prov, "refused-create", 100);
@@ -88,21 +88,91 @@ fn a_create_refused_at_the_receive_limit_leaves_nothing_posted() {
     }
 }
 
-/// The create beyond the node's receive limit is `MCAPI_ERR_MEM_LIMIT` on every provider
-/// (the 16th endpoint at 64 buffers on shm, later on tcp).
+/// A node creates `MCAPI_MAX_ENDPOINTS` endpoints at the default settings on every
+/// provider (they share the node's receive pool, whatever the provider's posted-receive
+/// limit), and the next create is `MCAPI_ERR_PORT_INVALID` (spec 4.2.1, "no more available
+/// ports"); `MCAPI_ERR_ENDP_LIMIT` in compatibility mode.
 #[test]
-fn a_create_beyond_the_receive_limit_is_mem_limit() {
+fn a_create_beyond_max_endpoints_is_port_invalid() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
     for prov in providers() {
-        let node = Node::initialize(0, 21, config(prov, "create-limit", 64)).unwrap();
-        let (made, port, status) = fill(&node);
-        assert_eq!(
-            status,
-            Status::MCAPI_ERR_MEM_LIMIT,
-            "{prov}: endpoint {} (port {port})",
-            made.len() + 1
-        );
-        node.finalize().unwrap();
+        for compat in [Compat::Spec, Compat::Mca] {
+            let mut cfg = config(prov, "create-limit", 64);
+            cfg.compat = compat;
+            let node = Node::initialize(0, 21, cfg).unwrap();
+            let (made, port, status) = fill(&node);
+            let want = match compat {
+                Compat::Spec => Status::MCAPI_ERR_PORT_INVALID,
+                Compat::Mca => Status::MCAPI_ERR_ENDP_LIMIT,
+            };
+            assert_eq!(
+                status,
+                want,
+                "{prov}: endpoint {} (port {port})",
+                made.len() + 1
+            );
+            assert_eq!(made.len(), mcapi::MAX_ENDPOINTS, "{prov}");
+            node.finalize().unwrap();
+        }
+    }
+}
+
+/// Every one of `MCAPI_MAX_ENDPOINTS` endpoints of a node receives messages from another
+/// node and sends to it, at the default settings: each endpoint gets a message in each of
+/// two rounds (one round queues as many messages as the node's pool has slots), then
+/// answers; endpoints are deleted and created again and lose nothing sent after.
+#[test]
+fn every_endpoint_of_a_full_node_exchanges_messages() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "full-node", Config::defaults().recv_buffers);
+        let rx = Node::initialize(0, 31, cfg.clone()).unwrap();
+        let tx = Node::initialize(0, 32, cfg).unwrap();
+        let from = tx.endpoint_create(1).unwrap();
+        let (made, _, _) = fill(&rx);
+        assert_eq!(made.len(), mcapi::MAX_ENDPOINTS, "{prov}");
+        let rx_thread = {
+            let made = made.clone();
+            let rx = &rx;
+            move || {
+                let mut buf = [0u8; 16];
+                for k in 0..2u32 {
+                    for (i, &ep) in made.iter().enumerate() {
+                        let n = rx.msg_recv(ep, &mut buf).unwrap();
+                        assert_eq!(&buf[..n], &[i as u32, k].map(u32::to_le_bytes).concat()[..]);
+                    }
+                }
+                for (i, &ep) in made.iter().enumerate() {
+                    rx.msg_send(ep, from, &(i as u32).to_le_bytes(), 0).unwrap();
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            let receiver = s.spawn(rx_thread);
+            for k in 0..2u32 {
+                for (i, &ep) in made.iter().enumerate() {
+                    let to = tx.endpoint_get(0, 31, ep.port(), WAIT).unwrap();
+                    tx.msg_send(from, to, &[i as u32, k].map(u32::to_le_bytes).concat(), 0)
+                        .unwrap_or_else(|e| panic!("{prov}: message {k} to endpoint {i}: {e:?}"));
+                }
+            }
+            let mut buf = [0u8; 16];
+            for i in 0..made.len() as u32 {
+                let n = tx.msg_recv(from, &mut buf).unwrap();
+                assert_eq!(&buf[..n], &i.to_le_bytes(), "{prov}");
+            }
+            receiver.join().unwrap();
+        });
+        // Deleted and created again: the new endpoints get every message.
+        for &ep in &made[..8] {
+            rx.endpoint_delete(ep).unwrap();
+        }
+        for &ep in &made[..8] {
+            let again = rx.endpoint_create(ep.port()).unwrap();
+            round_trip(&tx, from, &rx, again, 100);
+        }
+        tx.finalize().unwrap();
+        rx.finalize().unwrap();
     }
 }
 

@@ -1,6 +1,6 @@
 //! MCAPI messages between nodes over real providers (shm and tcp), one test at a time.
 
-use mcapi::config::Config;
+use mcapi::config::{Compat, Config};
 use mcapi::{EndpointId, Node, Status};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -1431,5 +1431,138 @@ fn the_configured_spin_decides_whether_a_blocked_call_keeps_its_core() {
         }
         a.finalize().unwrap();
         b.finalize().unwrap();
+    }
+}
+
+/// A node talking to itself, in one thread: every message is queued at the receiving
+/// endpoint before the send returns, so single tests complete, `msg_available` counts at
+/// once, priorities and FIFO order hold, and a full endpoint keeps a `msg_send_i` pending
+/// (spec) until a receive makes room, in order with later sends; a blocking `msg_send`
+/// to it times out (spec 4.3.2: it blocks) or is `MCAPI_ERR_MEM_LIMIT` in compatibility
+/// mode.
+#[test]
+fn a_node_talking_to_itself_completes_at_once() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        for compat in [Compat::Spec, Compat::Mca] {
+            let mut cfg = config(prov, "same-node");
+            cfg.compat = compat;
+            let node = Node::initialize(0, 41, cfg).unwrap();
+            let a = node.endpoint_create(1).unwrap();
+            let b = node.endpoint_create(2).unwrap();
+            let mut buf = [0u8; 16];
+            // msg_recv_i, send_i, send_i, recv_i: one test each.
+            let r0 = node.msg_recv_i(b).unwrap();
+            let s1 = node.msg_send_i(a, b, b"one", 1).unwrap();
+            let s2 = node.msg_send_i(a, b, b"two", 1).unwrap();
+            let r3 = node.msg_recv_i(b).unwrap();
+            assert_eq!(node.test(r0, Some(&mut buf)), Ok(Some(3)), "{prov}");
+            assert_eq!(&buf[..3], b"one");
+            assert_eq!(node.test(s1, None), Ok(Some(3)));
+            assert_eq!(node.test(s2, None), Ok(Some(3)));
+            assert_eq!(node.test(r3, Some(&mut buf)), Ok(Some(3)));
+            assert_eq!(&buf[..3], b"two");
+            // Counted at once; priorities first, FIFO within one.
+            for (text, prio) in [(&b"low1"[..], 7), (b"mid", 3), (b"low2", 7), (b"high", 0)] {
+                node.msg_send(a, b, text, prio).unwrap();
+            }
+            assert_eq!(node.msg_available(b), Ok(4));
+            for want in [&b"high"[..], b"mid", b"low1", b"low2"] {
+                let n = node.msg_recv(b, &mut buf).unwrap();
+                assert_eq!(&buf[..n], want, "{prov}");
+            }
+            // Full: NUM_RECV_BUFFERS counts the local messages.
+            const NUM_RECV_BUFFERS: u32 = 7;
+            for i in 0..16u32 {
+                node.msg_send(a, b, &i.to_le_bytes(), 1).unwrap();
+            }
+            assert_eq!(node.endpoint_get_attribute(b, NUM_RECV_BUFFERS), Ok(0));
+            node.set_endpoint_timeout(a, Some(Duration::from_millis(20)))
+                .unwrap();
+            match compat {
+                Compat::Spec => {
+                    assert_eq!(
+                        node.msg_send(a, b, b"x", 1),
+                        Err(Status::MCAPI_TIMEOUT),
+                        "{prov}: spec 4.3.2, a full endpoint blocks the send"
+                    );
+                    let late = node.msg_send_i(a, b, &16u32.to_le_bytes(), 1).unwrap();
+                    assert_eq!(node.test(late, None), Ok(None), "pending while full");
+                    let n = node.msg_recv(b, &mut buf).unwrap();
+                    assert_eq!(&buf[..n], &0u32.to_le_bytes());
+                    assert_eq!(node.test(late, None), Ok(Some(4)), "room made");
+                }
+                Compat::Mca => {
+                    assert_eq!(
+                        node.msg_send(a, b, b"x", 1),
+                        Err(Status::MCAPI_ERR_MEM_LIMIT)
+                    );
+                    assert_eq!(
+                        node.msg_send_i(a, b, b"x", 1),
+                        Err(Status::MCAPI_ERR_MEM_LIMIT)
+                    );
+                    let n = node.msg_recv(b, &mut buf).unwrap();
+                    assert_eq!(&buf[..n], &0u32.to_le_bytes());
+                    node.msg_send(a, b, &16u32.to_le_bytes(), 1).unwrap();
+                }
+            }
+            for i in 1..17u32 {
+                let n = node.msg_recv(b, &mut buf).unwrap();
+                assert_eq!(&buf[..n], &i.to_le_bytes(), "{prov}: FIFO");
+            }
+            assert_eq!(node.msg_available(b), Ok(0));
+            assert_eq!(node.endpoint_get_attribute(b, NUM_RECV_BUFFERS), Ok(16));
+            // A send pending on a full endpoint that is deleted fails; a new endpoint at
+            // the port starts empty.
+            if compat == Compat::Spec {
+                for i in 0..16u32 {
+                    node.msg_send(a, b, &i.to_le_bytes(), 1).unwrap();
+                }
+                let pending = node.msg_send_i(a, b, b"late", 1).unwrap();
+                node.endpoint_delete(b).unwrap();
+                assert_eq!(
+                    node.test(pending, None),
+                    Err(Status::MCAPI_ERR_ENDP_INVALID)
+                );
+                let b = node.endpoint_create(2).unwrap();
+                assert_eq!(node.msg_available(b), Ok(0));
+                node.msg_send(a, b, b"new", 0).unwrap();
+                let n = node.msg_recv(b, &mut buf).unwrap();
+                assert_eq!(&buf[..n], b"new");
+            }
+            node.finalize().unwrap();
+        }
+    }
+}
+
+/// Messages to the node's own endpoints and to another node's interleave from one thread
+/// without a fabric round trip for the local ones, and a blocking send queued behind
+/// pending `msg_send_i`s to a local endpoint keeps their order.
+#[test]
+fn local_sends_keep_order_behind_pending_ones() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let node = Node::initialize(0, 42, config(prov, "same-node-order")).unwrap();
+        let a = node.endpoint_create(1).unwrap();
+        let b = node.endpoint_create(2).unwrap();
+        for i in 0..16u32 {
+            node.msg_send(a, b, &i.to_le_bytes(), 2).unwrap();
+        }
+        let queued: Vec<_> = (16..20u32)
+            .map(|i| node.msg_send_i(a, b, &i.to_le_bytes(), 2).unwrap())
+            .collect();
+        std::thread::scope(|s| {
+            let sender = s.spawn(|| node.msg_send(a, b, &20u32.to_le_bytes(), 2));
+            let mut buf = [0u8; 4];
+            for i in 0..21u32 {
+                let n = node.msg_recv(b, &mut buf).unwrap();
+                assert_eq!(&buf[..n], &i.to_le_bytes(), "{prov}");
+            }
+            sender.join().unwrap().unwrap();
+        });
+        for r in queued {
+            assert_eq!(node.wait(r, None, Some(Duration::from_secs(5))), Ok(4));
+        }
+        node.finalize().unwrap();
     }
 }

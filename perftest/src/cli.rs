@@ -275,6 +275,11 @@ pub struct Opts {
     #[arg(long)]
     pub local: bool,
 
+    /// msg-lat: both ends in one MCAPI node of this process (two endpoints, one thread),
+    /// then the same options with --local for comparison
+    #[arg(long, conflicts_with_all = ["host", "local"])]
+    pub same_node: bool,
+
     /// TCP port of the out-of-band channel that exchanges fabric addresses and synchronises;
     /// across hosts the two MCAPI nodes' control planes use the next two ports (under a
     /// launcher: unused, the channel takes a free port and the nodes bootstrap through PMIx)

@@ -23,6 +23,7 @@
 //! perftest msg-lat -p tcp -S all                 # on the server host
 //! perftest msg-lat -p tcp -S all server-host     # on the client host
 //! perftest msg-lat --local -S 8 --rounds 9       # 9 rounds, raw and MCAPI alternating
+//! perftest msg-lat --same-node -S 8 --rounds 5   # one node talking to itself, then --local
 //! perftest compare                               # every benchmark over every provider
 //! mpirun -n 2 perftest msg-lat -p tcp -S 8       # under a launcher: no host, no port
 //! ```
@@ -57,6 +58,7 @@ mod local;
 mod oob;
 mod pattern;
 mod report;
+mod same_node;
 mod session;
 mod stats;
 mod transport;
@@ -93,6 +95,7 @@ fn main() {
     let result = match launched {
         Err(e) => Err(e),
         Ok(Some(r)) => launch::run(test, opts, r).map(|()| 0),
+        Ok(None) if opts.same_node => same_node::run(opts),
         Ok(None) if opts.local => local::run(opts),
         Ok(None) => match &opts.host {
             Some(host) => session::client(test, opts, host).map(|()| 0),
@@ -121,6 +124,9 @@ fn main() {
 /// What clap cannot check alone: options that depend on the benchmark.
 fn check_opts(test: cli::Test, opts: &cli::Opts) -> Result<(), String> {
     test.sizes(opts.sizes.as_ref())?;
+    if opts.same_node && test != cli::Test::MsgLat {
+        return Err(format!("--same-node applies to msg-lat, not to {test}"));
+    }
     if opts.blocking_sends && test != cli::Test::PktBw {
         return Err(format!("--blocking-sends applies to pkt-bw, not to {test}"));
     }

@@ -106,10 +106,10 @@ pub const MCAPI_MAX_MSG_SIZE: usize = MAX_MSG_SIZE;
 pub const MCAPI_MAX_PKT_SIZE: usize = MAX_PKT_SIZE;
 /// `MCAPI_MAX_PRIORITY`: the largest valid priority value (the lowest priority).
 pub const MCAPI_MAX_PRIORITY: u32 = NUM_PRIORITIES - 1;
-/// `MCAPI_MAX_ENDPOINTS`: an upper bound on a node's endpoints. The real limit is lower and
-/// depends on the provider: each endpoint keeps `recv_buffers` receives posted, and a node
-/// posts at most 1024 (shm) or 2048 (tcp) (docs/implementation-defined.md).
-pub const MCAPI_MAX_ENDPOINTS: u32 = 2048;
+/// `MCAPI_MAX_ENDPOINTS`: the endpoints every node can create, on every provider (they
+/// share the node's receive pool); one more is `MCAPI_ERR_PORT_INVALID`
+/// (`MCAPI_ERR_ENDP_LIMIT` in compatibility mode).
+pub const MCAPI_MAX_ENDPOINTS: u32 = crate::MAX_ENDPOINTS as u32;
 /// `MCAPI_BUF_ALIGN`: the alignment `MCAPI_DECL_ALIGNED` gives buffers (a cache line).
 pub const MCAPI_BUF_ALIGN: usize = 64;
 /// `MCAPI_MAX_STATUS_MSG_LEN`: a buffer this long holds every status name and its NUL.

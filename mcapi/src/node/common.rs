@@ -7,6 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 
 /// Largest message (`MCAPI_MAX_MSG_SIZE`): the size of a receive slot.
 pub const MAX_MSG_SIZE: usize = 64 * 1024;
+/// Endpoints a node has at most (`MCAPI_MAX_ENDPOINTS`): they share the node's receive
+/// pool, so the providers' posted-receive limits do not bound them.
+pub const MAX_ENDPOINTS: usize = 512;
 /// Priorities per endpoint (`MCAPI_MAX_PRIORITY` + 1); 0 is the highest.
 pub const NUM_PRIORITIES: u32 = 8;
 

@@ -89,10 +89,8 @@ impl ControlHandler {
                 node.answer_credit_request(from, *port, *want, *seen)
             }
             Frame::EndpointDeleted { port } => {
-                if let Some(from) = peer {
-                    node.forget_remote(from, *port);
-                }
-                Frame::Value(0)
+                let unspent = peer.map_or(0, |from| node.forget_remote(from, *port));
+                Frame::Value(u64::from(unspent))
             }
             Frame::NodeAttribute { attribute } => match node.attributes.get(*attribute) {
                 Ok(v) => Frame::Value(v),
@@ -146,6 +144,7 @@ impl NodeInner {
             endpoints,
             peers,
             outbox,
+            recv_free,
             ..
         } = &mut *st;
         let Some(ep) = endpoints.get_mut(&port) else {
@@ -155,7 +154,12 @@ impl NodeInner {
             // Spec 3.6: no messages to a connected endpoint.
             return Frame::Refused(Status::MCAPI_ERR_GENERAL.code());
         }
-        if let Err(s) = ep.credits.request(me, want, seen) {
+        // The node's free credits are lent for the answer; what the pool does not grant
+        // goes back.
+        *recv_free -= ep.credits.lend(*recv_free);
+        let asked = ep.credits.request(me, want, seen);
+        *recv_free += ep.credits.reclaim();
+        if let Err(s) = asked {
             return Frame::Refused(s.code());
         }
         let mut granted = 0u64;
@@ -165,6 +169,7 @@ impl NodeInner {
                 other => queue_control(peers, outbox, port, other),
             }
         }
+        self.settle_credits(&mut st, port);
         self.flush_outbox(&mut st);
         Frame::Value(granted)
     }

@@ -56,11 +56,19 @@ impl NodeInner {
                 }
             }
             Kind::Request | Kind::Return => {
-                let Some(ep) = st.endpoints.get_mut(&tag.port) else {
+                let State {
+                    endpoints,
+                    recv_free,
+                    ..
+                } = st;
+                let Some(ep) = endpoints.get_mut(&tag.port) else {
                     return;
                 };
                 let sender = SenderId(u32::from(from));
                 let r = if tag.kind == Kind::Request {
+                    // Lent the node's free credits for the answer; `settle_credits` takes
+                    // back what was not granted.
+                    *recv_free -= ep.credits.lend(*recv_free);
                     ep.credits.request(sender, (data >> 32) as u32, data as u32)
                 } else {
                     ep.credits.returned(sender, data as u32)
@@ -69,25 +77,9 @@ impl NodeInner {
                     // A sender's own accounting error; the pool stays as it was.
                     log::debug!("credit message from peer {from} to port {}: {e}", tag.port);
                 }
-                self.collect_credit_controls(st, tag.port);
+                self.settle_credits(st, tag.port);
             }
             Kind::Message => {}
-        }
-    }
-
-    /// Moves the credit decisions of endpoint `port` into the outbox.
-    pub(super) fn collect_credit_controls(&self, st: &mut State, port: u32) {
-        let State {
-            endpoints,
-            peers,
-            outbox,
-            ..
-        } = st;
-        let Some(ep) = endpoints.get_mut(&port) else {
-            return;
-        };
-        while let Some(ctl) = ep.credits.poll() {
-            queue_control(peers, outbox, port, ctl);
         }
     }
 

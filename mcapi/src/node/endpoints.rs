@@ -1,19 +1,19 @@
 //! Endpoints: create, delete, get (resolving remote ones), attributes.
 
 use super::channel::{EndpointChannel, MAX_PKT_SIZE};
-use super::common::{refusal, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
+use super::common::{refusal, Result, MAX_ENDPOINTS, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;
-use super::state::{LocalEndpoint, Remote, RetiredPool, State};
+use super::state::{LocalEndpoint, Remote, State, LOCAL_SLOT};
 use super::Node;
 use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE};
+use crate::config::Compat;
 use crate::control::Frame;
 use crate::semantics::credit::{CreditPool, CreditWindow};
 use crate::semantics::endpoint_id::{EndpointId, PORT_ANY};
 use crate::semantics::queue::{PriorityQueues, SeqReorder};
 use crate::semantics::wire::MAX_WIRE_PORT;
 use crate::semantics::Status;
-use mcapi_ofi::MemoryRegion;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -49,21 +49,22 @@ impl Node {
             return Err(Status::MCAPI_ERR_ENDP_EXISTS);
         }
         let id = EndpointId::encode(self.inner.domain_id, self.inner.node_id, port)?;
-        let n = self.inner.config.recv_buffers as u32;
-        // Cancelled receives of deleted endpoints come back through the CQ.
-        if !st.retired_pools.is_empty() {
-            self.inner.progress(&mut st);
+        if st.endpoints.len() >= MAX_ENDPOINTS {
+            // Spec 4.2.1: "no more available ports"; the reference's own code in
+            // compatibility mode.
+            return Err(match self.inner.config.compat {
+                Compat::Mca => Status::MCAPI_ERR_ENDP_LIMIT,
+                Compat::Spec => Status::MCAPI_ERR_PORT_INVALID,
+            });
         }
-        let pool = match st.reusable_pool(n) {
-            Some(pool) => pool,
-            None => MemoryRegion::with_slots(&self.inner.fab.domain, n as usize, MAX_MSG_SIZE)
-                .map_err(|_| Status::MCAPI_ERR_MEM_LIMIT)?,
-        };
-        let mut ep = LocalEndpoint {
-            pool,
-            slots: n,
+        let n = self.inner.config.recv_buffers as u32;
+        // Messages still on their way to an endpoint deleted at this port are discarded
+        // before this one takes messages there.
+        self.inner.progress(&mut st);
+        let ep = LocalEndpoint {
             queue: PriorityQueues::new(NUM_PRIORITIES as usize, n as usize),
-            credits: CreditPool::new(n, MAX_SENDERS),
+            // Its credits are lent by the node's receive pool as senders ask.
+            credits: CreditPool::empty(n, MAX_SENDERS),
             // A sender has at most n messages in flight (its credits): that is the window.
             reorder: SeqReorder::new(MAX_SENDERS, n),
             timeout: None,
@@ -72,22 +73,10 @@ impl Node {
             max_payload: MAX_MSG_SIZE,
             channel: EndpointChannel::default(),
             generation: st.next_endpoint_generation,
-            posted: 0,
+            local_bufs: Vec::new(),
+            local_free: Vec::new(),
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
-        for slot in 0..n {
-            if let Err(e) = self.inner.fab.post_recv_slot(&mut ep, port, slot) {
-                // The provider's receive queue is full (shm reports it as an error, not
-                // -FI_EAGAIN): what was posted must not catch messages meant for a later
-                // endpoint at this port, and the pool is reused once it is back.
-                log::info!(
-                    "endpoint_create({port}): slot {slot} of {n} not posted ({e:?}): \
-                     MCAPI_ERR_MEM_LIMIT"
-                );
-                self.inner.retire_endpoint(&mut st, port, &ep);
-                return Err(Status::MCAPI_ERR_MEM_LIMIT);
-            }
-        }
         st.endpoints.insert(port, ep);
         Ok(id)
     }
@@ -110,11 +99,13 @@ impl Node {
         {
             return Err(Status::MCAPI_ERR_CHAN_CONNECTED);
         }
-        let ep = st
+        // What already arrived is discarded with it rather than left for a later endpoint.
+        self.inner.progress(&mut st);
+        let mut ep = st
             .endpoints
             .remove(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
-        self.inner.retire_endpoint(&mut st, port, &ep);
+        self.inner.retire_endpoint(&mut st, port, &mut ep);
         // Its pending receives end now (an endpoint created at the port later is another).
         for &r in &ep.pending_recvs {
             st.requests
@@ -122,7 +113,19 @@ impl Node {
         }
         drop(st);
         let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
-        self.inner.announce_deleted(port, &senders);
+        let unspent = self.inner.announce_deleted(port, &senders);
+        // Credits the senders had not spent come back; those spent come back as their
+        // messages arrive for nobody.
+        if unspent > 0 {
+            let mut st = self.inner.live_state()?;
+            let back = unspent.min(st.recv_strays);
+            st.recv_strays -= back;
+            st.recv_free += back;
+            if !st.hungry.is_empty() {
+                let p = st.hungry[0];
+                self.inner.settle_credits(&mut st, p);
+            }
+        }
         Ok(())
     }
 
@@ -317,23 +320,35 @@ impl Node {
 }
 
 impl NodeInner {
-    /// Takes back the receives endpoint `port` posted (deleted, or its create failed) and
-    /// retires its pool, which is reused once every receive posted into it has come back.
-    fn retire_endpoint(&self, st: &mut State, port: u32, ep: &LocalEndpoint) {
-        // A slot whose receive completed meanwhile cannot be cancelled: its completion comes
-        // back through the CQ all the same, which is what the retired pool counts.
-        for slot in 0..ep.slots {
-            if let Ok(buf) = ep.pool.slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE) {
-                _ = self.fab.ep.cancel(buf);
+    /// Endpoint `port` is deleted: its queued messages are discarded (their slots posted
+    /// again) and its credits go back to the node's pool, but for those its senders hold,
+    /// which are counted as strays until they come back.
+    fn retire_endpoint(&self, st: &mut State, port: u32, ep: &mut LocalEndpoint) {
+        while let Some(a) = ep.queue.pop() {
+            if a.slot & LOCAL_SLOT != 0 {
+                continue;
+            }
+            if let Err(e) = self.fab.post_recv_slot(a.slot) {
+                log::warn!("port {port}: a receive slot could not be posted again: {e}");
             }
         }
-        st.retired_pools.push(RetiredPool {
-            port,
-            generation: ep.generation,
-            slots: ep.slots,
-            pool: ep.pool.clone(),
-            outstanding: ep.posted,
-        });
+        // Messages waiting in the reorder buffer for an earlier one hold slots too.
+        let peers: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
+        for peer in peers {
+            ep.reorder.remove(&peer, |a| {
+                if let Err(e) = self.fab.post_recv_slot(a.slot) {
+                    log::warn!("port {port}: a receive slot could not be posted again: {e}");
+                }
+            });
+        }
+        let (back, held) = ep.credits.dissolve();
+        st.recv_free += back;
+        st.recv_strays += held;
+        // The message taken last is posted again by `repost_taken` (not credited).
+        if !st.hungry.is_empty() {
+            let p = st.hungry[0];
+            self.settle_credits(st, p);
+        }
     }
 
     pub(super) fn local_attribute(
@@ -359,6 +374,7 @@ impl NodeInner {
                     .taken
                     .is_some_and(|t| t.port == port && t.generation == ep.generation);
                 u64::from(ep.credits.free_buffers() + u32::from(taken))
+                    .min(u64::from(ep.credits.capacity()))
             }
             EndpointAttribute::Status => ep.channel.status_flags(),
             EndpointAttribute::Timeout => ep
@@ -368,22 +384,31 @@ impl NodeInner {
     }
 
     /// Endpoint `port` of node `from` was deleted: what we kept for sending to it goes (a
-    /// new endpoint at that port starts afresh), and sends queued for it fail.
-    pub(super) fn forget_remote(&self, from: (u32, u32), port: u32) {
+    /// new endpoint at that port starts afresh), and sends queued for it fail. Returns the
+    /// credits for it that were not spent.
+    pub(super) fn forget_remote(&self, from: (u32, u32), port: u32) -> u32 {
         let Ok(mut st) = self.live_state() else {
-            return;
+            return 0;
         };
+        let mut unspent = 0;
         if let Some(&peer) = st.peer_of.get(&from) {
-            st.remotes.remove(&(peer, port));
+            if let Some(r) = st.remotes.remove(&(peer, port)) {
+                unspent = r.window.available() + r.spare;
+            }
             self.advance_sends(&mut st);
         }
+        unspent
     }
 
-    /// Tells the nodes that sent to local endpoint `port` that it was deleted.
-    pub(super) fn announce_deleted(&self, port: u32, senders: &[u16]) {
+    /// Tells the nodes that sent to local endpoint `port` that it was deleted; returns the
+    /// credits they held unspent (and now forget).
+    pub(super) fn announce_deleted(&self, port: u32, senders: &[u16]) -> u32 {
+        let mut unspent = 0u32;
         for &peer in senders {
             let node = {
-                let Ok(st) = self.live_state() else { return };
+                let Ok(st) = self.live_state() else {
+                    return unspent;
+                };
                 st.peer_of
                     .iter()
                     .find(|(_, &p)| p == peer)
@@ -395,11 +420,16 @@ impl NodeInner {
                 .connect_peer(domain, node, Some(Instant::now() + PEER_NOTICE))
                 .is_ok()
             {
-                if let Err(e) = self.control_call(peer, &Frame::EndpointDeleted { port }) {
+                match self.control_call(peer, &Frame::EndpointDeleted { port }) {
+                    Ok(Frame::Value(n)) => unspent = unspent.saturating_add(n as u32),
+                    Ok(_) => {}
                     // It left meanwhile: it has nothing left to forget.
-                    log::debug!("port {port} deleted: peer <{domain}, {node}> not told: {e}");
+                    Err(e) => {
+                        log::debug!("port {port} deleted: peer <{domain}, {node}> not told: {e}")
+                    }
                 }
             }
         }
+        unspent
     }
 }

@@ -1,7 +1,7 @@
 //! The node's libfabric stack: opening it (provider, CQ wait object), posting receives.
 
 use super::common::{ofi_status, Result, MAX_MSG_SIZE};
-use super::state::{LocalEndpoint, State};
+use super::state::State;
 use crate::config::Config;
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
@@ -15,6 +15,18 @@ pub(super) const SEND_SLOTS: u32 = 64;
 /// Control receive slots a node keeps posted per remote endpoint it sends to, and at least.
 pub(super) const CONTROL_SLOTS_PER_REMOTE: u32 = 4;
 pub(super) const CONTROL_SLOTS_MIN: u32 = 64;
+/// Control receive slots a node keeps posted at most: with the message pool (at most
+/// [`MAX_RECV_SLOTS`]) under shm's 1024 posted receives.
+pub(super) const CONTROL_SLOTS_MAX: u32 = 256;
+/// Most slots of a node's message receive pool.
+pub(super) const MAX_RECV_SLOTS: u32 = 512;
+
+/// Slots of the node's message receive pool for endpoints of `recv_buffers` buffers: eight
+/// endpoints' worth, at least 64, at most [`MAX_RECV_SLOTS`] (the providers' posted-receive
+/// limits: shm takes 1024 per node, tcp;ofi_rxm 2048).
+pub(super) fn recv_slots(recv_buffers: usize) -> u32 {
+    (recv_buffers.saturating_mul(8)).clamp(64, MAX_RECV_SLOTS as usize) as u32
+}
 
 /// The node's libfabric objects.
 pub(super) struct Fab {
@@ -28,6 +40,10 @@ pub(super) struct Fab {
     pub(super) inject_size: usize,
     pub(super) send_pool: MemoryRegion,
     pub(super) control_pool: MemoryRegion,
+    /// The node's message receive pool: [`recv_slots`] slots of `MAX_MSG_SIZE`, each
+    /// posted for a message to any port (the tag says which).
+    pub(super) recv_pool: MemoryRegion,
+    pub(super) recv_slots: u32,
 }
 
 /// Opens the fabric stack with the first provider candidate that works.
@@ -81,6 +97,12 @@ pub(super) fn open_fabric(
                 cq_wait,
                 send_pool: MemoryRegion::with_slots(&domain, SEND_SLOTS as usize, MAX_MSG_SIZE)?,
                 control_pool: MemoryRegion::with_slots(&domain, 4096, 8)?,
+                recv_pool: MemoryRegion::with_slots(
+                    &domain,
+                    recv_slots(config.recv_buffers) as usize,
+                    MAX_MSG_SIZE,
+                )?,
+                recv_slots: recv_slots(config.recv_buffers),
                 ep,
                 cq,
                 av,
@@ -130,25 +152,14 @@ pub(super) fn open_node_cq(
 }
 
 impl Fab {
-    pub(super) fn post_recv_slot(
-        &self,
-        ep: &mut LocalEndpoint,
-        port: u32,
-        slot: u32,
-    ) -> Result<()> {
-        let buf = ep
-            .pool
+    /// Posts slot `slot` of the node's message receive pool, for a message to any port.
+    pub(super) fn post_recv_slot(&self, slot: u32) -> Result<()> {
+        let buf = self
+            .recv_pool
             .slice(slot as usize * MAX_MSG_SIZE, MAX_MSG_SIZE)
             .map_err(ofi_status)?;
-        let (tag, ignore) = Tag::match_port(Kind::Message, port);
-        let context = Context::RecvSlot {
-            port,
-            generation: ep.generation,
-            slot,
-        };
-        self.post_receive(buf, tag, ignore, context)?;
-        ep.posted += 1;
-        Ok(())
+        let (tag, ignore) = Tag::match_kind(Kind::Message);
+        self.post_receive(buf, tag, ignore, Context::RecvSlot(slot))
     }
 
     /// Posts control receive slot `slot`. Control messages travel untagged (their tag as
@@ -193,7 +204,7 @@ impl Fab {
     }
 
     pub(super) fn post_control_slots(&self, st: &mut State, n: u32) -> Result<()> {
-        let capacity = (self.control_pool.len() / 8) as u32;
+        let capacity = ((self.control_pool.len() / 8) as u32).min(CONTROL_SLOTS_MAX);
         let want = (st.control_posted + n).min(capacity);
         for slot in st.control_posted..want {
             self.post_control_slot(slot)?;

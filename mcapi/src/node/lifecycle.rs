@@ -138,7 +138,10 @@ impl Node {
             endpoints: HashMap::default(),
             next_any_port: 1 << 20,
             next_endpoint_generation: 0,
-            retired_pools: Vec::new(),
+            recv_free: fab.recv_slots,
+            recv_strays: 0,
+            hungry: VecDeque::with_capacity(16),
+            recalled: false,
             peers: Vec::new(),
             peer_of: HashMap::default(),
             remotes: HashMap::default(),
@@ -177,6 +180,12 @@ impl Node {
         inner
             .fab
             .post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
+        for slot in 0..inner.fab.recv_slots {
+            inner
+                .fab
+                .post_recv_slot(slot)
+                .map_err(|e| failed(&format_args!("receive slot {slot} not posted: {e}")))?;
+        }
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
         let server = ControlServer::start(&inner.config, domain_id, node_id, handler, auth)
             .map_err(|e| match e {

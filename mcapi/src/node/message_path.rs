@@ -4,7 +4,7 @@ use super::common::{ofi_status, Result, MAX_MSG_SIZE};
 use super::credit_plane::{control_tag, queue_control};
 use super::inner::NodeInner;
 use super::seq::widen;
-use super::state::{Arrived, LocalEndpoint, Req, State, TakenSlot};
+use super::state::{Arrived, LocalEndpoint, Req, State, TakenSlot, LOCAL_PEER, LOCAL_SLOT};
 use crate::semantics::credit::SenderId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
@@ -63,6 +63,35 @@ impl NodeInner {
             };
             if blocked[..nblocked].contains(&remote) {
                 i += 1;
+                continue;
+            }
+            if remote.0 == LOCAL_PEER {
+                let pool = &self.fab.send_pool;
+                let fill = |buf: &mut [u8]| {
+                    // A send slot queued for this node is in no operation.
+                    let read = pool.read(slot as usize * MAX_MSG_SIZE, buf);
+                    debug_assert!(read.is_ok(), "{read:?}");
+                };
+                match self.deliver_local(st, remote.1, priority, len, fill) {
+                    Ok(true) => {
+                        st.requests
+                            .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
+                        st.send_free.push(slot);
+                        st.pending_sends.remove(i);
+                    }
+                    Ok(false) => {
+                        if nblocked < blocked.len() {
+                            blocked[nblocked] = remote;
+                            nblocked += 1;
+                        }
+                        i += 1;
+                    }
+                    Err(e) => {
+                        st.requests.complete_if_pending(h, e, 0);
+                        st.send_free.push(slot);
+                        st.pending_sends.remove(i);
+                    }
+                }
                 continue;
             }
             let peer = remote.0;
@@ -199,7 +228,23 @@ impl NodeInner {
         if len > buf.len() {
             return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
         }
-        ep.pool
+        if head.slot & LOCAL_SLOT != 0 {
+            ep.queue.pop();
+            // From this node: copied out of its buffer, nothing to post or credit.
+            let i = head.slot & !LOCAL_SLOT;
+            buf[..len].copy_from_slice(&ep.local_bufs[i as usize][..len]);
+            ep.local_free.push(i);
+            ep.credits.local_consumed();
+            if ep.credits.has_waiters() {
+                self.settle_credits(st, port);
+            }
+            if !st.pending_sends.is_empty() {
+                self.advance_sends(st);
+            }
+            return Ok(Some(len));
+        }
+        self.fab
+            .recv_pool
             .read(head.slot as usize * MAX_MSG_SIZE, &mut buf[..len])
             .map_err(ofi_status)?;
         ep.queue.pop();
@@ -213,6 +258,55 @@ impl NodeInner {
         Ok(Some(len))
     }
 
+    /// Queues a message of `len` bytes from one of this node's endpoints at local endpoint
+    /// `port` (`fill` writes it): `Ok(false)` when the endpoint's N buffers are taken.
+    /// Allocates a buffer only the first times an endpoint holds that many such messages
+    /// at once (or a larger one).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_ENDP_INVALID` (no such endpoint), `MCAPI_ERR_GENERAL` (connected to a
+    /// channel, spec 3.6).
+    pub(super) fn deliver_local(
+        &self,
+        st: &mut State,
+        port: u32,
+        priority: u8,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool> {
+        let ep = st
+            .endpoints
+            .get_mut(&port)
+            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
+        if ep.channel.is_connected() {
+            return Err(Status::MCAPI_ERR_GENERAL);
+        }
+        if !ep.credits.take_local() {
+            return Ok(false);
+        }
+        let i = match ep.local_free.pop() {
+            Some(i) => i,
+            None => {
+                ep.local_bufs.push(Vec::new());
+                ep.local_bufs.len() as u32 - 1
+            }
+        };
+        let buf = &mut ep.local_bufs[i as usize];
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        fill(&mut buf[..len]);
+        let arrived = Arrived {
+            slot: LOCAL_SLOT | i,
+            len: len as u32,
+            peer: LOCAL_PEER,
+            priority,
+        };
+        // The endpoint's credits bound its queue to N, local messages included.
+        let _ = ep.queue.push(priority as usize, arrived);
+        Ok(true)
+    }
+
     /// Posts the slot of the message taken last again and returns its sender's credit.
     /// Done by the next receive or CQ read rather than by the receive that took the
     /// message: a ping-pong's reply then goes out first (on shm the post costs about as much
@@ -223,52 +317,125 @@ impl NodeInner {
         let Some(t) = st.taken.take() else {
             return;
         };
+        if let Err(e) = self.fab.post_recv_slot(t.slot) {
+            slot_lost(t.port, &e);
+            // The credit stays with the endpoint's sender accounting, never returned.
+            return;
+        }
         let State {
             endpoints,
             peers,
             outbox,
+            recv_free,
+            hungry,
             ..
         } = st;
-        // Deleted since (its pool is retired: the slot is simply not posted).
+        // Deleted since: its credit went back with the endpoint.
         let Some(ep) = endpoints
             .get_mut(&t.port)
             .filter(|ep| ep.generation == t.generation)
         else {
             return;
         };
-        match self.fab.post_recv_slot(ep, t.port, t.slot) {
-            // (A sender that left meanwhile has nothing to be credited.)
-            Ok(()) => _ = ep.credits.consumed(SenderId(u32::from(t.peer))),
-            Err(e) => slot_lost(t.port, &e),
-        }
-        while let Some(ctl) = ep.credits.poll() {
-            queue_control(peers, outbox, t.port, ctl);
+        // (A sender that left meanwhile has nothing to be credited.)
+        _ = ep.credits.consumed(SenderId(u32::from(t.peer)));
+        settle_pool(ep, t.port, peers, outbox, recv_free, hungry);
+        if !st.hungry.is_empty() {
+            self.feed_hungry(st);
         }
         if !st.outbox.is_empty() {
             self.flush_outbox(st);
         }
     }
 
-    pub(super) fn message_arrived(
-        &self,
-        st: &mut State,
-        port: u32,
-        generation: u8,
-        slot: u32,
-        c: &Completion,
-    ) {
-        // A slot of a deleted endpoint (its messages are discarded, spec 4.2.2), also when
-        // another endpoint was created at the port since: that one's slots are its own.
-        let Some(ep) = st
-            .endpoints
-            .get_mut(&port)
-            .filter(|ep| ep.generation == generation)
-        else {
-            st.retired_slot_back(port, generation);
+    /// After the credit pool of endpoint `port` changed: its free credits go back to the
+    /// node's pool, its decisions to the outbox, and endpoints whose senders wait get what
+    /// the node has free.
+    pub(super) fn settle_credits(&self, st: &mut State, port: u32) {
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            recv_free,
+            hungry,
+            ..
+        } = st;
+        if let Some(ep) = endpoints.get_mut(&port) {
+            settle_pool(ep, port, peers, outbox, recv_free, hungry);
+        }
+        if !st.hungry.is_empty() {
+            self.feed_hungry(st);
+        }
+    }
+
+    /// Lends the node's free credits to endpoints whose senders wait, oldest first; when
+    /// the node has none, recalls (once per dearth) the credits other endpoints' senders
+    /// hold unspent, which come back as they answer.
+    #[cold]
+    fn feed_hungry(&self, st: &mut State) {
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            recv_free,
+            hungry,
+            recalled,
+            ..
+        } = st;
+        while let Some(&port) = hungry.front() {
+            let Some(ep) = endpoints.get_mut(&port).filter(|e| e.credits.has_waiters()) else {
+                hungry.pop_front();
+                continue;
+            };
+            if *recv_free == 0 {
+                break;
+            }
+            *recv_free -= ep.credits.lend(*recv_free);
+            *recv_free += ep.credits.reclaim();
+            while let Some(ctl) = ep.credits.poll() {
+                queue_control(peers, outbox, port, ctl);
+            }
+            if ep.credits.has_waiters() {
+                // Full (N lent) while its senders still wait: they wait for their own
+                // messages to be consumed.
+                if *recv_free > 0 {
+                    hungry.pop_front();
+                    continue;
+                }
+                break;
+            }
+            hungry.pop_front();
+        }
+        if hungry.is_empty() {
+            *recalled = false;
+        } else if !*recalled {
+            *recalled = true;
+            for (&port, ep) in endpoints.iter_mut() {
+                if ep.credits.has_waiters() {
+                    continue;
+                }
+                ep.credits.recall_all();
+                *recv_free += ep.credits.reclaim();
+                while let Some(ctl) = ep.credits.poll() {
+                    queue_control(peers, outbox, port, ctl);
+                }
+            }
+            if *recv_free > 0 {
+                self.feed_hungry(st);
+            }
+        }
+    }
+
+    pub(super) fn message_arrived(&self, st: &mut State, slot: u32, c: &Completion) {
+        let Some(tag) = Tag::decode(c.tag()) else {
+            self.repost_slot(st, slot, 0);
             return;
         };
-        ep.posted = ep.posted.saturating_sub(1);
-        let Some(tag) = Tag::decode(c.tag()) else {
+        let port = tag.port;
+        // A message for a deleted endpoint (discarded, spec 4.2.2): its sender spent a
+        // credit the delete counted as a stray.
+        let Some(ep) = st.endpoints.get_mut(&port) else {
+            self.stray_arrived(st, slot, port);
             return;
         };
         let arrived = Arrived {
@@ -278,14 +445,13 @@ impl NodeInner {
             priority: tag.priority,
         };
         if ep.credits.arrived(SenderId(u32::from(tag.peer))).is_err() {
-            // Protocol violation: a message without a credit. Drop it, keep the slot.
+            // A message without a credit: for an endpoint deleted before this one was
+            // created at its port (a stray), or a protocol violation. Drop it, keep the slot.
             log::info!(
                 "port {port}: dropped a message of peer {} sent without a credit",
                 tag.peer
             );
-            if let Err(e) = self.fab.post_recv_slot(ep, port, slot) {
-                slot_lost(port, &e);
-            }
+            self.stray_arrived(st, slot, port);
             return;
         }
         let LocalEndpoint { reorder, queue, .. } = ep;
@@ -310,15 +476,55 @@ impl NodeInner {
                 tag.peer
             );
             _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
-            if let Err(e) = self.fab.post_recv_slot(ep, port, slot) {
-                slot_lost(port, &e);
-            }
+            self.repost_slot(st, slot, port);
+            self.settle_credits(st, port);
+        }
+    }
+
+    /// A message nobody takes arrived in `slot`: the slot is posted again, and a credit a
+    /// deleted endpoint's sender spent on it goes back to the node.
+    #[cold]
+    fn stray_arrived(&self, st: &mut State, slot: u32, port: u32) {
+        if st.recv_strays > 0 {
+            st.recv_strays -= 1;
+            st.recv_free += 1;
+        }
+        self.repost_slot(st, slot, port);
+        if !st.hungry.is_empty() {
+            self.feed_hungry(st);
+        }
+    }
+
+    /// Posts `slot` of the node's pool again at once.
+    fn repost_slot(&self, _st: &mut State, slot: u32, port: u32) {
+        if let Err(e) = self.fab.post_recv_slot(slot) {
+            slot_lost(port, &e);
         }
     }
 }
 
-/// A receive slot that could not be posted again: the endpoint takes one message fewer at
-/// once from now on (its senders' credits still bound what arrives).
+/// After endpoint `port`'s credit pool changed: its free credits go back to the node, it is
+/// listed hungry if its senders wait, and its decisions go to the outbox.
+#[inline]
+fn settle_pool(
+    ep: &mut LocalEndpoint,
+    port: u32,
+    peers: &[super::state::Peer],
+    outbox: &mut std::collections::VecDeque<(u16, Tag, u64)>,
+    recv_free: &mut u32,
+    hungry: &mut std::collections::VecDeque<u32>,
+) {
+    *recv_free += ep.credits.reclaim();
+    if ep.credits.has_waiters() && !hungry.contains(&port) {
+        hungry.push_back(port);
+    }
+    while let Some(ctl) = ep.credits.poll() {
+        queue_control(peers, outbox, port, ctl);
+    }
+}
+
+/// A receive slot that could not be posted again: the node takes one message fewer at once
+/// from now on (the credit it stood for is never lent again).
 #[cold]
 fn slot_lost(port: u32, e: &Status) {
     log::warn!("port {port}: a receive slot could not be posted again: {e}");

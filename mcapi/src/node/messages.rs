@@ -4,9 +4,10 @@ use super::channel::SideSet;
 use super::common::{ofi_status, refusal, Result, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::inner::NodeInner;
 use super::peers::PeerInput;
-use super::state::{Req, State};
+use super::state::{Req, State, LOCAL_PEER};
 use super::wait::Deadline;
 use super::Node;
+use crate::config::Compat;
 use crate::control::Frame;
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::{RequestHandle, RequestState};
@@ -38,6 +39,9 @@ impl Node {
         }
         if data.len() > MAX_MSG_SIZE {
             return Err(Status::MCAPI_ERR_MSG_SIZE);
+        }
+        if (to.domain(), to.node()) == (self.inner.domain_id, self.inner.node_id) {
+            return self.send_local(st, to, data, priority as u8, timeout);
         }
         // Fast path: a known destination, a credit in hand, nothing queued before us.
         if let Some(&peer) = st.peer_of.get(&(to.domain(), to.node())) {
@@ -172,6 +176,45 @@ impl Node {
         }
     }
 
+    /// `msg_send` to an endpoint of this node: queued there before the call returns. A full
+    /// endpoint blocks the call until a receive makes room (spec 4.3.2), up to the sending
+    /// endpoint's timeout; in compatibility mode it is `MCAPI_ERR_MEM_LIMIT` at once (the
+    /// reference's reading: a thread blocked on its own node's queue can only deadlock).
+    fn send_local<'n>(
+        &'n self,
+        mut st: std::sync::MutexGuard<'n, State>,
+        to: EndpointId,
+        data: &[u8],
+        priority: u8,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let port = to.port();
+        let mut deadline = Deadline::new(timeout);
+        let mut backoff = self.inner.backoff();
+        loop {
+            if !st.pending_sends.is_empty() {
+                // After the non-blocking sends queued before this one (order).
+                drop(st);
+                return self.send_behind_queued((LOCAL_PEER, port), priority, data, &mut deadline);
+            }
+            let fill = |buf: &mut [u8]| buf.copy_from_slice(data);
+            if self
+                .inner
+                .deliver_local(&mut st, port, priority, data.len(), fill)?
+            {
+                return Ok(());
+            }
+            if self.inner.config.compat == Compat::Mca {
+                return Err(Status::MCAPI_ERR_MEM_LIMIT);
+            }
+            drop(st);
+            self.progress_busy_sides(&SideSet::default(), &mut backoff);
+            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
+            st = self.inner.live_state()?;
+            self.inner.progress(&mut st);
+        }
+    }
+
     /// A blocking `msg_send` while non-blocking sends wait for credits: queued behind them
     /// (order), waiting for a send slot or request while all are taken (the call blocks,
     /// its ERRORS table has no limit codes), withdrawn if the timeout passes first.
@@ -274,11 +317,49 @@ impl Node {
         if data.len() > MAX_MSG_SIZE {
             return Err(Status::MCAPI_ERR_MSG_SIZE);
         }
+        if (to.domain(), to.node()) == (self.inner.domain_id, self.inner.node_id) {
+            return self.send_local_i(to, data, priority as u8);
+        }
         let peer = self.remote_peer(to, None)?;
         let mut st = self.inner.live_state()?;
         let h = self
             .inner
             .queue_send(&mut st, (peer, to.port()), priority as u8, data)?;
+        self.inner.advance_sends(&mut st);
+        Ok(h)
+    }
+
+    /// `msg_send_i` to an endpoint of this node: queued there at once and the request
+    /// complete, or, when the endpoint is full, copied into a send slot and pending until a
+    /// receive makes room (in order with the node's other sends to it). In compatibility
+    /// mode a full endpoint is `MCAPI_ERR_MEM_LIMIT`, as the blocking send's is.
+    fn send_local_i(&self, to: EndpointId, data: &[u8], priority: u8) -> Result<RequestHandle> {
+        let port = to.port();
+        let mut st = self.inner.live_state()?;
+        if st.pending_sends.is_empty() {
+            let fill = |buf: &mut [u8]| buf.copy_from_slice(data);
+            if self
+                .inner
+                .deliver_local(&mut st, port, priority, data.len(), fill)?
+            {
+                let h = st.requests.alloc(Req::Send {
+                    remote: (LOCAL_PEER, port),
+                    priority,
+                    slot: u32::MAX,
+                    len: data.len(),
+                })?;
+                st.requests.complete(h, Status::MCAPI_SUCCESS, data.len())?;
+                return Ok(h);
+            }
+            if self.inner.config.compat == Compat::Mca {
+                return Err(Status::MCAPI_ERR_MEM_LIMIT);
+            }
+        } else if !st.endpoints.contains_key(&port) {
+            return Err(Status::MCAPI_ERR_ENDP_INVALID);
+        }
+        let h = self
+            .inner
+            .queue_send(&mut st, (LOCAL_PEER, port), priority, data)?;
         self.inner.advance_sends(&mut st);
         Ok(h)
     }

@@ -37,7 +37,7 @@ mod state;
 mod wait;
 
 pub use channel::{ChannelHandle, Packet, MAX_PKT_SIZE};
-pub use common::{MAX_MSG_SIZE, NUM_PRIORITIES};
+pub use common::{MAX_ENDPOINTS, MAX_MSG_SIZE, NUM_PRIORITIES};
 
 use crate::control::Frame;
 use crate::semantics::endpoint_id::{MAX_DOMAIN, MAX_NODE};

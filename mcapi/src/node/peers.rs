@@ -270,7 +270,7 @@ impl NodeInner {
             if let Some(ep) = st.endpoints.get_mut(&port) {
                 ep.credits.sender_gone(SenderId(u32::from(index)));
             }
-            self.collect_credit_controls(st, port);
+            self.settle_credits(st, port);
         }
     }
 

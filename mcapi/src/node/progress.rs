@@ -42,10 +42,12 @@ impl NodeInner {
                 Err(OfiError::Completion(e)) => match Context::decode(e.context) {
                     // A send to a dead peer.
                     Some(Context::SendSlot(s)) => st.send_free.push(s),
-                    // A cancelled slot of a deleted endpoint.
-                    Some(Context::RecvSlot {
-                        port, generation, ..
-                    }) => st.retired_slot_back(port, generation),
+                    // A receive of the node's pool that failed: post it again.
+                    Some(Context::RecvSlot(slot)) => {
+                        if let Err(e) = self.fab.post_recv_slot(slot) {
+                            log::warn!("a receive slot could not be posted again: {e}");
+                        }
+                    }
                     _ => {}
                 },
                 Err(_) => break,
@@ -66,11 +68,7 @@ impl NodeInner {
     pub(super) fn dispatch(&self, st: &mut State, c: &Completion) {
         match Context::decode(c.context()) {
             Some(Context::SendSlot(s)) => st.send_free.push(s),
-            Some(Context::RecvSlot {
-                port,
-                generation,
-                slot,
-            }) => self.message_arrived(st, port, generation, slot, c),
+            Some(Context::RecvSlot(slot)) => self.message_arrived(st, slot, c),
             Some(Context::ControlSlot(slot)) => {
                 let mut tag = [0u8; 8];
                 // The receive completed: the slot is idle (a refusal leaves no tag).

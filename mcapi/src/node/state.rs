@@ -8,7 +8,7 @@ use crate::semantics::peer::PeerLife;
 use crate::semantics::queue::{PriorityQueues, SeqReorder};
 use crate::semantics::request::{RequestHandle, RequestTable};
 use crate::semantics::wire::Tag;
-use mcapi_ofi::{Completion, FiAddr, MemoryRegion};
+use mcapi_ofi::{Completion, FiAddr};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,16 @@ pub(super) struct State {
     pub(super) next_any_port: u32,
     /// The generation the next endpoint created gets (see [`LocalEndpoint::generation`]).
     pub(super) next_endpoint_generation: u8,
-    pub(super) retired_pools: Vec<RetiredPool>,
+    /// Credits of the node's receive pool not lent to any endpoint (the pool's slots are
+    /// all posted but those holding queued messages; docs/design.md, Credits).
+    pub(super) recv_free: u32,
+    /// Credits that deleted endpoints' senders still held: spent on messages that arrive
+    /// for nobody, or given back when the senders hear of the delete.
+    pub(super) recv_strays: u32,
+    /// Endpoints whose senders wait for credits the node's pool had none of, oldest first.
+    pub(super) hungry: VecDeque<u32>,
+    /// Whether the other endpoints' idle credits were recalled for the hungry ones.
+    pub(super) recalled: bool,
     pub(super) peers: Vec<Peer>,
     pub(super) peer_of: HashMap<(u32, u32), u16>,
     pub(super) remotes: HashMap<(u16, u32), Remote>,
@@ -57,26 +66,6 @@ impl State {
         self.remotes
             .contains_key(&(peer, to.port()))
             .then_some(peer)
-    }
-
-    /// A receive posted by a deleted endpoint came back (a message, or cancelled).
-    pub(super) fn retired_slot_back(&mut self, port: u32, generation: u8) {
-        if let Some(r) = self
-            .retired_pools
-            .iter_mut()
-            .find(|r| (r.port, r.generation) == (port, generation))
-        {
-            r.outstanding = r.outstanding.saturating_sub(1);
-        }
-    }
-
-    /// A retired pool of `slots` slots that nothing is posted into any more.
-    pub(super) fn reusable_pool(&mut self, slots: u32) -> Option<MemoryRegion> {
-        let i = self
-            .retired_pools
-            .iter()
-            .position(|r| r.outstanding == 0 && r.slots == slots)?;
-        Some(self.retired_pools.swap_remove(i).pool)
     }
 
     /// Node `<domain, node>`'s peer index and the run of it alive now (0: none met yet),
@@ -174,8 +163,6 @@ impl ControlLink {
 }
 
 pub(super) struct LocalEndpoint {
-    pub(super) pool: MemoryRegion,
-    pub(super) slots: u32,
     pub(super) queue: PriorityQueues<Arrived>,
     pub(super) credits: CreditPool,
     pub(super) reorder: SeqReorder<u16, Arrived>,
@@ -186,22 +173,20 @@ pub(super) struct LocalEndpoint {
     /// Largest packet (`MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE`, settable for channels).
     pub(super) max_payload: usize,
     pub(super) channel: EndpointChannel,
-    /// Tells this endpoint's receive slots from those of an earlier one at the same port.
+    /// Tells this endpoint from an earlier one at the same port (the message taken last).
     pub(super) generation: u8,
-    /// Receive slots posted to the fabric (not holding a message).
-    pub(super) posted: u32,
+    /// Buffers of messages from this node's own endpoints (`Arrived::slot` with
+    /// [`LOCAL_SLOT`]), made on first use and reused: at most N.
+    pub(super) local_bufs: Vec<Vec<u8>>,
+    pub(super) local_free: Vec<u32>,
 }
 
-/// The receive pool of a deleted endpoint, reused by a new endpoint once the provider has
-/// given back every receive that was posted into it (completed or cancelled).
-pub(super) struct RetiredPool {
-    pub(super) port: u32,
-    pub(super) generation: u8,
-    pub(super) slots: u32,
-    pub(super) pool: MemoryRegion,
-    /// Receives still posted into the pool.
-    pub(super) outstanding: u32,
-}
+/// `Arrived::slot` of a message from the node's own endpoints: an index into
+/// `LocalEndpoint::local_bufs`, not a slot of the node's receive pool.
+pub(super) const LOCAL_SLOT: u32 = 1 << 31;
+/// `Arrived::peer` of a message from the node's own endpoints (it passes no credit pool
+/// and no reorder buffer), and the peer of `Req::Send` to one of them.
+pub(super) const LOCAL_PEER: u16 = u16::MAX;
 
 /// The receive slot of a message the application took.
 #[derive(Clone, Copy)]
@@ -212,7 +197,8 @@ pub(super) struct TakenSlot {
     pub(super) peer: u16,
 }
 
-/// A message in its receive slot (12 bytes: cheap to move through the queues).
+/// A message in its receive slot of the node's pool (12 bytes: cheap to move through the
+/// queues).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Arrived {
     pub(super) slot: u32,

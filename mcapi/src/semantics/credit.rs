@@ -103,6 +103,8 @@ impl Sender {
 #[derive(Debug)]
 pub struct CreditPool {
     capacity: u32,
+    owned: u32,  // credits of the pool: free + held by senders (see `lend`)
+    local: u32,  // messages of the receiver's own node queued (`take_local`)
     free: u32,   // neither granted nor earmarked
     queued: u32, // arrived and not consumed, all senders
     index: HashMap<SenderId, u32, BuildHasherDefault<FxHasher>>,
@@ -122,6 +124,8 @@ impl CreditPool {
         assert!(max_senders < u32::MAX as usize, "too many senders");
         CreditPool {
             capacity,
+            owned: capacity,
+            local: 0,
             free: capacity,
             queued: 0,
             index: HashMap::with_capacity_and_hasher(max_senders, Default::default()),
@@ -130,6 +134,76 @@ impl CreditPool {
             waiters: VecDeque::with_capacity(max_senders),
             outbox: VecDeque::with_capacity(max_senders),
         }
+    }
+
+    /// A pool of `capacity` credits that owns none yet: its credits are lent to it by
+    /// [`lend`](Self::lend) from a budget shared with other pools (the node's receive
+    /// slots), and its free credits go back with [`reclaim`](Self::reclaim).
+    ///
+    /// # Panics
+    /// As [`new`](Self::new).
+    pub fn empty(capacity: u32, max_senders: usize) -> CreditPool {
+        let mut pool = CreditPool::new(capacity, max_senders);
+        (pool.owned, pool.free) = (0, 0);
+        pool
+    }
+
+    /// Takes up to `n` credits lent from the shared budget (at most up to N owned and
+    /// queued locally); waiters are served first, the rest is free. Returns how many were
+    /// taken.
+    pub fn lend(&mut self, n: u32) -> u32 {
+        let n = n.min(self.capacity.saturating_sub(self.owned + self.local));
+        self.owned += n;
+        self.give(n);
+        n
+    }
+
+    /// Gives the free credits back to the shared budget; returns how many.
+    pub fn reclaim(&mut self) -> u32 {
+        let n = take(&mut self.free);
+        self.owned -= n;
+        n
+    }
+
+    /// Credits the pool owns: free, or granted, queued or earmarked for a sender.
+    pub fn owned(&self) -> u32 {
+        self.owned
+    }
+
+    /// Whether a sender waits for credits (a [`lend`](Self::lend) would serve it).
+    pub fn has_waiters(&self) -> bool {
+        !self.waiters.is_empty()
+    }
+
+    /// The whole pool goes back to the shared budget (its endpoint is deleted): what is
+    /// free, earmarked, queued or granted and not polled; returns that count and the
+    /// credits senders still hold (unspent or in flight), which they give back or spend on
+    /// messages that arrive for nobody.
+    pub fn dissolve(&mut self) -> (u32, u32) {
+        let mut back = take(&mut self.free);
+        let mut held = 0;
+        for s in &mut self.senders {
+            back += s.queued + s.owed + s.grant;
+            held += s.usable - s.grant;
+        }
+        self.owned = 0;
+        (back, held)
+    }
+
+    /// A message of the receiver's own node is queued (no credit travels: the sending
+    /// thread holds the lock). `false` when the endpoint's N buffers are taken, by messages
+    /// queued or by credits lent to its senders.
+    pub fn take_local(&mut self) -> bool {
+        if self.owned - self.free + self.local >= self.capacity {
+            return false;
+        }
+        self.local += 1;
+        true
+    }
+
+    /// A message of the receiver's own node was received or discarded.
+    pub fn local_consumed(&mut self) {
+        self.local = self.local.saturating_sub(1);
     }
 
     /// N, the number of receive buffers.
@@ -151,13 +225,13 @@ impl CreditPool {
             return Err(Status::MCAPI_ERR_ATTR_READONLY);
         }
         self.senders.iter_mut().for_each(|s| s.owed = 0);
-        (self.capacity, self.free) = (n, n);
+        (self.capacity, self.free, self.owned) = (n, n, n);
         Ok(())
     }
 
     /// Free receive buffers: N minus messages arrived and not consumed.
     pub fn free_buffers(&self) -> u32 {
-        self.capacity - self.queued
+        self.capacity.saturating_sub(self.queued + self.local)
     }
 
     /// Credits out (granted, polled or not, and not back); at most N.

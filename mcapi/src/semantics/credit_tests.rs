@@ -32,7 +32,8 @@ fn ask(p: &mut CreditPool, s: SenderId, want: u32) -> Result<(), Status> {
 /// The pool's internal invariants.
 fn check(p: &CreditPool) {
     let held: u32 = p.senders.iter().map(Sender::held).sum();
-    assert_eq!(p.free + held, p.capacity, "credits created or lost");
+    assert_eq!(p.free + held, p.owned, "credits created or lost");
+    assert!(p.owned + p.local <= p.capacity);
     assert!(p.outstanding() <= p.capacity);
     assert!(p.queued <= p.capacity);
     assert_eq!(p.queued, p.senders.iter().map(|s| s.queued).sum::<u32>());
@@ -832,4 +833,38 @@ fn recall_all_takes_back_every_unspent_credit() {
     assert_eq!(unspent, [0, 0]);
     assert_eq!(p.outstanding(), 0);
     assert_eq!(p.free, 8);
+}
+
+/// A pool that owns nothing until the node lends it credits: a request with nothing lent
+/// waits, a loan serves the waiter first, free credits go back with `reclaim`, and N bounds
+/// what it owns plus its node's own messages.
+#[test]
+fn lent_pools_serve_waiters_and_give_back_what_is_free() {
+    let mut p = CreditPool::empty(4, 8);
+    assert_eq!(p.owned(), 0);
+    ask(&mut p, A, 3).unwrap();
+    assert!(drain(&mut p).is_empty(), "nothing to grant yet");
+    assert!(p.has_waiters());
+    assert_eq!(p.lend(10), 4, "at most N");
+    assert_eq!(drain(&mut p), vec![grant(A, 3)]);
+    assert!(!p.has_waiters());
+    assert_eq!(p.reclaim(), 1);
+    assert_eq!(p.owned(), 3);
+    check(&p);
+    // A's three credits are out: one local message fits, a second does not.
+    assert!(p.take_local());
+    assert!(!p.take_local());
+    assert_eq!(p.free_buffers(), 3);
+    assert_eq!(p.lend(5), 0, "N owned or queued locally");
+    p.local_consumed();
+    assert!(p.take_local());
+    p.local_consumed();
+    // Two of A's messages arrive, one is consumed; the pool is dissolved: the queued one,
+    // the earmark and nothing free come back, A's unspent credit is still held.
+    p.arrived(A).unwrap();
+    p.arrived(A).unwrap();
+    p.consumed(A).unwrap();
+    let (back, held) = p.dissolve();
+    assert_eq!((back, held), (2, 1));
+    assert_eq!(p.owned(), 0);
 }

@@ -98,6 +98,12 @@ status_codes! {
     MCAPI_ERR_ENDP_GET_INVALID = 44 => "The endpoint get reference count is too high.";
     /// (Spec 4.4.2/4.4.3/4.5.2/4.5.3, channel open on a deleted endpoint.)
     MCAPI_ERR_ENDP_DELETED = 45 => "The endpoint has been deleted.";
+
+    // Extension: not in MCAPI 2.000.
+    /// (Extension: the MCA reference implementation's code for `mcapi_endpoint_create`
+    /// beyond `MCAPI_MAX_ENDPOINTS`, returned only in its compatibility mode
+    /// (`MCAPI_COMPAT=mca`); the spec's `MCAPI_ERR_PORT_INVALID` otherwise.)
+    MCAPI_ERR_ENDP_LIMIT = 46 => "Out of endpoints (the node has MCAPI_MAX_ENDPOINTS)";
 }
 
 /// `MCAPI_STATUSCODE_END`: one past the last status code ("should always be last").

@@ -101,6 +101,12 @@ impl Tag {
         (t.encode(), (0xF << 56) | 0xFFFF_FFFF)
     }
 
+    /// Tag and ignore mask that match every message of `kind`, for any port, priority,
+    /// sender and sequence number (the node's receive pool).
+    pub const fn match_kind(kind: Kind) -> (u64, u64) {
+        ((kind as u64) << 60, (1 << 60) - 1)
+    }
+
     /// Tag and ignore mask that match every control message (any control kind).
     pub const fn match_control() -> (u64, u64) {
         (1 << 63, (1 << 63) - 1)
@@ -110,16 +116,8 @@ impl Tag {
 /// What a posted operation was for, carried in its libfabric context value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Context {
-    /// A receive slot of a local endpoint.
-    RecvSlot {
-        /// The endpoint's port.
-        port: u32,
-        /// Which endpoint created at that port (6 bits): the completions of a deleted
-        /// endpoint's slots are told from the slots of one created after it.
-        generation: u8,
-        /// Slot index in the endpoint's pool.
-        slot: u32,
-    },
+    /// A slot of the node's message receive pool (any port: the tag says whose).
+    RecvSlot(u32),
     /// A node-level receive slot for control messages.
     ControlSlot(u32),
     /// A send from the node's send slot pool.
@@ -130,16 +128,7 @@ impl Context {
     /// Packs into a non-zero `u64`.
     pub const fn encode(self) -> u64 {
         match self {
-            Context::RecvSlot {
-                port,
-                generation,
-                slot,
-            } => {
-                1 << 62
-                    | ((generation & 0x3F) as u64) << 56
-                    | ((port & 0xFF_FFFF) as u64) << 32
-                    | slot as u64
-            }
+            Context::RecvSlot(slot) => 1 << 62 | slot as u64,
             Context::ControlSlot(i) => 2 << 62 | i as u64,
             Context::SendSlot(i) => 3 << 62 | i as u64,
         }
@@ -148,11 +137,7 @@ impl Context {
     /// Unpacks a context value.
     pub fn decode(v: u64) -> Option<Context> {
         Some(match v >> 62 {
-            1 => Context::RecvSlot {
-                port: ((v >> 32) & 0xFF_FFFF) as u32,
-                generation: ((v >> 56) & 0x3F) as u8,
-                slot: v as u32,
-            },
+            1 => Context::RecvSlot(v as u32),
             2 => Context::ControlSlot(v as u32),
             3 => Context::SendSlot(v as u32),
             _ => return None,
@@ -189,21 +174,17 @@ mod tests {
         }
         assert_ne!(t.encode() & !kignore, k);
         assert_eq!(Tag::decode(0), None);
+        let (m, mignore) = Tag::match_kind(Kind::Message);
+        assert_eq!(t.encode() & !mignore, m);
+        assert_eq!(other_port.encode() & !mignore, m);
+        assert_ne!(grant.encode() & !mignore, m);
     }
 
     #[test]
     fn contexts_round_trip() {
         for c in [
-            Context::RecvSlot {
-                port: 0,
-                generation: 0,
-                slot: 0,
-            },
-            Context::RecvSlot {
-                port: MAX_WIRE_PORT,
-                generation: 0x3F,
-                slot: u32::MAX,
-            },
+            Context::RecvSlot(0),
+            Context::RecvSlot(u32::MAX),
             Context::ControlSlot(9),
             Context::SendSlot(u32::MAX),
         ] {

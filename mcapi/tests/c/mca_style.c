@@ -7,7 +7,7 @@
  *
  * The reference's "fill a same-node queue until MCAPI_ERR_MEM_LIMIT" part needs a blocking
  * mcapi_msg_send to a full endpoint of the node to return MCAPI_ERR_MEM_LIMIT in this mode
- * (docs/c-abi.md): build with -DFILL_UNTIL_MEM_LIMIT=1 once that is in.
+ * (docs/c-abi.md); tests/c_abi.rs builds it with -DFILL_UNTIL_MEM_LIMIT=1.
  */
 #include <mcapi.h>
 #include <stdio.h>

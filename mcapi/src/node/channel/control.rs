@@ -104,7 +104,7 @@ impl NodeInner {
                 // Senders that sent messages here earlier sit on credits: take them back
                 // (their next message is refused, spec 3.6).
                 ep.credits.recall_all();
-                self.collect_credit_controls(&mut st, port);
+                self.settle_credits(&mut st, port);
                 self.flush_outbox(&mut st);
                 Ok(Some(answer))
             }
