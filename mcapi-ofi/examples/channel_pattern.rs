@@ -228,7 +228,7 @@ fn receive(
 ) -> ! {
     let delay = delay_from_env("RECV_DELAY_NS");
     let buffer = if p.multi_recv { len + 8192 } else { len.max(8) };
-    let pool = MemoryRegion::new(domain, WINDOW * buffer).expect("pool");
+    let pool = MemoryRegion::with_slots(domain, WINDOW, buffer).expect("pool");
     let post = |b: usize| post_receive(p, &data.ep, &pool, buffer, b);
     (0..WINDOW).for_each(post);
     let word = [0u8; 8];
@@ -272,7 +272,7 @@ fn send(
     let source = MemoryRegion::new(domain, len.max(8)).expect("send buffer");
     let pattern = vec![1u8; len];
     // Written, as perftest's buffers: a never-written one reads the shared zero page.
-    source.write(0, &pattern);
+    source.write(0, &pattern).expect("filling the send buffer");
     let user: &'static [u8] = Box::leak(pattern.clone().into_boxed_slice());
     let user = SendBuffer::from_static(user);
     let small = len <= data.ep.attributes().inject_size;
@@ -284,7 +284,7 @@ fn send(
             .expect("posting the ack receive");
     };
     post_ack();
-    let slots = MemoryRegion::new(domain, CREDIT_SLOTS * 8).expect("credit slots");
+    let slots = MemoryRegion::with_slots(domain, CREDIT_SLOTS, 8).expect("credit slots");
     let post_credit = |i: usize| {
         let buf = slots.slice(i * 8, 8).expect("slice");
         data.ep
@@ -384,7 +384,7 @@ fn pingpong(client: bool, p: Pattern, round_trips: usize, len: usize, domain: &D
     let (peer_rx, _) = swap_addresses(&rx, tx);
     let peer = tx.av.insert(&peer_rx).expect("AV");
     let buffer = if p.multi_recv { 64 * 1024 } else { len.max(8) };
-    let pool = MemoryRegion::new(domain, SLOTS * buffer).expect("pool");
+    let pool = MemoryRegion::with_slots(domain, SLOTS, buffer).expect("pool");
     let post = |b: usize| post_receive(p, &rx.ep, &pool, buffer, b);
     (0..SLOTS).for_each(post);
     let payload = vec![1u8; len];

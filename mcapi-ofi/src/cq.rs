@@ -2,10 +2,12 @@
 
 use crate::error::{Error, Result};
 use crate::fabric::Domain;
+use crate::mr::MemoryRegion;
 use crate::raw::{self, CqFid};
 pub use crate::raw::{Completion, CompletionError};
 use std::os::fd::RawFd;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How a thread may sleep until completions arrive.
@@ -26,12 +28,20 @@ pub struct CompletionQueue {
 }
 
 pub(crate) struct CqInner {
+    // Declared first: the CQ is closed before the regions its completions name are freed.
     pub(crate) fid: CqFid,
+    /// Every region an operation of an endpoint bound to this CQ was posted on, kept until
+    /// the CQ is closed (after its endpoints): the provider may use the memory until the
+    /// endpoint closes, and completions read from the CQ name the regions' slots.
+    pinned: Mutex<Vec<MemoryRegion>>,
+    id: u64,
     domain: Domain,
     wait: WaitObject,
     /// The fd of an fd wait object, looked up once at open.
     wait_fd: Option<RawFd>,
 }
+
+static NEXT_CQ_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What [`CompletionQueue::sleep`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,11 +74,33 @@ impl CompletionQueue {
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 fid,
+                pinned: Mutex::new(Vec::new()),
+                id: NEXT_CQ_ID.fetch_add(1, Ordering::Relaxed),
                 domain: domain.clone(),
                 wait,
                 wait_fd,
             }),
         })
+    }
+
+    /// Keeps `region` alive for as long as this CQ (see `CqInner::pinned`).
+    #[inline(always)]
+    pub(crate) fn pin(&self, region: &MemoryRegion) {
+        if region.inner.pinned_by.load(Ordering::Relaxed) != self.inner.id {
+            self.pin_slow(region);
+        }
+    }
+
+    #[cold]
+    fn pin_slow(&self, region: &MemoryRegion) {
+        let mut pinned = self.inner.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if !pinned.iter().any(|r| Arc::ptr_eq(&r.inner, &region.inner)) {
+            pinned.push(region.clone());
+        }
+        region
+            .inner
+            .pinned_by
+            .store(self.inner.id, Ordering::Relaxed);
     }
 
     /// Reads ready completions into `out` without blocking; `Ok(0)` when there are none.

@@ -5,10 +5,9 @@ use crate::cq::CompletionQueue;
 use crate::error::Result;
 use crate::fabric::Domain;
 use crate::info::Attributes;
-use crate::mr::{Buf, MemoryRegion};
+use crate::mr::{Buf, Op};
 use crate::raw::{self, EpFid, SendBuffer};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Options for [`Endpoint::open`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -44,12 +43,7 @@ struct EpInner {
     av: AddressVector,
     domain: Domain,
     address: Vec<u8>,
-    id: u64,
-    /// Every region an operation was posted on, kept until the endpoint is closed.
-    pinned: Mutex<Vec<MemoryRegion>>,
 }
-
-static NEXT_EP_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Endpoint {
     /// Opens, binds (to `cq` for transmit and receive, and to `av`) and enables an endpoint.
@@ -78,8 +72,6 @@ impl Endpoint {
                 av: av.clone(),
                 domain: domain.clone(),
                 address,
-                id: NEXT_EP_ID.fetch_add(1, Ordering::Relaxed),
-                pinned: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -104,27 +96,27 @@ impl Endpoint {
         self.inner.domain.attributes()
     }
 
-    /// Keeps `buf`'s region alive for as long as this endpoint: the provider may still be
-    /// using the memory when the application drops its last handle.
+    /// Posts `op` on `buf` with `post`, which gets the provider context: keeps the region
+    /// alive for as long as the endpoint's CQ (the provider may still be using the memory
+    /// when the application drops its last handle, and the CQ may still hold completions
+    /// naming its slots), and moves the slot's state (see [`MemoryRegion`]).
+    ///
+    /// [`MemoryRegion`]: crate::MemoryRegion
     #[inline(always)]
-    fn pin(&self, buf: &Buf<'_>) {
-        let mr = &buf.region.inner;
-        if mr.pinned_by.load(Ordering::Relaxed) == self.inner.id {
-            return;
+    fn post(
+        &self,
+        buf: &Buf<'_>,
+        op: Op,
+        context: u64,
+        post: impl FnOnce(u64) -> Result<()>,
+    ) -> Result<()> {
+        self.inner.cq.pin(buf.region);
+        let provider_context = buf.begin(op, context)?;
+        let r = post(provider_context);
+        if r.is_err() {
+            buf.abort(op);
         }
-        self.pin_slow(buf.region);
-    }
-
-    #[cold]
-    fn pin_slow(&self, region: &MemoryRegion) {
-        let mut pinned = self.inner.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        if !pinned.iter().any(|r| Arc::ptr_eq(&r.inner, &region.inner)) {
-            pinned.push(region.clone());
-        }
-        region
-            .inner
-            .pinned_by
-            .store(self.inner.id, Ordering::Relaxed);
+        r
     }
 
     /// Sends a tagged message of at most `inject_size` bytes; `data` may be reused at once
@@ -171,19 +163,23 @@ impl Endpoint {
     }
 
     /// Posts a tagged send of `buf`; completion (with `context`) says the buffer is free.
+    /// Until then [`crate::MemoryRegion::write`] refuses the buffer's slot; sends in flight
+    /// from one slot share one context.
     ///
     /// # Errors
-    /// As [`Endpoint::inject_tagged`].
+    /// As [`Endpoint::inject_tagged`]; [`crate::Error::InUse`] if a receive is posted into
+    /// the slot or it is being written.
     #[inline]
     pub fn send_tagged(&self, buf: Buf<'_>, dest: FiAddr, tag: u64, context: u64) -> Result<()> {
-        self.pin(&buf);
-        self.inner.fid.tsend(buf.io, None, dest.0, tag, context)
+        self.post(&buf, Op::Send, context, |c| {
+            self.inner.fid.tsend(buf.io, None, dest.0, tag, c)
+        })
     }
 
     /// Tagged send with remote CQ data.
     ///
     /// # Errors
-    /// As [`Endpoint::inject_tagged`].
+    /// As [`Endpoint::send_tagged`].
     #[inline]
     pub fn send_tagged_data(
         &self,
@@ -193,16 +189,15 @@ impl Endpoint {
         tag: u64,
         context: u64,
     ) -> Result<()> {
-        self.pin(&buf);
-        self.inner
-            .fid
-            .tsend(buf.io, Some(cq_data), dest.0, tag, context)
+        self.post(&buf, Op::Send, context, |c| {
+            self.inner.fid.tsend(buf.io, Some(cq_data), dest.0, tag, c)
+        })
     }
 
     /// Untagged send (optionally with remote CQ data).
     ///
     /// # Errors
-    /// As [`Endpoint::inject_tagged`].
+    /// As [`Endpoint::send_tagged`].
     #[inline]
     pub fn send(
         &self,
@@ -211,8 +206,9 @@ impl Endpoint {
         dest: FiAddr,
         context: u64,
     ) -> Result<()> {
-        self.pin(&buf);
-        self.inner.fid.send(buf.io, cq_data, dest.0, context)
+        self.post(&buf, Op::Send, context, |c| {
+            self.inner.fid.send(buf.io, cq_data, dest.0, c)
+        })
     }
 
     /// Sends `data` with remote CQ data `cq_data` straight from the caller's memory: no
@@ -279,10 +275,13 @@ impl Endpoint {
     }
 
     /// Posts a tagged receive matching `tag` on the bits not set in `ignore`, from `src`
-    /// ([`FiAddr::UNSPEC`]: anyone).
+    /// ([`FiAddr::UNSPEC`]: anyone). Until its completion (or error completion) was read from
+    /// the CQ, [`crate::MemoryRegion::read`] and [`crate::MemoryRegion::write`] refuse the
+    /// buffer's slot.
     ///
     /// # Errors
-    /// As [`Endpoint::inject_tagged`].
+    /// As [`Endpoint::inject_tagged`]; [`crate::Error::InUse`] if an operation is in flight
+    /// on the slot or safe code is copying it.
     #[inline]
     pub fn recv_tagged(
         &self,
@@ -292,38 +291,46 @@ impl Endpoint {
         ignore: u64,
         context: u64,
     ) -> Result<()> {
-        self.pin(&buf);
-        self.inner.fid.trecv(buf.io, src.0, tag, ignore, context)
+        self.post(&buf, Op::Recv, context, |c| {
+            self.inner.fid.trecv(buf.io, src.0, tag, ignore, c)
+        })
     }
 
-    /// Posts an untagged receive of one message.
+    /// Posts an untagged receive of one message; the slot is held as by
+    /// [`Endpoint::recv_tagged`].
     ///
     /// # Errors
-    /// As [`Endpoint::inject_tagged`].
+    /// As [`Endpoint::recv_tagged`].
     #[inline]
     pub fn recv(&self, buf: Buf<'_>, src: FiAddr, context: u64) -> Result<()> {
-        self.pin(&buf);
-        self.inner.fid.recv(buf.io, src.0, false, context)
+        self.post(&buf, Op::Recv, context, |c| {
+            self.inner.fid.recv(buf.io, src.0, false, c)
+        })
     }
 
     /// Posts `buf` as an untagged multi-receive buffer (`FI_MULTI_RECV`): each message gets a
     /// completion pointing into the buffer; the completion carrying the `FI_MULTI_RECV` flag
     /// says the provider has released the buffer, which may then be posted again.
     ///
+    /// Until that completion (or the `FI_ECANCELED` of a cancel) was read from the CQ,
+    /// [`crate::MemoryRegion::read`] of the buffer's slot succeeds only for bytes that a
+    /// completion of this post reported (the messages received so far), and writes fail.
+    ///
     /// In libfabric 1.17 multi-receive is defined for untagged receives only.
     ///
     /// # Errors
-    /// As [`Endpoint::inject_tagged`].
+    /// As [`Endpoint::recv_tagged`].
     #[inline]
     pub fn recv_multi(&self, buf: Buf<'_>, context: u64) -> Result<()> {
-        self.pin(&buf);
-        self.inner.fid.recv(buf.io, FiAddr::UNSPEC.0, true, context)
+        self.post(&buf, Op::MultiRecv, context, |c| {
+            self.inner.fid.recv(buf.io, FiAddr::UNSPEC.0, true, c)
+        })
     }
 
     /// RMA write of `buf` into the peer's registered memory at `remote_addr` with `key`.
     ///
     /// # Errors
-    /// As [`Endpoint::inject_tagged`]; unsupported without `FI_RMA`.
+    /// As [`Endpoint::send_tagged`]; unsupported without `FI_RMA`.
     #[inline]
     pub fn write(
         &self,
@@ -333,10 +340,11 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<()> {
-        self.pin(&buf);
-        self.inner
-            .fid
-            .rma_write(buf.io, dest.0, remote_addr, key, context)
+        self.post(&buf, Op::Send, context, |c| {
+            self.inner
+                .fid
+                .rma_write(buf.io, dest.0, remote_addr, key, c)
+        })
     }
 
     /// RMA read (`fi_read`) of `buf.len()` bytes of the peer's registered memory at
@@ -354,17 +362,21 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<()> {
-        self.pin(&buf);
-        self.inner
-            .fid
-            .rma_read(buf.io, src.0, remote_addr, key, context)
+        self.post(&buf, Op::Recv, context, |c| {
+            self.inner.fid.rma_read(buf.io, src.0, remote_addr, key, c)
+        })
     }
 
-    /// Cancels the posted receive with `context`; it completes with `FI_ECANCELED`.
+    /// Cancels the receive posted into `buf`'s slot (if it is still pending); it completes
+    /// with `FI_ECANCELED`, which frees the slot.
     ///
     /// # Errors
-    /// `fi_cancel` failures.
-    pub fn cancel(&self, context: u64) -> Result<()> {
+    /// `fi_cancel` failures; `InvalidArgument` for a sink region (nothing tracks its
+    /// receives).
+    pub fn cancel(&self, buf: Buf<'_>) -> Result<()> {
+        let context = buf.record().ok_or(crate::Error::InvalidArgument(
+            "receives into a sink region cannot be cancelled",
+        ))?;
         self.inner.fid.cancel(context)
     }
 }

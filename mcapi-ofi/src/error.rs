@@ -37,6 +37,10 @@ pub enum Error {
         /// The `FI_PROVIDER` environment restriction in force, if any.
         env_restriction: Option<String>,
     },
+    /// Memory that an operation in flight uses (or that safe code is copying on another
+    /// thread, or a sink region): a read, write or post that would race it was refused.
+    #[error("memory in use: {0}")]
+    InUse(&'static str),
     /// A bad argument caught before calling libfabric.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),

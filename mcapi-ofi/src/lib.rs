@@ -21,7 +21,35 @@
 //! Every object is a cheap-to-clone handle over an `Arc`. A child keeps its parents alive
 //! (endpoint -> CQ, AV, domain -> fabric), so objects are closed children first no matter in
 //! which order the application drops its handles. Memory that an endpoint ever posted an
-//! operation on stays allocated until that endpoint is closed.
+//! operation on stays allocated until that endpoint's CQ is closed (after the endpoint: the
+//! provider may use it until then, and completions name it).
+//!
+//! # Posted memory and safe code
+//! The provider writes a posted receive buffer, and reads a send buffer, while safe code
+//! holds `&MemoryRegion` and could copy in or out of it: in this layer that is not a data
+//! race the type system allows, it is refused. A [`MemoryRegion`] is cut into slots (one for
+//! [`MemoryRegion::new`], `count` for [`MemoryRegion::with_slots`]); every operation lies in
+//! one slot, whose atomic state the post sets and the completion that ends the operation
+//! clears, as [`CompletionQueue::read`] hands it out:
+//! - a receive posted into a slot: [`MemoryRegion::read`], [`MemoryRegion::read_le`] and
+//!   [`MemoryRegion::write`] of it fail with [`Error::InUse`] until its completion (an error
+//!   completion too, e.g. `FI_ECANCELED` after [`Endpoint::cancel`]);
+//! - a multi-receive buffer: reads succeed for exactly the bytes its completions reported
+//!   (one bit per byte), writes fail, until the completion flagged `FI_MULTI_RECV`;
+//! - sends (and RMA writes) in flight from a slot: reads succeed, writes and receives fail;
+//!   sends in flight from one slot share one context;
+//! - a read or write holds its slot during the copy, so a post from another thread is
+//!   refused meanwhile instead of racing it.
+//!
+//! This takes no lock and allocates nothing per operation: a compare-and-swap or add on the
+//! post, one on the completion, two per copy. For it, the context the provider sees is the
+//! address of the slot's record (the caller's context is kept there and put back into the
+//! completion): every operation on an endpoint must go through [`Endpoint`], not through
+//! [`ffi`]. [`MemoryRegion::sink`] makes memory that safe code can never copy, which any
+//! number of receives may share (e.g. a benchmark's).
+//!
+//! Rust's own memory posted for a send ([`SendBuffer`]) is the other way in: `unsafe` to make
+//! from a pointer, with a stated contract, or safe from `'static` data nobody writes.
 //!
 //! # Thread safety
 //! Domains are opened with `FI_THREAD_SAFE`: every handle is `Send + Sync` and operations

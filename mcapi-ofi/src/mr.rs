@@ -1,51 +1,173 @@
-//! Registered memory that operations read from and write into.
+//! Registered memory that operations read from and write into, in slots that say who may
+//! touch them.
+//!
+//! # Slot states
+//! A region is cut into equal slots when it is made. Every operation posted on a region lies
+//! inside one slot, and each slot has one atomic state word that safe code and the provider
+//! take turns on:
+//!
+//! | state                      | provider          | [`MemoryRegion::read`] | [`MemoryRegion::write`] | new post     |
+//! |----------------------------|-------------------|------------------------|-------------------------|--------------|
+//! | idle                       | does not touch it | yes                    | yes                     | any          |
+//! | sends in flight (`n`)      | reads it          | yes                    | refused                 | sends only   |
+//! | receive posted             | writes it         | refused                | refused                 | refused      |
+//! | multi-receive posted       | writes its rest   | bytes a completion reported | refused            | refused      |
+//!
+//! Posting moves a slot out of idle (or refuses with [`Error::InUse`]); the completion that
+//! ends the operation, which [`crate::CompletionQueue::read`] sees before it hands the entry
+//! out, moves it back: every completion of a send or plain receive (an error completion, e.g.
+//! `FI_ECANCELED` or `FI_ETRUNC`, too); for a multi-receive buffer the one flagged
+//! `FI_MULTI_RECV` (or a cancellation). For this the provider gets, as the operation's
+//! context, the address of the slot's record (where the caller's context waits); the CQ read
+//! puts the caller's context back into the completion. A region an endpoint posted on is kept
+//! alive by the endpoint's CQ, so a record outlives every completion that names it.
+//!
+//! A read or write holds the slot for the copy (readers count, a writer excludes everyone),
+//! so a post that comes meanwhile from another thread is refused rather than racing it.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fabric::Domain;
 use crate::info::flags;
 use crate::raw::{IoSlice, Memory};
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-/// Page-aligned memory registered with a domain. Cheap to clone (shared).
+/// A receive is posted: the provider may write the slot.
+const RECV: u64 = 1 << 63;
+/// The posted receive is a multi-receive: bytes reported by its completions are readable.
+const MULTI: u64 = 1 << 62;
+/// Safe code is writing the slot (or a multi-receive post is clearing its received bits).
+const WRITE: u64 = 1 << 61;
+/// One send (or RMA write) from the slot in flight: the provider reads it.
+const SEND: u64 = 1 << 32;
+/// The sends-in-flight count.
+const SENDS: u64 = WRITE - SEND;
+// The low 32 bits count the safe reads under way.
+
+/// Page-aligned memory registered with a domain, in slots. Cheap to clone (shared).
 ///
 /// The provider reads and writes this memory asynchronously, so the application accesses it
-/// by copying ([`MemoryRegion::read`], [`MemoryRegion::write`]) ranges that no operation in
-/// flight is using. An endpoint that posts an operation on a region keeps the region alive
-/// until the endpoint is closed, so dropping the region early is never unsafe.
+/// by copying ([`MemoryRegion::read`], [`MemoryRegion::write`]), and only where no operation
+/// in flight could race the copy: each slot's state (see the crate docs, "Posted memory and
+/// safe code") refuses a read of memory a posted receive may still write, and a write of
+/// memory a send may still read, with [`Error::InUse`]. An operation's range must lie inside
+/// one slot.
+///
+/// An endpoint that posts an operation on a region keeps the region alive (through its CQ)
+/// until its CQ is closed, so dropping the region early is never unsafe.
 #[derive(Clone)]
 pub struct MemoryRegion {
     pub(crate) inner: Arc<MrInner>,
 }
 
+/// One slot's state word and the context of the operation(s) in flight on it. Its address is
+/// the context the provider sees (8-aligned, so never odd: odd contexts are the caller's own,
+/// shifted, see [`plain_context`]).
+#[repr(C, align(8))]
+pub(crate) struct Slot {
+    state: AtomicU64,
+    context: AtomicU64,
+    /// The address of the region's [`MrInner`], for the completion path.
+    region: usize,
+}
+
+impl Slot {
+    /// The address of the [`MrInner`] this slot belongs to.
+    #[inline(always)]
+    pub(crate) fn region(&self) -> usize {
+        self.region
+    }
+}
+
 pub(crate) struct MrInner {
     pub(crate) mem: Memory,
-    /// Id of the last endpoint known to keep this region alive (0: none); saves that
-    /// endpoint a lock on every post.
+    /// Id of the last CQ known to keep this region alive (0: none); saves that CQ a lock on
+    /// every post.
     pub(crate) pinned_by: AtomicU64,
+    slot_size: usize,
+    /// `log2(slot_size)` when that is a power of two, else `u32::MAX` (divide).
+    slot_shift: u32,
+    /// A sink is never read or written by safe code: receives may share it, nothing is
+    /// tracked.
+    sink: bool,
+    slots: Box<[Slot]>,
+    /// One bit per byte: reported by a completion of the multi-receive posted in its slot.
+    /// Made at the first multi-receive post.
+    received: OnceLock<Box<[AtomicU64]>>,
     _domain: Domain,
 }
 
 impl MemoryRegion {
-    /// Allocates `len` zeroed bytes and registers them for local send/receive and, where the
-    /// domain offers RMA, remote read/write.
+    /// Allocates `len` zeroed bytes as one slot and registers them for local send/receive
+    /// and, where the domain offers RMA, remote read/write.
     ///
     /// # Errors
     /// Allocation or `fi_mr_reg` failures.
     pub fn new(domain: &Domain, len: usize) -> Result<MemoryRegion> {
+        MemoryRegion::make(domain, 1, len.max(1), false)
+    }
+
+    /// Allocates `count` slots of `slot_size` bytes each (zeroed) and registers them as
+    /// [`MemoryRegion::new`] does: a pool of buffers, each posted and read on its own.
+    ///
+    /// # Errors
+    /// As [`MemoryRegion::new`]; `InvalidArgument` for zero or overflowing sizes.
+    pub fn with_slots(domain: &Domain, count: usize, slot_size: usize) -> Result<MemoryRegion> {
+        if count == 0 || slot_size == 0 || count > u32::MAX as usize {
+            return Err(Error::InvalidArgument(
+                "a region needs 1 to 2^32 slots of 1+ bytes",
+            ));
+        }
+        MemoryRegion::make(domain, count, slot_size, false)
+    }
+
+    /// Allocates `len` bytes that safe code never reads or writes (every
+    /// [`MemoryRegion::read`] and [`MemoryRegion::write`] fails): receives whose data
+    /// nobody looks at, e.g. a benchmark's, may share it, and sends go out of whatever it
+    /// holds (zeros, or what arrived). Nothing is tracked, so contexts of operations on a
+    /// sink must be below 2^63.
+    ///
+    /// # Errors
+    /// As [`MemoryRegion::new`].
+    pub fn sink(domain: &Domain, len: usize) -> Result<MemoryRegion> {
+        MemoryRegion::make(domain, 1, len.max(1), true)
+    }
+
+    fn make(domain: &Domain, count: usize, slot_size: usize, sink: bool) -> Result<MemoryRegion> {
+        let len = count
+            .checked_mul(slot_size)
+            .ok_or(Error::InvalidArgument("memory region too large"))?;
         let mut mem = Memory::new(len)?;
         let mut access = flags::SEND | flags::RECV;
         if domain.attributes().has(flags::RMA) {
             access |= flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
         }
-        mem.register(&domain.inner.fid, access, len.max(1))?;
-        Ok(MemoryRegion {
-            inner: Arc::new(MrInner {
+        mem.register(&domain.inner.fid, access, len)?;
+        let inner = Arc::new_cyclic(|me| {
+            let region = me.as_ptr() as usize;
+            let slots = if sink { 0 } else { count };
+            MrInner {
                 mem,
                 pinned_by: AtomicU64::new(0),
+                slot_size,
+                slot_shift: if slot_size.is_power_of_two() {
+                    slot_size.trailing_zeros()
+                } else {
+                    u32::MAX
+                },
+                sink,
+                slots: (0..slots)
+                    .map(|_| Slot {
+                        state: AtomicU64::new(0),
+                        context: AtomicU64::new(0),
+                        region,
+                    })
+                    .collect(),
+                received: OnceLock::new(),
                 _domain: domain.clone(),
-            }),
-        })
+            }
+        });
+        Ok(MemoryRegion { inner })
     }
 
     /// Size in bytes.
@@ -56,6 +178,11 @@ impl MemoryRegion {
     /// Whether the region is empty (never: at least one byte is allocated).
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// The size of each slot (the whole region for [`MemoryRegion::new`]).
+    pub fn slot_size(&self) -> usize {
+        self.inner.slot_size
     }
 
     /// The virtual address of the first byte (for RMA peers and for locating multi-receive
@@ -71,59 +198,399 @@ impl MemoryRegion {
 
     /// Copies bytes out of the region.
     ///
-    /// # Panics
-    /// If the range is outside the region.
-    pub fn read(&self, offset: usize, out: &mut [u8]) {
-        self.inner.mem.read(offset, out)
+    /// # Errors
+    /// [`Error::InUse`] if a receive posted into the range's slot may still write it (for a
+    /// multi-receive buffer: unless every byte was reported by one of its completions) or
+    /// the region is a sink; `InvalidArgument` if the range is outside the region or crosses
+    /// a slot boundary.
+    #[inline]
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        if out.is_empty() {
+            // Touches no byte: nothing to race.
+            return self.inner.slot_of(offset, 0).map(drop);
+        }
+        let slot = self.inner.begin_read(offset, out.len())?;
+        self.inner.mem.read(offset, out);
+        self.inner.end_read(slot);
+        Ok(())
     }
 
     /// The `len` (at most 8) bytes at `offset` as a little-endian integer: a scalar read
     /// without a call to `memcpy`.
     ///
-    /// # Panics
-    /// If `len` exceeds 8 or the range is outside the region.
+    /// # Errors
+    /// As [`MemoryRegion::read`]; `InvalidArgument` if `len` exceeds 8.
     #[inline]
-    pub fn read_le(&self, offset: usize, len: usize) -> u64 {
-        self.inner.mem.read_le(offset, len)
+    pub fn read_le(&self, offset: usize, len: usize) -> Result<u64> {
+        if len > 8 {
+            return Err(Error::InvalidArgument("read_le reads at most 8 bytes"));
+        }
+        if len == 0 {
+            return self.inner.slot_of(offset, 0).map(|_| 0);
+        }
+        let slot = self.inner.begin_read(offset, len)?;
+        let v = self.inner.mem.read_le(offset, len);
+        self.inner.end_read(slot);
+        Ok(v)
     }
 
     /// Copies bytes into the region.
     ///
-    /// # Panics
-    /// If the range is outside the region.
-    pub fn write(&self, offset: usize, data: &[u8]) {
-        self.inner.mem.write(offset, data)
+    /// # Errors
+    /// [`Error::InUse`] if an operation in flight uses the range's slot (a receive, or a send
+    /// that may still read it), another thread is reading or writing it, or the region is a
+    /// sink; `InvalidArgument` if the range is outside the region or crosses a slot boundary.
+    #[inline]
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let slot = self.inner.slot_of(offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let s = &self.inner.slots[slot];
+        if s.state
+            .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(in_use());
+        }
+        self.inner.mem.write(offset, data);
+        s.state.fetch_sub(WRITE, Ordering::Release);
+        Ok(())
     }
 
     /// Copies `len` bytes at `from` of region `src` (which may be this one) to `offset` of
     /// this region: memory to memory, without a bounce buffer.
     ///
-    /// # Panics
-    /// If either range is outside its region.
-    pub fn copy_from(&self, offset: usize, src: &MemoryRegion, from: usize, len: usize) {
-        self.inner.mem.copy_from(offset, &src.inner.mem, from, len)
+    /// # Errors
+    /// As [`MemoryRegion::read`] for the source range and [`MemoryRegion::write`] for the
+    /// destination (`InUse` too when both are the same slot).
+    pub fn copy_from(
+        &self,
+        offset: usize,
+        src: &MemoryRegion,
+        from: usize,
+        len: usize,
+    ) -> Result<()> {
+        let slot = self.inner.slot_of(offset, len)?;
+        if len == 0 {
+            return src.inner.slot_of(from, 0).map(drop);
+        }
+        let src_slot = src.inner.begin_read(from, len)?;
+        let s = &self.inner.slots[slot];
+        if s.state
+            .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            src.inner.end_read(src_slot);
+            return Err(in_use());
+        }
+        self.inner.mem.copy_from(offset, &src.inner.mem, from, len);
+        s.state.fetch_sub(WRITE, Ordering::Release);
+        src.inner.end_read(src_slot);
+        Ok(())
     }
 
-    /// Describes `len` bytes at `offset` for an operation.
+    /// Describes `len` bytes at `offset`, inside one slot, for an operation.
     ///
     /// # Errors
-    /// [`crate::Error::InvalidArgument`] if the range is outside the region.
+    /// [`crate::Error::InvalidArgument`] if the range is outside the region or crosses a slot
+    /// boundary.
+    #[inline]
     pub fn slice(&self, offset: usize, len: usize) -> Result<Buf<'_>> {
+        let slot = if self.inner.sink {
+            0
+        } else {
+            self.inner.slot_of(offset, len)?
+        };
         let io = IoSlice::new(&self.inner.mem, offset, len)?;
-        Ok(Buf { region: self, io })
+        Ok(Buf {
+            region: self,
+            io,
+            slot,
+        })
     }
 
     /// The whole region as one operation buffer.
+    ///
+    /// # Panics
+    /// If the region has more than one slot.
     pub fn all(&self) -> Buf<'_> {
-        self.slice(0, self.len()).expect("whole region is in range")
+        self.slice(0, self.len())
+            .expect("the whole region is one slot")
     }
 }
 
-/// A checked range of a [`MemoryRegion`], ready to be posted.
+#[cold]
+fn in_use() -> Error {
+    Error::InUse("an operation in flight uses this memory")
+}
+
+impl MrInner {
+    /// The slot holding `[offset, offset + len)`.
+    #[inline(always)]
+    fn slot_of(&self, offset: usize, len: usize) -> Result<usize> {
+        if self.sink {
+            return Err(Error::InUse("a sink region is never read or written"));
+        }
+        let slot = if self.slot_shift != u32::MAX {
+            offset >> self.slot_shift
+        } else {
+            offset / self.slot_size
+        };
+        // An empty range may sit at the region's end.
+        let slot = if len == 0 && slot == self.slots.len() && slot > 0 {
+            slot - 1
+        } else {
+            slot
+        };
+        let start = slot * self.slot_size;
+        let at = offset - start;
+        if slot >= self.slots.len() || at > self.slot_size || len > self.slot_size - at {
+            return Err(Error::InvalidArgument(
+                "range outside the region or across a slot boundary",
+            ));
+        }
+        Ok(slot)
+    }
+
+    /// Counts a reader of `[offset, offset + len)` in; the caller copies, then calls
+    /// [`MrInner::end_read`] with the returned slot.
+    #[inline(always)]
+    fn begin_read(&self, offset: usize, len: usize) -> Result<usize> {
+        let slot = self.slot_of(offset, len)?;
+        let s = &self.slots[slot];
+        let prev = s.state.fetch_add(1, Ordering::Acquire);
+        if prev & (WRITE | RECV) != 0
+            && (prev & (WRITE | MULTI) != MULTI || !self.all_received(offset, len))
+        {
+            s.state.fetch_sub(1, Ordering::Release);
+            return Err(in_use());
+        }
+        Ok(slot)
+    }
+
+    #[inline(always)]
+    fn end_read(&self, slot: usize) {
+        self.slots[slot].state.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Whether every byte of `[offset, offset + len)` was reported by a multi-receive
+    /// completion of the current post.
+    fn all_received(&self, offset: usize, len: usize) -> bool {
+        let Some(bits) = self.received.get() else {
+            return false;
+        };
+        let mut ok = true;
+        for_words(offset, len, |w, mask| {
+            ok &= bits[w].load(Ordering::Acquire) & mask == mask;
+        });
+        ok
+    }
+
+    /// Marks `[offset, offset + len)` of a multi-receive buffer as reported.
+    ///
+    /// Known gap (docs/design.md): with two threads reading one CQ, a thread still marking
+    /// an entry of a buffer's previous post can mark bytes of its next post.
+    fn mark_received(&self, offset: usize, len: usize) {
+        if let Some(bits) = self.received.get() {
+            for_words(offset, len, |w, mask| {
+                if mask == u64::MAX {
+                    // A word wholly inside one message: no other completion touches it.
+                    bits[w].store(u64::MAX, Ordering::Release);
+                } else {
+                    bits[w].fetch_or(mask, Ordering::Release);
+                }
+            });
+        }
+    }
+
+    /// Forgets what completions reported in slot `slot` (it is held exclusively).
+    fn clear_received(&self, slot: usize) {
+        let bits = self.received.get_or_init(|| {
+            (0..self.mem.len().div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        });
+        for_words(slot * self.slot_size, self.slot_size, |w, mask| {
+            if mask == u64::MAX {
+                bits[w].store(0, Ordering::Relaxed);
+            } else {
+                bits[w].fetch_and(!mask, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+/// Calls `f(word, mask)` for the 64-bit words of a one-bit-per-byte map that
+/// `[offset, offset + len)` covers.
+#[inline(always)]
+fn for_words(offset: usize, len: usize, mut f: impl FnMut(usize, u64)) {
+    let (mut at, end) = (offset, offset + len);
+    while at < end {
+        let w = at / 64;
+        let lo = at % 64;
+        let hi = (end - w * 64).min(64);
+        let mask = if hi - lo == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (hi - lo)) - 1) << lo
+        };
+        f(w, mask);
+        at = w * 64 + hi;
+    }
+}
+
+/// The provider context of an operation that no slot tracks: the caller's `context`,
+/// shifted and made odd (slot records are even addresses).
+///
+/// # Errors
+/// `InvalidArgument` for a context of 2^63 or more.
+#[inline(always)]
+pub(crate) fn plain_context(context: u64) -> Result<u64> {
+    if context >> 63 != 0 {
+        return Err(Error::InvalidArgument(
+            "contexts of untracked operations must be below 2^63",
+        ));
+    }
+    Ok(context << 1 | 1)
+}
+
+/// What kind of operation a post starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// The provider reads the buffer (send, RMA write).
+    Send,
+    /// The provider writes the buffer once.
+    Recv,
+    /// `FI_MULTI_RECV`: the provider writes messages into the buffer until it releases it.
+    MultiRecv,
+}
+
+impl Buf<'_> {
+    /// Moves the buffer's slot into the state of `op` and returns the context to hand the
+    /// provider; [`Buf::abort`] undoes it if the post fails.
+    ///
+    /// # Errors
+    /// [`Error::InUse`] if the slot's state does not allow `op` (see the module docs);
+    /// `InvalidArgument` for sends sharing a slot with different contexts.
+    #[inline(always)]
+    pub(crate) fn begin(&self, op: Op, context: u64) -> Result<u64> {
+        let mr = &self.region.inner;
+        if mr.sink {
+            return plain_context(context);
+        }
+        let s = &mr.slots[self.slot];
+        match op {
+            Op::Send => {
+                let prev = s.state.fetch_add(SEND, Ordering::Acquire);
+                if prev & (RECV | WRITE) != 0 {
+                    s.state.fetch_sub(SEND, Ordering::Release);
+                    return Err(in_use());
+                }
+                if prev & SENDS == 0 {
+                    s.context.store(context, Ordering::Relaxed);
+                } else if s.context.load(Ordering::Relaxed) != context {
+                    s.state.fetch_sub(SEND, Ordering::Release);
+                    return Err(Error::InvalidArgument(
+                        "sends in flight from one slot share one context",
+                    ));
+                }
+            }
+            Op::Recv => {
+                if s.state
+                    .compare_exchange(0, RECV, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    return Err(in_use());
+                }
+                s.context.store(context, Ordering::Relaxed);
+            }
+            Op::MultiRecv => {
+                // Held as a writer while the bits of the last post are cleared, so no reader
+                // trusts them meanwhile.
+                if s.state
+                    .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    return Err(in_use());
+                }
+                mr.clear_received(self.slot);
+                s.context.store(context, Ordering::Relaxed);
+                // WRITE off, RECV and MULTI on; readers that looked meanwhile keep counting.
+                s.state.fetch_xor(WRITE | RECV | MULTI, Ordering::Release);
+            }
+        }
+        Ok(s as *const Slot as usize as u64)
+    }
+
+    /// The provider context of operations on this buffer's slot (`None` for a sink).
+    pub(crate) fn record(&self) -> Option<u64> {
+        let mr = &self.region.inner;
+        (!mr.sink).then(|| &mr.slots[self.slot] as *const Slot as usize as u64)
+    }
+
+    /// Undoes [`Buf::begin`] after the post failed (the provider never saw the buffer).
+    #[cold]
+    pub(crate) fn abort(&self, op: Op) {
+        let mr = &self.region.inner;
+        if mr.sink {
+            return;
+        }
+        let s = &mr.slots[self.slot];
+        match op {
+            Op::Send => s.state.fetch_sub(SEND, Ordering::Release),
+            Op::Recv | Op::MultiRecv => s.state.fetch_and(!(RECV | MULTI), Ordering::Release),
+        };
+    }
+}
+
+/// What a completion (error completions with `err` non-zero) of an operation posted with
+/// `slot`'s record as context means for the slot; returns the caller's context.
+#[inline(always)]
+pub(crate) fn completed(
+    mr: &MrInner,
+    slot: &Slot,
+    flags: u64,
+    buf: usize,
+    len: usize,
+    err: i32,
+) -> u64 {
+    // Before the state changes: once it is idle the slot may be posted with a new context.
+    let context = slot.context.load(Ordering::Relaxed);
+    let state = slot.state.load(Ordering::Acquire);
+    if state & RECV == 0 {
+        if state & SENDS != 0 {
+            slot.state.fetch_sub(SEND, Ordering::Release);
+        }
+    } else if state & MULTI == 0 {
+        slot.state.fetch_and(!RECV, Ordering::Release);
+    } else {
+        if err == 0 && len > 0 {
+            let index = (slot as *const Slot as usize - mr.slots.as_ptr() as usize)
+                / std::mem::size_of::<Slot>();
+            let start = index * mr.slot_size;
+            let offset = buf.wrapping_sub(mr.mem.addr() as usize);
+            // Only what lies inside the posted slot (a provider never reports more).
+            if offset >= start
+                && offset - start <= mr.slot_size
+                && len <= mr.slot_size - (offset - start)
+            {
+                mr.mark_received(offset, len);
+            }
+        }
+        if flags & crate::flags::MULTI_RECV != 0 || err == ofi_sys::FI_ECANCELED as i32 {
+            slot.state.fetch_and(!(RECV | MULTI), Ordering::Release);
+        }
+    }
+    context
+}
+
+/// A checked range of a [`MemoryRegion`], inside one slot, ready to be posted.
 #[derive(Clone, Copy)]
 pub struct Buf<'a> {
     pub(crate) region: &'a MemoryRegion,
     pub(crate) io: IoSlice,
+    slot: usize,
 }
 
 impl Buf<'_> {

@@ -6,8 +6,11 @@
 //! so that Drop always closes children before parents. Functions here check what the C API
 //! cannot: lengths against buffers, output counts against slices.
 //!
-//! Buffers handed to asynchronous operations are [`Memory`] blocks, kept alive by the
-//! endpoint that used them (see `ep.rs`), so the provider never writes into freed memory.
+//! Buffers handed to asynchronous operations are [`Memory`] blocks, kept alive by the CQ of
+//! the endpoint that used them (see `ep.rs`, `cq.rs`), so the provider never writes into
+//! freed memory; which ranges the provider may be using, and so which ranges safe code may
+//! copy, is tracked per slot by the safe layer (`mr.rs`), whose records come back as the
+//! contexts of completions (`finish`).
 
 use crate::error::{Error, Result};
 use crate::info::{Attributes, Hints};
@@ -436,8 +439,8 @@ impl AvFid {
 /// Page-aligned, zero-initialised heap memory, optionally registered with a domain.
 ///
 /// The memory is shared with the provider, which writes into it asynchronously: Rust code only
-/// touches it through copies ([`Memory::read`], [`Memory::write`]) of ranges the caller knows
-/// to be idle, never through long-lived references.
+/// touches it through copies ([`Memory::read`], [`Memory::write`]) of ranges that `mr.rs`'s
+/// slot states show no operation in flight could race, never through long-lived references.
 pub(crate) struct Memory {
     // Field order matters: the registration is closed before the memory is freed.
     mr: Option<MrFid>,
@@ -446,7 +449,8 @@ pub(crate) struct Memory {
 }
 
 // SAFETY: the memory is a plain allocation; concurrent access goes through raw copies whose
-// ranges the callers coordinate (the provider and the application never own the same range).
+// ranges `mr.rs` coordinates per slot (a copy holds its slot, and a slot the provider may
+// write is never copied, nor one it may read written).
 unsafe impl Send for Memory {}
 // SAFETY: see Send.
 unsafe impl Sync for Memory {}
@@ -625,6 +629,10 @@ pub(crate) fn send_unregistered(
             Err(Error::InvalidArgument("provider needs FI_MR_LOCAL")),
         );
     }
+    let context = match crate::mr::plain_context(context) {
+        Ok(c) => c,
+        Err(e) => return (Some(ep), Err(e)),
+    };
     // SAFETY: `data` stays borrowed until this function returns, which is after the send's
     // completion was seen or after the endpoint (whose only handle we own) was closed, so
     // the provider never reads it later.
@@ -725,6 +733,7 @@ pub(crate) fn send_from(
     dest: u64,
     context: u64,
 ) -> Result<()> {
+    let context = crate::mr::plain_context(context)?;
     // SAFETY: by SendBuffer's contract the memory stays valid and unmodified until the
     // send's completion was read or the endpoint closed, which is as long as the provider
     // may read it.
@@ -761,8 +770,8 @@ unsafe fn senddata_unregistered(
 }
 
 // The calls below post operations. Their buffers are either copied before the call returns
-// (inject) or are IoSlices into Memory that the calling endpoint keeps alive until it is
-// closed (see ep.rs), so libfabric never touches freed memory.
+// (inject) or are IoSlices into Memory that the calling endpoint's CQ keeps alive until it is
+// closed, after the endpoint (see ep.rs, cq.rs), so libfabric never touches freed memory.
 impl EpFid {
     #[inline(always)]
     pub(crate) fn tinject(
@@ -812,7 +821,7 @@ impl EpFid {
         tag: u64,
         context: u64,
     ) -> Result<()> {
-        // SAFETY: buf points into Memory kept alive by the endpoint (see the impl comment).
+        // SAFETY: buf points into Memory kept alive by the endpoint's CQ (see the impl comment).
         let ret = unsafe {
             match cq_data {
                 None => sys::fi_tsend(
@@ -847,7 +856,7 @@ impl EpFid {
         dest: u64,
         context: u64,
     ) -> Result<()> {
-        // SAFETY: buf points into Memory kept alive by the endpoint.
+        // SAFETY: buf points into Memory kept alive by the endpoint's CQ.
         let ret = unsafe {
             match cq_data {
                 None => sys::fi_send(
@@ -881,7 +890,7 @@ impl EpFid {
         ignore: u64,
         context: u64,
     ) -> Result<()> {
-        // SAFETY: buf points into Memory kept alive by the endpoint.
+        // SAFETY: buf points into Memory kept alive by the endpoint's CQ.
         let ret = unsafe {
             sys::fi_trecv(
                 self.as_ptr(),
@@ -915,7 +924,7 @@ impl EpFid {
         };
         let flags = if multi { sys::FI_MULTI_RECV as u64 } else { 0 } | sys::FI_COMPLETION as u64;
         // SAFETY: msg, iov and desc live across the call (the provider copies the descriptor);
-        // the data buffer points into Memory kept alive by the endpoint.
+        // the data buffer points into Memory kept alive by the endpoint's CQ.
         let ret = unsafe { sys::fi_recvmsg(self.as_ptr(), &msg, flags) };
         check("fi_recvmsg", ret)
     }
@@ -929,7 +938,7 @@ impl EpFid {
         key: u64,
         context: u64,
     ) -> Result<()> {
-        // SAFETY: buf points into Memory kept alive by the endpoint; the remote side is the
+        // SAFETY: buf points into Memory kept alive by the endpoint's CQ; the remote side is the
         // peer's business (a bad key gives an error completion, not local corruption).
         let ret = unsafe {
             sys::fi_write(
@@ -1039,6 +1048,39 @@ impl Completion {
     }
 }
 
+/// Hands the caller's contexts back in completions just read, ending their operations on
+/// their slots (see `mr.rs`).
+#[inline(always)]
+fn finish_all(entries: &mut [Completion]) {
+    for c in entries {
+        let e = &mut c.0;
+        e.op_context = ctx(finish(e.op_context, e.flags, e.buf, e.len, 0));
+    }
+}
+
+/// The caller's context of a completion whose provider context is `op_context`: an odd value
+/// is the caller's own, shifted ([`crate::mr::plain_context`]); 0 is none (a provider's error
+/// without an operation); anything else is the address of the slot record the operation was
+/// posted with, whose state the completion (error `err`, 0 if none) moves on.
+#[inline(always)]
+fn finish(op_context: *mut c_void, flags: u64, buf: *mut c_void, len: usize, err: i32) -> u64 {
+    let v = op_context as usize;
+    if v & 1 != 0 || v == 0 {
+        return (v >> 1) as u64;
+    }
+    // SAFETY: every operation on an endpoint is posted through `Endpoint` (mode 0: providers
+    // never write through the context), which passes either an odd value or the address of a
+    // `Slot` of a region; the endpoint's CQ, the only place its completions are read from,
+    // keeps every region posted on alive (`CompletionQueue::pin`), so the slot and the
+    // `MrInner` it names (its own Arc's data, which owns the slot) are alive and shared
+    // (`Slot` and `MrInner` are accessed through atomics and immutable fields only).
+    let (slot, mr) = unsafe {
+        let slot = &*(v as *const crate::mr::Slot);
+        (slot, &*(slot.region() as *const crate::mr::MrInner))
+    };
+    crate::mr::completed(mr, slot, flags, buf as usize, len, err)
+}
+
 /// An error completion (`struct fi_cq_err_entry`), with the provider's text.
 #[derive(Clone, Debug)]
 pub struct CompletionError {
@@ -1067,7 +1109,9 @@ impl CqFid {
         // SAFETY: Completion is repr(transparent) over fi_cq_tagged_entry, the CQ's format,
         // and `out` has room for out.len() entries.
         let ret = unsafe { sys::fi_cq_read(self.as_ptr(), out.as_mut_ptr().cast(), out.len()) };
-        self.read_result(ret)
+        let n = self.read_result(ret)?;
+        finish_all(&mut out[..n]);
+        Ok(n)
     }
 
     /// Like `read`, but blocks on the CQ's wait object for up to `timeout_ms` (-1: forever).
@@ -1082,7 +1126,9 @@ impl CqFid {
                 timeout_ms,
             )
         };
-        self.read_result(ret)
+        let n = self.read_result(ret)?;
+        finish_all(&mut out[..n]);
+        Ok(n)
     }
 
     #[inline(always)]
@@ -1116,7 +1162,7 @@ impl CqFid {
             opt_str(p).unwrap_or_default()
         };
         Ok(CompletionError {
-            context: e.op_context as usize as u64,
+            context: finish(e.op_context, e.flags, e.buf, 0, e.err.abs()),
             flags: e.flags,
             len: e.len,
             tag: e.tag,

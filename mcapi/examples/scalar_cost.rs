@@ -126,7 +126,7 @@ fn raw_pair(provider: &str) -> Box<dyn FnMut(u64)> {
         }
         while rx_cq.read(&mut completions).expect("CQ read") == 0 {}
         let mut word = [0u8; 8];
-        region.read(0, &mut word);
+        region.read(0, &mut word).expect("read");
         assert_eq!(u64::from_le_bytes(word), i);
         post(&rx, &region);
     })

@@ -374,8 +374,10 @@ fn endpoint_attributes_local_and_remote() {
             Ok(16)
         );
         assert_eq!(
+            // The packet size a channel connected to it would take (64 KiB by default),
+            // not the message maximum (`Node::max_msg_size`).
             a.endpoint_get_attribute(to, A::MaxPayloadSize as u32),
-            Ok(mcapi::MAX_MSG_SIZE as u64)
+            Ok(64 * 1024)
         );
         assert_eq!(
             a.endpoint_get_attribute(to, A::Timeout as u32),

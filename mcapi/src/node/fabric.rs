@@ -119,11 +119,12 @@ pub(super) fn open_fabric(
                 inject_size: info.attributes().inject_size,
                 provider: info.provider().to_owned(),
                 cq_wait,
-                send_pool: MemoryRegion::new(&domain, SEND_SLOTS as usize * EAGER_SLOT)?,
-                control_pool: MemoryRegion::new(&domain, 8 * 4096)?,
-                recv_pool: MemoryRegion::new(
+                send_pool: MemoryRegion::with_slots(&domain, SEND_SLOTS as usize, EAGER_SLOT)?,
+                control_pool: MemoryRegion::with_slots(&domain, 4096, 8)?,
+                recv_pool: MemoryRegion::with_slots(
                     &domain,
-                    recv_slots(config.recv_buffers) as usize * EAGER_SLOT,
+                    recv_slots(config.recv_buffers) as usize,
+                    EAGER_SLOT,
                 )?,
                 recv_slots: recv_slots(config.recv_buffers),
                 eager_max: eager_threshold(info.provider(), config.eager_max),

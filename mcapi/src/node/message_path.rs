@@ -1,6 +1,6 @@
 //! The message data path: queued sends and credits, arrivals, receives taking messages.
 
-use super::common::{Result, EAGER_SLOT};
+use super::common::{ofi_status, Result, EAGER_SLOT};
 use super::credit_plane::{control_tag, queue_control};
 use super::inner::NodeInner;
 use super::rendezvous::{Msg, DESC_LEN, NO_STAGING, RNDV_MARK};
@@ -42,9 +42,15 @@ impl NodeInner {
                 return Err(e);
             }
         };
-        match msg {
+        let written = match msg {
             Msg::Eager(data) => self.fab.send_pool.write(slot as usize * EAGER_SLOT, data),
             Msg::Staged { desc, .. } => self.fab.send_pool.write(slot as usize * EAGER_SLOT, &desc),
+        };
+        if let Err(e) = written {
+            // Never: a free send slot has no send in flight.
+            _ = st.requests.release(h);
+            st.send_free.push(slot);
+            return Err(ofi_status(e));
         }
         st.pending_sends.push_back(h);
         Ok(h)
@@ -89,9 +95,14 @@ impl NodeInner {
                 let staged = (rndv != NO_STAGING)
                     .then(|| st.rndv.region(rndv).cloned())
                     .flatten();
-                let fill = |buf: &mut [u8]| match &staged {
-                    Some(region) => region.read(0, buf),
-                    None => pool.read(slot as usize * EAGER_SLOT, buf),
+                let fill = |buf: &mut [u8]| {
+                    // A send slot queued for this node is in no operation, nor is a
+                    // staging region.
+                    let read = match &staged {
+                        Some(region) => region.read(0, buf),
+                        None => pool.read(slot as usize * EAGER_SLOT, buf),
+                    };
+                    debug_assert!(read.is_ok(), "{read:?}");
                 };
                 match self.deliver_local(st, remote.1, priority, len, fill) {
                     Ok(true) => {
@@ -258,8 +269,8 @@ impl NodeInner {
         if len > buf.len() {
             return Err(Status::MCAPI_ERR_MSG_TRUNCATED);
         }
-        ep.queue.pop();
         if head.slot & LOCAL_SLOT != 0 {
+            ep.queue.pop();
             // From this node: copied out of its buffer, nothing to post or credit.
             let i = head.slot & !LOCAL_SLOT;
             buf[..len].copy_from_slice(&ep.local_bufs[i as usize][..len]);
@@ -278,19 +289,24 @@ impl NodeInner {
             }
             return Ok(Some(len));
         }
+        ep.queue.pop();
         // The message is the caller's now; its slot goes back to the fabric later.
-        st.taken = Some(TakenSlot {
+        let taken = TakenSlot {
             port,
             generation: ep.generation,
             slot: head.slot,
             peer: head.peer,
-        });
+        };
         if head.rndv {
+            st.taken = Some(taken);
             return self.take_rendezvous(st, port, head, &mut buf[..len]);
         }
-        self.fab
+        let read = self
+            .fab
             .recv_pool
             .read(head.slot as usize * EAGER_SLOT, &mut buf[..len]);
+        st.taken = Some(taken);
+        read.map_err(ofi_status)?;
         Ok(Some(len))
     }
 

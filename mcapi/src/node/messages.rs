@@ -564,11 +564,11 @@ impl NodeInner {
             stalled(st)?;
         };
         let offset = slot as usize * EAGER_SLOT;
-        self.fab.send_pool.write(offset, data);
         let buf = self
             .fab
             .send_pool
-            .slice(offset, data.len())
+            .write(offset, data)
+            .and_then(|()| self.fab.send_pool.slice(offset, data.len()))
             .map_err(ofi_status)?;
         let ctx = Context::SendSlot(slot).encode();
         loop {

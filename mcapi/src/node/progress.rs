@@ -76,7 +76,9 @@ impl NodeInner {
             Some(Context::Read(seq)) => self.read_completed(st, seq, true),
             Some(Context::ControlSlot(slot)) => {
                 let mut tag = [0u8; 8];
-                self.fab.control_pool.read(slot as usize * 8, &mut tag);
+                // The receive completed: the slot is idle (a refusal leaves no tag).
+                let read = self.fab.control_pool.read(slot as usize * 8, &mut tag);
+                debug_assert!(read.is_ok(), "{read:?}");
                 if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)) {
                     self.control_arrived(st, tag, c.data());
                 }

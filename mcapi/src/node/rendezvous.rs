@@ -193,7 +193,11 @@ impl NodeInner {
                 })?
             }
         };
-        region.write(0, data);
+        if let Err(e) = region.write(0, data) {
+            // Never: a cached region is in no operation.
+            r.cache.push(region);
+            return Err(ofi_status(e));
+        }
         r.generation = r.generation.wrapping_add(1);
         let i = match r.free_ids.pop() {
             Some(i) => i,
@@ -238,9 +242,13 @@ impl NodeInner {
     /// The descriptor in receive slot `slot` (a message that arrived marked as one).
     pub(super) fn descriptor_in(&self, slot: u32) -> Descriptor {
         let mut d = [0u8; DESC_LEN];
-        self.fab
+        // A completed receive slot not yet posted again: readable. (Should it not be, the
+        // zero descriptor's read fails and the message ends with MCAPI_ERR_TRANSMISSION.)
+        let read = self
+            .fab
             .recv_pool
             .read(slot as usize * super::common::EAGER_SLOT, &mut d);
+        debug_assert!(read.is_ok(), "{read:?}");
         Descriptor::decode(&d)
     }
 
@@ -320,8 +328,7 @@ impl NodeInner {
         if !ok {
             return Err(Status::MCAPI_ERR_TRANSMISSION);
         }
-        region.read(0, out);
-        Ok(())
+        region.read(0, out).map_err(ofi_status)
     }
 
     /// A read completed (`ok`) or failed.

@@ -187,13 +187,17 @@ impl RawTransport {
         if max_len > self.inject_size {
             let region =
                 MemoryRegion::new(&self.domain, max_len).context("registering the send buffer")?;
-            region.write(0, &pattern[..max_len]);
+            region
+                .write(0, &pattern[..max_len])
+                .context("filling the send buffer")?;
             self.send_region = Some(region);
         }
         self.slot_len = max_len.max(MIN_SLOT);
         self.memory_slots = depth.clamp(1, (RECV_MEMORY_CAP / self.slot_len).max(1));
+        // A sink: the payloads are never looked at, so more receives than there are
+        // memory slots may share them.
         self.recv_region = Some(
-            MemoryRegion::new(&self.domain, self.slot_len * self.memory_slots)
+            MemoryRegion::sink(&self.domain, self.slot_len * self.memory_slots)
                 .context("registering the receive buffers")?,
         );
         for slot in 0..depth as u64 {

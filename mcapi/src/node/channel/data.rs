@@ -68,7 +68,9 @@ impl SendData {
         match ctx & !CTX_MASK {
             CTX_CREDIT if ok => {
                 let mut word = [0u8; 8];
-                self.credit_slots.read(slot * 8, &mut word);
+                // The receive completed: the slot is idle (a refusal returns no credits).
+                let read = self.credit_slots.read(slot * 8, &mut word);
+                debug_assert!(read.is_ok(), "{read:?}");
                 self.state.credits_returned(u64::from_le_bytes(word) as u32);
                 return Some(slot);
             }

@@ -87,7 +87,11 @@ impl Packet {
 
     /// Copies the packet into `out` (which must be at least `len()` long).
     pub fn copy_to(&self, out: &mut [u8]) {
-        self.pool.read(self.offset, &mut out[..self.len]);
+        // The fabric layer allows the read: the packet's receive completed (or, in a
+        // multi-receive buffer, its completion reported these bytes), and the buffer is not
+        // posted again while the packet is held. A refusal would leave `out` as it is.
+        let read = self.pool.read(self.offset, &mut out[..self.len]);
+        debug_assert!(read.is_ok(), "{read:?}");
     }
 
     /// The packet's bytes, copied.

@@ -95,7 +95,7 @@ impl ScalarHub {
                 min_multi_recv: Some(8),
             },
         )?;
-        let pool = MemoryRegion::new(domain, POOL_BUFFERS * POOL_BUFFER_SIZE)?;
+        let pool = MemoryRegion::with_slots(domain, POOL_BUFFERS, POOL_BUFFER_SIZE)?;
         for b in 0..POOL_BUFFERS {
             ep.recv_multi(
                 pool.slice(b * POOL_BUFFER_SIZE, POOL_BUFFER_SIZE)?,
@@ -273,8 +273,11 @@ impl ScalarHub {
         let len = c.len().min(8);
         let mut word = [0u8; 8];
         let offset = c.buf_addr().wrapping_sub(self.pool.addr());
+        // The completion reported these bytes, so the read is allowed while the buffer
+        // stays posted; a refusal would leave zeros.
         if offset <= self.pool.len().saturating_sub(len) {
-            self.pool.read(offset, &mut word[..len]);
+            let read = self.pool.read(offset, &mut word[..len]);
+            debug_assert!(read.is_ok(), "{read:?}");
         }
         let item = HubItem {
             credit: data & CREDIT_BIT != 0,

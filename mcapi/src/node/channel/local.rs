@@ -134,11 +134,13 @@ fn deliver(
     r: &mut RecvData,
     seq: u32,
     len: usize,
-    copy: impl FnOnce(&MemoryRegion, usize),
+    copy: impl FnOnce(&MemoryRegion, usize) -> std::result::Result<(), mcapi_ofi::Error>,
 ) -> Option<Option<u32>> {
     let b = r.local.as_mut()?.free.pop_front()? as usize;
     let offset = b * r.state.buffer_size();
-    copy(&r.pool, offset);
+    // A same-node buffer is never posted and its staging slot is not in flight.
+    let copied = copy(&r.pool, offset);
+    debug_assert!(copied.is_ok(), "{copied:?}");
     // Plain posting: a buffer that becomes free is listed, never posted at once.
     let (due, _dropped) = r.state.packet_arrived(b, offset, len, seq);
     // As a plain receive's completion: the "provider" is done with the buffer at once.

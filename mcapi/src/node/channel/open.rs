@@ -94,7 +94,7 @@ impl NodeInner {
                     ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, Posting::MultiRecv),
                     ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
-                let pool = MemoryRegion::new(domain, (n * buffer_size).max(SCALAR_SLOT))?;
+                let pool = MemoryRegion::with_slots(domain, n.max(1), buffer_size)?;
                 let mut r = RecvData {
                     pool,
                     state: RecvSide::new(kind, posting, buffer_size, n, capacity),
@@ -219,7 +219,7 @@ impl NodeInner {
                 None => CreditReturn::max_in_flight(peer.credits) as usize,
             };
             if slots > 0 {
-                s.credit_slots = MemoryRegion::new(&self.fab.domain, slots * 8)?;
+                s.credit_slots = MemoryRegion::with_slots(&self.fab.domain, slots, 8)?;
                 s.credit_reposts = Vec::with_capacity(slots);
                 if let Some(ep) = &io.ep {
                     for i in 0..slots {
@@ -259,7 +259,7 @@ impl NodeInner {
         Ok(SendData {
             state: SendSide::new(credits, staged),
             credit_slots: MemoryRegion::new(domain, 8)?,
-            staging: MemoryRegion::new(domain, (staged * payload).max(8))?,
+            staging: MemoryRegion::with_slots(domain, staged.max(1), payload.max(1))?,
             inject_size: self.fab.inject_size,
             credit_reposts: Vec::new(),
             local,

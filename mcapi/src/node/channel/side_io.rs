@@ -190,13 +190,16 @@ impl SideIo {
             SideData::Recv(r) if kind == ChannelKind::Scalar => {
                 // Whatever arrived used up slot `ctx`, which is listed to be posted again.
                 let slot = ctx as u32;
-                let scalar = (c.flags() & flags::REMOTE_CQ_DATA != 0).then(|| {
-                    let len = c.len();
-                    let value = r
-                        .pool
-                        .read_le(slot as usize * SCALAR_SLOT, len.min(SCALAR_SLOT));
-                    (c.data() as u32, value, len)
-                });
+                // The receive completed: the slot is idle (a refusal counts as no scalar).
+                let scalar = (c.flags() & flags::REMOTE_CQ_DATA != 0)
+                    .then(|| {
+                        let len = c.len();
+                        let value = r
+                            .pool
+                            .read_le(slot as usize * SCALAR_SLOT, len.min(SCALAR_SLOT));
+                        value.ok().map(|value| (c.data() as u32, value, len))
+                    })
+                    .flatten();
                 credits_due = r.state.scalar_arrived(slot, scalar);
             }
             SideData::Recv(r) => {
@@ -309,7 +312,11 @@ impl SideIo {
             return None;
         };
         let slot = s.state.take_staging()?;
-        s.staging.write(slot * payload, data);
+        if s.staging.write(slot * payload, data).is_err() {
+            // Never: a free staging buffer has no send in flight.
+            s.state.return_staging(slot);
+            return None;
+        }
         Some(Outgoing::Staged {
             slot,
             len: data.len(),
@@ -370,10 +377,10 @@ pub(super) fn post_staged(
         s.state.return_staging(slot);
         return Some(Err(OfiError::InvalidArgument("endpoint closed")));
     };
-    s.staging.write(slot * payload, data);
     let r = s
         .staging
-        .slice(slot * payload, data.len())
+        .write(slot * payload, data)
+        .and_then(|()| s.staging.slice(slot * payload, data.len()))
         .and_then(|buf| ep.send(buf, Some(seq), dest, CTX_STAGING | slot as u64));
     if r.is_err() {
         s.state.return_staging(slot);
