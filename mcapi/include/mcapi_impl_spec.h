@@ -26,7 +26,7 @@ typedef uint64_t mcapi_sclchan_send_hndl_t;
 typedef mca_request_t mcapi_request_t;
 
 /* Limits. */
-#define MCAPI_MAX_MSG_SIZE 65536     /* largest message (bytes) */
+#define MCAPI_MAX_MSG_SIZE 16777216  /* largest message (bytes): the ceiling; Node::max_msg_size / MCAPI_MAX_MSG_SIZE env for the configured one */
 #define MCAPI_MAX_PKT_SIZE 4194304   /* largest packet (bytes) */
 #define MCAPI_MAX_PRIORITY 7         /* largest valid priority value; 0 is the highest */
 #define MCAPI_MAX_ENDPOINTS 512      /* endpoints per node, on every provider */

@@ -28,6 +28,16 @@ fn main() {
                 format!("{prov}::restarted_sender_starts_afresh"),
                 move || restarted_sender(prov),
             ),
+            Trial::test(format!("{prov}::large_messages_16_mib"), move || {
+                large_messages(prov)
+            }),
+            Trial::test(format!("{prov}::receiver_dies_mid_rendezvous"), move || {
+                receiver_dies_mid_rendezvous(prov)
+            }),
+            Trial::test(
+                format!("{prov}::endpoint_deleted_mid_rendezvous"),
+                move || endpoint_deleted_mid_rendezvous(prov),
+            ),
         ]
     });
 }
@@ -167,6 +177,141 @@ fn restarted_sender(prov: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// A large message's bytes: every offset and every message (`seed`) differ.
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as u8 ^ (i >> 13) as u8)
+        .collect()
+}
+
+/// Sizes and priorities of the mix the "bigsender" sends after its 16 MiB message.
+const MIX: [(usize, u32); 8] = [
+    (8, 2),
+    (300_000, 2),
+    (65_536, 0),
+    (65_537, 1),
+    (3, 0),
+    (1 << 20, 2),
+    (100, 1),
+    (4 << 20, 0),
+];
+
+/// A 16 MiB message from another process, content checked; then a mix of eager and
+/// rendezvous messages of three priorities queued before the receiver looks: priority
+/// order, FIFO within a priority. The sender finalizes at once after its last send
+/// (finalize waits for its staged messages to be read).
+fn large_messages(prov: &str) -> Result<(), Failed> {
+    let job = format!("big-{prov}-{}", std::process::id());
+    let node = Node::initialize(0, 50, config(prov, &job))?;
+    let rx = node.endpoint_create(1)?;
+    node.set_endpoint_timeout(rx, Some(Duration::from_secs(60)))?;
+    let child = Peer::spawn("bigsender", prov, &job)?;
+    let max = mcapi::MAX_MSG_SIZE;
+    let mut buf = vec![0u8; max];
+    let n = node.msg_recv(rx, &mut buf)?;
+    if n != max || buf != pattern(max, 1) {
+        return Err(format!("16 MiB message: {n} bytes, content differs").into());
+    }
+    let start = Instant::now();
+    while node.msg_available(rx)? < MIX.len() {
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err("the mix never queued".into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut expect: Vec<usize> = (0..MIX.len()).collect();
+    expect.sort_by_key(|&i| MIX[i].1);
+    for i in expect {
+        let n = node.msg_recv(rx, &mut buf)?;
+        if n != MIX[i].0 || buf[..n] != pattern(n, 10 + i as u32)[..] {
+            return Err(format!(
+                "expected message {i} ({} B), got {n} B or other bytes",
+                MIX[i].0
+            )
+            .into());
+        }
+    }
+    if !child.wait()?.success() {
+        return Err("the sender failed".into());
+    }
+    node.finalize()?;
+    Ok(())
+}
+
+/// The receiver dies holding descriptors of staged messages it never read: the sender's
+/// send that waits for staging room ends with MCAPI_ERR_TRANSMISSION, and the staged
+/// messages are freed (once the dead receiver's departure grace is over).
+fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
+    let job = format!("bigdie-{prov}-{}", std::process::id());
+    let a = Node::initialize(0, 52, config(prov, &job))?;
+    let tx = a.endpoint_create(1)?;
+    let mut child = Peer::spawn("bigsink", prov, &job)?;
+    let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
+    child.expect("ready")?;
+    let big = pattern(mcapi::MAX_MSG_SIZE, 3);
+    // Four fill the node's 64 MiB staging budget.
+    for _ in 0..4 {
+        a.msg_send(tx, to, &big, 0)?;
+    }
+    if a.staged_messages()? != 4 {
+        return Err(format!("{} staged, expected 4", a.staged_messages()?).into());
+    }
+    child.kill()?;
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
+    match a.msg_send(tx, to, &big, 0) {
+        Err(Status::MCAPI_ERR_TRANSMISSION) => {}
+        other => return Err(format!("a send waiting for staging room: {other:?}").into()),
+    }
+    let start = Instant::now();
+    while a.staged_messages()? > 0 {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err("staged messages of a dead receiver never freed".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let me = a.endpoint_create(9)?;
+        a.endpoint_delete(me)?; // (any call progresses the node)
+    }
+    a.finalize()?;
+    Ok(())
+}
+
+/// The receiving endpoint is deleted with rendezvous messages queued: their sender is told
+/// and frees them; a blocking send waiting for staging room then goes (to be discarded, if
+/// it raced the delete's notice) or fails with MCAPI_ERR_ENDP_INVALID, as later sends do.
+fn endpoint_deleted_mid_rendezvous(prov: &str) -> Result<(), Failed> {
+    let job = format!("bigdel-{prov}-{}", std::process::id());
+    let a = Node::initialize(0, 54, config(prov, &job))?;
+    let tx = a.endpoint_create(1)?;
+    let mut child = Peer::spawn("bigdeleter", prov, &job)?;
+    let to = a.endpoint_get(0, 55, 5, Some(Duration::from_secs(30)))?;
+    let big = pattern(mcapi::MAX_MSG_SIZE, 4);
+    for _ in 0..4 {
+        a.msg_send(tx, to, &big, 0)?;
+    }
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
+    match a.msg_send(tx, to, &big, 0) {
+        Ok(()) | Err(Status::MCAPI_ERR_ENDP_INVALID) => {}
+        other => return Err(format!("a send to the deleted endpoint: {other:?}").into()),
+    }
+    child.expect("deleted")?;
+    match a.msg_send(tx, to, &big, 0) {
+        Err(Status::MCAPI_ERR_ENDP_INVALID) => {}
+        other => return Err(format!("a send after the delete: {other:?}").into()),
+    }
+    let start = Instant::now();
+    while a.staged_messages()? > 0 {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(format!("{} staged messages never freed", a.staged_messages()?).into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        let me = a.endpoint_create(9)?;
+        a.endpoint_delete(me)?;
+    }
+    child.finish()?;
+    a.finalize()?;
+    Ok(())
+}
+
 fn child(spec: &str) {
     let mut parts = spec.splitn(3, ':');
     let (role, prov, job) = (
@@ -234,6 +379,50 @@ fn child(spec: &str) {
                     .unwrap();
             }
             n.finalize().unwrap();
+        }
+        "bigsender" => {
+            let n = Node::initialize(0, 51, config(prov, job)).unwrap();
+            let tx = n.endpoint_create(1).unwrap();
+            let to = n
+                .endpoint_get(0, 50, 1, Some(Duration::from_secs(30)))
+                .unwrap();
+            n.msg_send(tx, to, &pattern(mcapi::MAX_MSG_SIZE, 1), 1)
+                .unwrap();
+            let mut reqs = Vec::new();
+            for (i, &(len, prio)) in MIX.iter().enumerate() {
+                let data = pattern(len, 10 + i as u32);
+                if i % 2 == 0 {
+                    n.msg_send(tx, to, &data, prio).unwrap();
+                } else {
+                    reqs.push(n.msg_send_i(tx, to, &data, prio).unwrap());
+                }
+            }
+            for r in reqs {
+                n.wait(r, None, Some(Duration::from_secs(60))).unwrap();
+            }
+            n.finalize().unwrap();
+        }
+        "bigsink" => {
+            let b = Node::initialize(0, 53, config(prov, job)).unwrap();
+            let _rx = b.endpoint_create(5).unwrap();
+            println!("ready");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        "bigdeleter" => {
+            let b = Node::initialize(0, 55, config(prov, job)).unwrap();
+            let rx = b.endpoint_create(5).unwrap();
+            let start = Instant::now();
+            while b.msg_available(rx).unwrap() < 4 {
+                assert!(start.elapsed() < Duration::from_secs(60), "never queued");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            b.endpoint_delete(rx).unwrap();
+            println!("deleted");
+            // Stay (the sender hears of the delete through this node's control plane).
+            std::thread::sleep(Duration::from_secs(2));
+            b.finalize().unwrap();
         }
         other => panic!("unknown role {other}"),
     }

@@ -214,6 +214,8 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_NODE_NOTINIT` if the node was already finalized.
     pub fn finalize(&self) -> Result<()> {
+        // Staged rendezvous messages live in this process: their receivers read them first.
+        self.inner.drain_staged();
         self.inner.notify_channel_peers();
         let links: Vec<_> = {
             let mut st = lock(&self.inner.state);

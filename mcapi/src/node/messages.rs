@@ -28,6 +28,16 @@ impl Node {
         self.inner.fab.eager_max
     }
 
+    /// Rendezvous messages this node staged that their receivers have not yet read or
+    /// discarded (tests: nothing leaks).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` after `finalize`.
+    #[doc(hidden)]
+    pub fn staged_messages(&self) -> Result<usize> {
+        self.inner.staged_messages()
+    }
+
     /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
     /// blocking while the receiver's buffers are full (up to `from`'s timeout).
     ///

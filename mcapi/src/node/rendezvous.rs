@@ -16,6 +16,7 @@ use super::state::{State, LOCAL_PEER};
 use crate::semantics::wire::{Context, Kind};
 use crate::semantics::Status;
 use mcapi_ofi::{flags, MemoryRegion};
+use std::time::{Duration, Instant};
 
 /// Bytes of a descriptor: remote address, key, length, the sender's staging id.
 pub(super) const DESC_LEN: usize = 32;
@@ -335,4 +336,41 @@ impl NodeInner {
     pub(super) fn read_completed(&self, st: &mut State, seq: u32, ok: bool) {
         st.rndv.read_done = Some((seq, ok));
     }
+
+    /// Whether a staged message waits for a receiver that is alive.
+    fn staged_for_live(st: &State) -> bool {
+        st.rndv.staged.iter().flatten().any(|s| {
+            s.peer != LOCAL_PEER && st.peers.get(s.peer as usize).is_some_and(|p| p.is_alive())
+        })
+    }
+
+    /// At `finalize`: waits, progressing, until every staged message was read by its
+    /// receiver (or the receiver is gone), at most [`FINALIZE_DRAIN`]. Like an eager
+    /// message already sent, a rendezvous message a live receiver has not taken by then
+    /// is lost.
+    pub(super) fn drain_staged(&self) {
+        let deadline = Instant::now() + FINALIZE_DRAIN;
+        let mut backoff = self.backoff();
+        loop {
+            let Ok(mut st) = self.live_state() else {
+                return;
+            };
+            self.progress(&mut st);
+            if !Self::staged_for_live(&st) {
+                return;
+            }
+            drop(st);
+            if backoff.wait(Some(deadline)).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Staged messages not yet released by their receivers.
+    pub(super) fn staged_messages(&self) -> Result<usize> {
+        Ok(self.live_state()?.rndv.outstanding())
+    }
 }
+
+/// How long `finalize` waits for receivers to read this node's staged messages.
+pub(super) const FINALIZE_DRAIN: Duration = Duration::from_secs(10);
