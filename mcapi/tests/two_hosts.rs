@@ -205,6 +205,13 @@ fn child(role: &str) {
                 assert_eq!(i, next[p] * 2 + p as u32, "order within priority {p}");
                 next[p] += 1;
             }
+            // Then a 16 MiB message by rendezvous (an RMA read across the hosts), and an
+            // eager one after it.
+            let max = mcapi::MAX_MSG_SIZE;
+            let mut big = vec![0u8; max];
+            assert_eq!(node.msg_recv(ep, &mut big), Ok(max));
+            assert!(big == pattern(max, 5), "16 MiB message content differs");
+            assert_eq!(node.msg_recv(ep, &mut buf), Ok(3));
             node.finalize().unwrap();
         }
         "sender" => {
@@ -219,6 +226,9 @@ fn child(role: &str) {
                 node.msg_send(ep, to, &msg[..4 + (i as usize % 50)], i % 2)
                     .unwrap();
             }
+            node.msg_send(ep, to, &pattern(mcapi::MAX_MSG_SIZE, 5), 1)
+                .unwrap();
+            node.msg_send(ep, to, b"end", 1).unwrap();
             node.finalize().unwrap();
         }
         "chan-receiver" => chan_receiver(config),
