@@ -100,6 +100,9 @@ pub struct SizeResult<'a> {
     pub mcapi: Option<&'a Summary>,
     /// Why MCAPI did not run this size (shown in the table; its JSON fields are null).
     pub mcapi_not_run: Option<&'a str>,
+    /// How MCAPI carried this size, where the layer has a choice (messages: "eager" or
+    /// "rendezvous"); shown after the ratio, and as `mcapi_protocol` in JSON.
+    pub protocol: Option<&'static str>,
 }
 
 impl SizeResult<'_> {
@@ -196,6 +199,9 @@ impl Report {
                 s += &format!(" {what:>19}");
             }
             s += &format!(" {:>6}", "ratio");
+            if r.protocol.is_some() {
+                s += "  protocol";
+            }
             s.push('\n');
         }
         let ratio = r.ratio(self.test);
@@ -239,6 +245,12 @@ impl Report {
             }
             if let (true, Some(ratio)) = (layer == "mcapi", ratio) {
                 s += &format!(" {ratio:>6.2}");
+            }
+            if let (true, Some(p)) = (layer == "mcapi", r.protocol) {
+                if ratio.is_none() {
+                    s += &format!(" {:>6}", "");
+                }
+                s += &format!("  {p}");
             }
             s.push('\n');
         }
@@ -309,6 +321,7 @@ impl Report {
         let ratio = r.ratio(self.test).map_or(Value::Null, |v| round(v, 4));
         fields.push(("ratio".into(), ratio));
         fields.push(("delta_us".into(), num(r.delta_us(), 3)));
+        fields.push(("mcapi_protocol".into(), r.protocol.into()));
         fields.push((
             "libfabric_version".into(),
             self.info.libfabric_version.clone().into(),
@@ -421,6 +434,7 @@ mod tests {
             raw: Some(&m1),
             mcapi: None,
             mcapi_not_run: Some("why"),
+            protocol: None,
         });
         assert!(line.starts_with("{\"test\":\"msg-lat\",\"provider\":\"shm\",\"size\":8,"));
         let v: Value = serde_json::from_str(&line).unwrap();
@@ -442,6 +456,7 @@ mod tests {
             raw: Some(&m1),
             mcapi: Some(&mc),
             mcapi_not_run: None,
+            protocol: None,
         };
         let v: Value = serde_json::from_str(&report.json_line(&both)).unwrap();
         assert_eq!(v["lat_us_p50"], 3.0);
@@ -466,6 +481,7 @@ mod tests {
             raw: Some(&m1),
             mcapi: None,
             mcapi_not_run: Some("too large"),
+            protocol: None,
         });
         assert!(
             text.contains("mcapi    1048576   not run: too large"),
@@ -513,6 +529,7 @@ mod tests {
             raw: Some(&raw),
             mcapi: Some(&mc),
             mcapi_not_run: None,
+            protocol: None,
         };
         let v: Value = serde_json::from_str(&report.json_line(&r)).unwrap();
         assert_eq!(v["rounds"], 3);

@@ -235,6 +235,7 @@ fn client_session(
             raw: raw_rounds.as_ref(),
             mcapi: mc_rounds.as_ref(),
             mcapi_not_run: note,
+            protocol: mcapi.as_ref().and_then(|t| t.protocol(size)),
         });
         output.emit(oob, &text)?;
     }

@@ -52,12 +52,15 @@ pub(super) struct Fab {
 }
 
 /// The eager/rendezvous threshold of `provider` unless configured (`MCAPI_EAGER_MAX`),
-/// chosen by measurement (docs/performance.md, "Large messages"): the eager path's copies
-/// cost less than the rendezvous round trip up to the slot size on both shm and
-/// tcp;ofi_rxm.
+/// chosen by measurement (docs/performance.md, "Large messages"): on shm the eager path's
+/// copies cost less than the rendezvous round trip up to the slot size (64 KiB); under
+/// ofi_rxm a message above its own eager buffer (16 KiB) already goes by rxm's rendezvous,
+/// and MCAPI's own (one RMA read) is faster from 32 KiB on.
 pub(super) fn eager_threshold(provider: &str, configured: Option<usize>) -> usize {
-    let default = match provider {
-        _ => EAGER_SLOT,
+    let default = if provider.contains("ofi_rxm") {
+        16 * 1024
+    } else {
+        EAGER_SLOT
     };
     configured.unwrap_or(default).clamp(1, EAGER_SLOT)
 }

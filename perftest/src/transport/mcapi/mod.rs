@@ -230,6 +230,16 @@ impl McapiLayer {
         }
     }
 
+    /// How the layer carries `size` bytes where it has a choice: messages above the node's
+    /// eager size go by rendezvous (an RMA read by the receiver).
+    pub fn protocol(&self, size: usize) -> Option<&'static str> {
+        match self {
+            McapiLayer::Msg(t) if size > t.eager_max() => Some("rendezvous"),
+            McapiLayer::Msg(_) => Some("eager"),
+            _ => None,
+        }
+    }
+
     /// [`pattern::client_size`] over this layer.
     pub fn client_size(&mut self, oob: &mut Oob, plan: &Plan, size: usize) -> Result<Measurement> {
         match self {

@@ -49,6 +49,11 @@ impl MsgTransport {
         &self.provider
     }
 
+    /// The node's eager/rendezvous threshold.
+    pub fn eager_max(&self) -> usize {
+        self.node.eager_max()
+    }
+
     /// Looks up the peer's endpoint on node `peer` and [`PORT`] (waiting up to `timeout` for
     /// it to exist) and makes it the destination of sends.
     pub fn connect(&mut self, peer: u32, timeout: Duration) -> Result<()> {
