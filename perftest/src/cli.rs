@@ -24,7 +24,7 @@ const ALL_SIZES_MAX: usize = 4 << 20;
     long_about = "Latency, bandwidth and rate of MCAPI messages, packet channels and scalar \
                   channels, measured beside raw libfabric over the same provider, sizes and \
                   window: each size runs over raw libfabric, then over MCAPI (up to MCAPI's \
-                  limit: 64 KiB messages, 4 MiB packets, 8-byte scalars), and the results are \
+                  limit: 16 MiB messages, 4 MiB packets, 8-byte scalars), and the results are \
                   printed side by side with their ratio (MCAPI/raw: p50 latency, or MB/s).\n\n\
                   Run the server with no host argument and the client with the server's host, \
                   or both at once on this machine with --local:\n\n  \

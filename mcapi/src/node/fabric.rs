@@ -51,14 +51,19 @@ pub(super) struct Fab {
     pub(super) max_msg: usize,
 }
 
+/// The eager/rendezvous threshold under ofi_rxm (tcp, verbs): measured, a rendezvous
+/// ping-pong is faster there from 32 KiB on, but streaming (msg-bw) is several times slower
+/// up to 64 KiB, so the slot size it is.
+const RXM_EAGER_MAX: usize = EAGER_SLOT;
+
 /// The eager/rendezvous threshold of `provider` unless configured (`MCAPI_EAGER_MAX`),
 /// chosen by measurement (docs/performance.md, "Large messages"): on shm the eager path's
 /// copies cost less than the rendezvous round trip up to the slot size (64 KiB); under
-/// ofi_rxm a message above its own eager buffer (16 KiB) already goes by rxm's rendezvous,
-/// and MCAPI's own (one RMA read) is faster from 32 KiB on.
+/// ofi_rxm a message above its own eager buffer (16 KiB) already goes by rxm's rendezvous
+/// ([`RXM_EAGER_MAX`]).
 pub(super) fn eager_threshold(provider: &str, configured: Option<usize>) -> usize {
     let default = if provider.contains("ofi_rxm") {
-        16 * 1024
+        RXM_EAGER_MAX
     } else {
         EAGER_SLOT
     };

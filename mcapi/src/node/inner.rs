@@ -27,6 +27,11 @@ pub(super) struct NodeInner {
     pub(super) progress_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Counts progress made by application calls, so the background thread can keep away.
     pub(super) app_progress: AtomicU64,
+    /// Set when a rendezvous message is staged, cleared by the background thread once none
+    /// is: while set, that thread progresses the node even while application calls do
+    /// (their waits sleep, and a receiver's RMA read of our memory needs our progress on
+    /// manual-progress providers).
+    pub(super) staged_out: std::sync::atomic::AtomicBool,
     pub(super) channels: ChannelTable,
     /// Tells this run of the node from earlier ones with the same id (peers' view).
     pub(super) incarnation: u64,

@@ -133,7 +133,7 @@ fn progress_in_background(node: Weak<NodeInner>) {
         // While application threads progress the node themselves, stay out of their way
         // (no lock traffic, no preemption of a busy core).
         let app = node.app_progress.load(Ordering::Relaxed);
-        if app != seen_app_progress {
+        if app != seen_app_progress && !node.staged_out.load(Ordering::Relaxed) {
             seen_app_progress = app;
             pause = Duration::from_millis(1);
             // Application calls progress the message endpoint and the channel side they
@@ -152,7 +152,12 @@ fn progress_in_background(node: Weak<NodeInner>) {
         }
         // Staged messages are read by their receivers, which on manual-progress providers
         // needs this node's CQ read too: keep polling often while any is.
-        let busy = node.progress_counting(&mut st) > 0 || st.rndv.outstanding() > 0;
+        let staged = st.rndv.outstanding() > 0;
+        if !staged {
+            node.staged_out.store(false, Ordering::Relaxed);
+        }
+        seen_app_progress = app;
+        let busy = node.progress_counting(&mut st) > 0 || staged;
         drop(st);
         let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;
         node.flush_completed();

@@ -26,8 +26,12 @@ pub(super) const RNDV_MARK: u64 = 0x5244_5601;
 /// message always goes): beyond it a blocking `msg_send` waits for a receiver to finish
 /// reading, and `msg_send_i` is `MCAPI_ERR_MEM_LIMIT`.
 pub(super) const STAGING_BUDGET: usize = 64 << 20;
-/// Staging regions are allocated in multiples of this.
-const STAGING_UNIT: usize = 1 << 20;
+/// Staging regions are allocated in powers of two of at least this (so they are reused
+/// across sizes), and the receive region likewise.
+const STAGING_UNIT: usize = 64 << 10;
+/// Staging regions kept for reuse at most (and at most [`STAGING_BUDGET`] bytes of them):
+/// a window of large `msg_send_i`s registers memory once, not per message.
+const STAGING_CACHE: usize = 64;
 
 /// What a rendezvous descriptor says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,7 +146,7 @@ impl Rendezvous {
         self.free_ids.push(i);
         self.staged_bytes -= s.len;
         let cached: usize = self.cache.iter().map(MemoryRegion::len).sum();
-        if cached + s.region.len() <= STAGING_BUDGET && self.cache.len() < 8 {
+        if cached + s.region.len() <= STAGING_BUDGET && self.cache.len() < STAGING_CACHE {
             self.cache.push(s.region);
         }
     }
@@ -187,7 +191,7 @@ impl NodeInner {
         let region = match best {
             Some(i) => r.cache.swap_remove(i),
             None => {
-                let size = data.len().div_ceil(STAGING_UNIT).max(1) * STAGING_UNIT;
+                let size = data.len().next_power_of_two().max(STAGING_UNIT);
                 MemoryRegion::new(&self.fab.domain, size).map_err(|e| {
                     log::info!("a staging region of {size} bytes: {e}");
                     Status::MCAPI_ERR_MEM_LIMIT
@@ -219,6 +223,8 @@ impl NodeInner {
             id,
         };
         r.staged_bytes += data.len();
+        self.staged_out
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         r.staged[i as usize] = Some(Staged {
             region,
             peer,
