@@ -344,13 +344,17 @@ fn senders_that_finalized_free_their_place_at_the_receiver() {
 }
 
 /// 257 sender nodes alive at once against one endpoint (it serves 256 senders; shm also maps
-/// at most 256 peers per node): the 257th is refused with `MCAPI_ERR_MEM_LIMIT` (at its
+/// at most 256 peers per node), on shm: the 257th is refused with `MCAPI_ERR_MEM_LIMIT` (at its
 /// `endpoint_get` or its send), the 256 before it are all delivered, and once one of them
 /// finalizes and its departure grace ends, the 257th gets through; nothing is lost.
 #[test]
 fn the_257th_live_sender_is_refused_cleanly_and_gets_in_later() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
-    for prov in providers() {
+    // shm only: a tcp;ofi_rxm node holds about 75 MiB of provider buffers, so 258 of them
+    // in one process need about 20 GiB. The limit is the endpoint's (its credit pool and
+    // reorder state serve 256 senders), the same on every provider; tcp's senders come and
+    // go in `senders_that_finalized_free_their_place_at_the_receiver`.
+    for prov in providers().into_iter().filter(|p| *p == "shm") {
         let cfg = config(prov, "live-senders", 16);
         let rx = Node::initialize(0, 60, cfg.clone()).unwrap();
         let ep = rx.endpoint_create(5).unwrap();
