@@ -202,9 +202,14 @@ fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
         port,
     ]);
     assert_eq!(lines.len(), 2, "{lines:?}");
-    for (v, size, mcapi) in [(&lines[0], 64, true), (&lines[1], 128 << 10, false)] {
-        check_line(v, "msg-bw", libfabric_name, size, false, mcapi);
+    // 128 KiB is above the eager size: a rendezvous, said so.
+    for (v, size, protocol) in [
+        (&lines[0], 64, "eager"),
+        (&lines[1], 128 << 10, "rendezvous"),
+    ] {
+        check_line(v, "msg-bw", libfabric_name, size, false, true);
         assert_eq!(v["window"], 32);
+        assert_eq!(v["mcapi_protocol"], protocol, "{v}");
     }
 }
 
@@ -270,7 +275,7 @@ fn tcp_packet_latency() {
     );
 }
 
-/// pkt-bw with pktchan_send_i, up to a size above MCAPI's message limit (packets go to
+/// pkt-bw with pktchan_send_i, up to a size above the eager message size (packets go to
 /// 4 MiB).
 #[test]
 fn shm_packet_bandwidth() {
@@ -458,7 +463,7 @@ fn table_output_by_default() {
     ] {
         assert!(header.contains(col), "{col} missing from {header}");
     }
-    assert!(header.ends_with("ratio"), "{header}");
+    assert!(header.ends_with("ratio  protocol"), "{header}");
     let rows: Vec<Vec<&str>> = stdout
         .lines()
         .skip(2)
@@ -467,9 +472,10 @@ fn table_output_by_default() {
     assert_eq!(rows.len(), 2, "{stdout}");
     assert_eq!(rows[0][..3], ["raw", "64", "100"], "{stdout}");
     assert_eq!(rows[1][..3], ["mcapi", "64", "100"], "{stdout}");
-    // The raw row has no ratio; the MCAPI row ends with it.
-    assert_eq!(rows[0].len() + 1, rows[1].len(), "{stdout}");
-    let ratio: f64 = rows[1].last().unwrap().parse().expect("a ratio");
+    // The raw row has no ratio; the MCAPI row ends with it and the protocol.
+    assert_eq!(rows[0].len() + 2, rows[1].len(), "{stdout}");
+    assert_eq!(rows[1].last(), Some(&"eager"), "{stdout}");
+    let ratio: f64 = rows[1][rows[1].len() - 2].parse().expect("a ratio");
     assert!(ratio > 0.0, "{stdout}");
 }
 
