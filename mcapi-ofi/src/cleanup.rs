@@ -13,3 +13,64 @@ pub fn remove_shm_regions(pid: u32) -> usize {
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
 }
+
+/// Before this process's first shm endpoint: regions named for this pid that are older than
+/// the process belong to a dead process whose pid was recycled (a killed process leaves its
+/// regions behind), and the shm provider would refuse to create this process's own
+/// (`fi_enable`: `-EBUSY`). Removed once per process; regions made since the process
+/// started (by another libfabric user in it) are left alone.
+pub(crate) fn clear_recycled_pid_regions() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(started) = process_start() else {
+            return;
+        };
+        let prefix = format!("{}:", std::process::id());
+        let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+            return;
+        };
+        for e in dir.flatten() {
+            let stale = e.file_name().to_string_lossy().starts_with(&prefix)
+                && e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t < started);
+            if stale {
+                _ = std::fs::remove_file(e.path());
+            }
+        }
+    });
+}
+
+/// When this process started, from `/proc` (boot time plus the start tick; USER_HZ is 100
+/// on Linux), rounded down to the second before.
+fn process_start() -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Field 22 (starttime), counted after the command name's closing parenthesis.
+    let ticks: u64 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let secs = (boot + ticks / 100).checked_sub(1)?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_process_started_in_the_past() {
+        let started = super::process_start().expect("a start time from /proc");
+        let now = std::time::SystemTime::now();
+        assert!(started <= now);
+        assert!(now.duration_since(started).unwrap() < std::time::Duration::from_secs(3600));
+    }
+}

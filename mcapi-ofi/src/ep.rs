@@ -57,6 +57,9 @@ impl Endpoint {
         av: &AddressVector,
         options: EndpointOptions,
     ) -> Result<Endpoint> {
+        if domain.inner.info.provider() == "shm" {
+            crate::cleanup::clear_recycled_pid_regions();
+        }
         let fid = raw::open_endpoint(
             &domain.inner.fid,
             &domain.inner.info.raw,
