@@ -203,7 +203,7 @@ impl MemoryRegion {
     /// multi-receive buffer: unless every byte was reported by one of its completions) or
     /// the region is a sink; `InvalidArgument` if the range is outside the region or crosses
     /// a slot boundary.
-    #[inline]
+    #[inline(always)]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         if out.is_empty() {
             // Touches no byte: nothing to race.
@@ -211,7 +211,7 @@ impl MemoryRegion {
         }
         let slot = self.inner.begin_read(offset, out.len())?;
         self.inner.mem.read(offset, out);
-        self.inner.end_read(slot);
+        end_read(slot);
         Ok(())
     }
 
@@ -230,7 +230,7 @@ impl MemoryRegion {
         }
         let slot = self.inner.begin_read(offset, len)?;
         let v = self.inner.mem.read_le(offset, len);
-        self.inner.end_read(slot);
+        end_read(slot);
         Ok(v)
     }
 
@@ -242,11 +242,10 @@ impl MemoryRegion {
     /// sink; `InvalidArgument` if the range is outside the region or crosses a slot boundary.
     #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let slot = self.inner.slot_of(offset, data.len())?;
+        let s = self.inner.slot_ref(offset, data.len())?;
         if data.is_empty() {
             return Ok(());
         }
-        let s = &self.inner.slots[slot];
         if s.state
             .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -271,22 +270,21 @@ impl MemoryRegion {
         from: usize,
         len: usize,
     ) -> Result<()> {
-        let slot = self.inner.slot_of(offset, len)?;
+        let s = self.inner.slot_ref(offset, len)?;
         if len == 0 {
             return src.inner.slot_of(from, 0).map(drop);
         }
         let src_slot = src.inner.begin_read(from, len)?;
-        let s = &self.inner.slots[slot];
         if s.state
             .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            src.inner.end_read(src_slot);
+            end_read(src_slot);
             return Err(in_use());
         }
         self.inner.mem.copy_from(offset, &src.inner.mem, from, len);
         s.state.fetch_sub(WRITE, Ordering::Release);
-        src.inner.end_read(src_slot);
+        end_read(src_slot);
         Ok(())
     }
 
@@ -297,10 +295,11 @@ impl MemoryRegion {
     /// boundary.
     #[inline]
     pub fn slice(&self, offset: usize, len: usize) -> Result<Buf<'_>> {
-        let slot = if self.inner.sink {
-            0
-        } else {
-            self.inner.slot_of(offset, len)?
+        let slot = match self.inner.slot_of(offset, len) {
+            Ok(slot) => slot,
+            // A sink has no slots (`Buf::begin` tracks nothing); only the bounds matter.
+            Err(_) if self.inner.sink => 0,
+            Err(e) => return Err(e),
         };
         let io = IoSlice::new(&self.inner.mem, offset, len)?;
         Ok(Buf {
@@ -329,6 +328,24 @@ impl MrInner {
     /// The slot holding `[offset, offset + len)`.
     #[inline(always)]
     fn slot_of(&self, offset: usize, len: usize) -> Result<usize> {
+        let slot = if self.slot_shift != u32::MAX {
+            offset >> self.slot_shift
+        } else {
+            offset / self.slot_size
+        };
+        // `at < slot_size`; a sink has no slots, so it always takes the slow path.
+        let at = offset - slot * self.slot_size;
+        if slot < self.slots.len() && len <= self.slot_size - at {
+            return Ok(slot);
+        }
+        self.slot_of_slow(offset, len)
+    }
+
+    /// [`MrInner::slot_of`] for what its fast path does not take: sinks, empty ranges at
+    /// the region's end, and errors.
+    #[cold]
+    #[inline(never)]
+    fn slot_of_slow(&self, offset: usize, len: usize) -> Result<usize> {
         if self.sink {
             return Err(Error::InUse("a sink region is never read or written"));
         }
@@ -353,25 +370,52 @@ impl MrInner {
         Ok(slot)
     }
 
-    /// Counts a reader of `[offset, offset + len)` in; the caller copies, then calls
-    /// [`MrInner::end_read`] with the returned slot.
+    /// The slot holding `[offset, offset + len)`, as [`MrInner::slot_of`] (one bounds check).
     #[inline(always)]
-    fn begin_read(&self, offset: usize, len: usize) -> Result<usize> {
-        let slot = self.slot_of(offset, len)?;
-        let s = &self.slots[slot];
+    fn slot_ref(&self, offset: usize, len: usize) -> Result<&Slot> {
+        let slot = if self.slot_shift != u32::MAX {
+            offset >> self.slot_shift
+        } else {
+            offset / self.slot_size
+        };
+        let at = offset - slot * self.slot_size;
+        if let Some(s) = self.slots.get(slot) {
+            if len <= self.slot_size - at {
+                return Ok(s);
+            }
+        }
+        self.slot_of_slow(offset, len).map(|slot| &self.slots[slot])
+    }
+
+    /// Counts a reader of `[offset, offset + len)` in; the caller copies, then calls
+    /// [`end_read`] with the returned slot.
+    #[inline(always)]
+    fn begin_read(&self, offset: usize, len: usize) -> Result<&Slot> {
+        let s = self.slot_ref(offset, len)?;
         let prev = s.state.fetch_add(1, Ordering::Acquire);
-        if prev & (WRITE | RECV) != 0
-            && (prev & (WRITE | MULTI) != MULTI || !self.all_received(offset, len))
-        {
-            s.state.fetch_sub(1, Ordering::Release);
+        if prev & (WRITE | RECV) != 0 {
+            return self.begin_read_busy(s, prev, offset, len);
+        }
+        Ok(s)
+    }
+
+    /// The rest of [`MrInner::begin_read`] when a receive or writer holds the slot: the read
+    /// may go on only in bytes a multi-receive completion reported; otherwise the reader
+    /// counted in leaves again.
+    #[cold]
+    #[inline(never)]
+    fn begin_read_busy<'a>(
+        &self,
+        slot: &'a Slot,
+        prev: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<&'a Slot> {
+        if prev & (WRITE | MULTI) != MULTI || !self.all_received(offset, len) {
+            slot.state.fetch_sub(1, Ordering::Release);
             return Err(in_use());
         }
         Ok(slot)
-    }
-
-    #[inline(always)]
-    fn end_read(&self, slot: usize) {
-        self.slots[slot].state.fetch_sub(1, Ordering::Release);
     }
 
     /// Whether every byte of `[offset, offset + len)` was reported by a multi-receive
@@ -419,6 +463,12 @@ impl MrInner {
             }
         });
     }
+}
+
+/// Counts out the reader [`MrInner::begin_read`] counted in.
+#[inline(always)]
+fn end_read(slot: &Slot) {
+    slot.state.fetch_sub(1, Ordering::Release);
 }
 
 /// Calls `f(word, mask)` for the 64-bit words of a one-bit-per-byte map that
@@ -476,10 +526,10 @@ impl Buf<'_> {
     #[inline(always)]
     pub(crate) fn begin(&self, op: Op, context: u64) -> Result<u64> {
         let mr = &self.region.inner;
-        if mr.sink {
+        // A sink has no slots: nothing is tracked.
+        let Some(s) = mr.slots.get(self.slot) else {
             return plain_context(context);
-        }
-        let s = &mr.slots[self.slot];
+        };
         match op {
             Op::Send => {
                 let prev = s.state.fetch_add(SEND, Ordering::Acquire);
@@ -526,17 +576,17 @@ impl Buf<'_> {
     /// The provider context of operations on this buffer's slot (`None` for a sink).
     pub(crate) fn record(&self) -> Option<u64> {
         let mr = &self.region.inner;
-        (!mr.sink).then(|| &mr.slots[self.slot] as *const Slot as usize as u64)
+        mr.slots
+            .get(self.slot)
+            .map(|s| s as *const Slot as usize as u64)
     }
 
     /// Undoes [`Buf::begin`] after the post failed (the provider never saw the buffer).
     #[cold]
     pub(crate) fn abort(&self, op: Op) {
-        let mr = &self.region.inner;
-        if mr.sink {
-            return;
-        }
-        let s = &mr.slots[self.slot];
+        let Some(s) = self.region.inner.slots.get(self.slot) else {
+            return; // a sink
+        };
         match op {
             Op::Send => s.state.fetch_sub(SEND, Ordering::Release),
             Op::Recv | Op::MultiRecv => s.state.fetch_and(!(RECV | MULTI), Ordering::Release),
