@@ -595,15 +595,14 @@ impl Buf<'_> {
 }
 
 /// What a completion (error completions with `err` non-zero) of an operation posted with
-/// `slot`'s record as context means for the slot; returns the caller's context.
+/// `slot`'s record as context means for the slot; returns the caller's context. `multi` gives
+/// the slot's region and the completion's flags, buffer and length, which only a
+/// multi-receive's completion needs (so a send's or plain receive's loads none of them).
 #[inline(always)]
-pub(crate) fn completed(
-    mr: &MrInner,
-    slot: &Slot,
-    flags: u64,
-    buf: usize,
-    len: usize,
+pub(crate) fn completed<'a>(
+    slot: &'a Slot,
     err: i32,
+    multi: impl FnOnce() -> (&'a MrInner, u64, usize, usize),
 ) -> u64 {
     // Before the state changes: once it is idle the slot may be posted with a new context.
     let context = slot.context.load(Ordering::Relaxed);
@@ -615,24 +614,32 @@ pub(crate) fn completed(
     } else if state & MULTI == 0 {
         slot.state.fetch_and(!RECV, Ordering::Release);
     } else {
-        if err == 0 && len > 0 {
-            let index = (slot as *const Slot as usize - mr.slots.as_ptr() as usize)
-                / std::mem::size_of::<Slot>();
-            let start = index * mr.slot_size;
-            let offset = buf.wrapping_sub(mr.mem.addr() as usize);
-            // Only what lies inside the posted slot (a provider never reports more).
-            if offset >= start
-                && offset - start <= mr.slot_size
-                && len <= mr.slot_size - (offset - start)
-            {
-                mr.mark_received(offset, len);
-            }
-        }
-        if flags & crate::flags::MULTI_RECV != 0 || err == ofi_sys::FI_ECANCELED as i32 {
-            slot.state.fetch_and(!(RECV | MULTI), Ordering::Release);
-        }
+        let (mr, flags, buf, len) = multi();
+        multi_completed(mr, slot, flags, buf, len, err);
     }
     context
+}
+
+/// [`completed`] for a multi-receive buffer: marks the bytes the completion reports, and
+/// frees the slot at the buffer's last completion (or its cancellation).
+#[inline(never)]
+fn multi_completed(mr: &MrInner, slot: &Slot, flags: u64, buf: usize, len: usize, err: i32) {
+    if err == 0 && len > 0 {
+        let index = (slot as *const Slot as usize - mr.slots.as_ptr() as usize)
+            / std::mem::size_of::<Slot>();
+        let start = index * mr.slot_size;
+        let offset = buf.wrapping_sub(mr.mem.addr() as usize);
+        // Only what lies inside the posted slot (a provider never reports more).
+        if offset >= start
+            && offset - start <= mr.slot_size
+            && len <= mr.slot_size - (offset - start)
+        {
+            mr.mark_received(offset, len);
+        }
+    }
+    if flags & crate::flags::MULTI_RECV != 0 || err == ofi_sys::FI_ECANCELED as i32 {
+        slot.state.fetch_and(!(RECV | MULTI), Ordering::Release);
+    }
 }
 
 /// A checked range of a [`MemoryRegion`], inside one slot, ready to be posted.
