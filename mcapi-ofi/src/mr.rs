@@ -293,12 +293,12 @@ impl MemoryRegion {
     /// # Errors
     /// [`crate::Error::InvalidArgument`] if the range is outside the region or crosses a slot
     /// boundary.
-    #[inline]
+    #[inline(always)]
     pub fn slice(&self, offset: usize, len: usize) -> Result<Buf<'_>> {
-        let slot = match self.inner.slot_of(offset, len) {
-            Ok(slot) => slot,
+        let slot = match self.inner.slot_ref(offset, len) {
+            Ok(slot) => Some(slot),
             // A sink has no slots (`Buf::begin` tracks nothing); only the bounds matter.
-            Err(_) if self.inner.sink => 0,
+            Err(_) if self.inner.sink => None,
             Err(e) => return Err(e),
         };
         let io = IoSlice::new(&self.inner.mem, offset, len)?;
@@ -385,6 +385,11 @@ impl MrInner {
             }
         }
         self.slot_of_slow(offset, len).map(|slot| &self.slots[slot])
+    }
+
+    /// The index of `slot`, one of this region's.
+    fn index_of(&self, slot: &Slot) -> usize {
+        (slot as *const Slot as usize - self.slots.as_ptr() as usize) / std::mem::size_of::<Slot>()
     }
 
     /// Counts a reader of `[offset, offset + len)` in; the caller copies, then calls
@@ -525,9 +530,8 @@ impl Buf<'_> {
     /// `InvalidArgument` for sends sharing a slot with different contexts.
     #[inline(always)]
     pub(crate) fn begin(&self, op: Op, context: u64) -> Result<u64> {
-        let mr = &self.region.inner;
         // A sink has no slots: nothing is tracked.
-        let Some(s) = mr.slots.get(self.slot) else {
+        let Some(s) = self.slot else {
             return plain_context(context);
         };
         match op {
@@ -564,7 +568,8 @@ impl Buf<'_> {
                 {
                     return Err(in_use());
                 }
-                mr.clear_received(self.slot);
+                let mr = &self.region.inner;
+                mr.clear_received(mr.index_of(s));
                 s.context.store(context, Ordering::Relaxed);
                 // WRITE off, RECV and MULTI on; readers that looked meanwhile keep counting.
                 s.state.fetch_xor(WRITE | RECV | MULTI, Ordering::Release);
@@ -575,16 +580,13 @@ impl Buf<'_> {
 
     /// The provider context of operations on this buffer's slot (`None` for a sink).
     pub(crate) fn record(&self) -> Option<u64> {
-        let mr = &self.region.inner;
-        mr.slots
-            .get(self.slot)
-            .map(|s| s as *const Slot as usize as u64)
+        self.slot.map(|s| s as *const Slot as usize as u64)
     }
 
     /// Undoes [`Buf::begin`] after the post failed (the provider never saw the buffer).
     #[cold]
     pub(crate) fn abort(&self, op: Op) {
-        let Some(s) = self.region.inner.slots.get(self.slot) else {
+        let Some(s) = self.slot else {
             return; // a sink
         };
         match op {
@@ -625,9 +627,7 @@ pub(crate) fn completed<'a>(
 #[inline(never)]
 fn multi_completed(mr: &MrInner, slot: &Slot, flags: u64, buf: usize, len: usize, err: i32) {
     if err == 0 && len > 0 {
-        let index = (slot as *const Slot as usize - mr.slots.as_ptr() as usize)
-            / std::mem::size_of::<Slot>();
-        let start = index * mr.slot_size;
+        let start = mr.index_of(slot) * mr.slot_size;
         let offset = buf.wrapping_sub(mr.mem.addr() as usize);
         // Only what lies inside the posted slot (a provider never reports more).
         if offset >= start
@@ -647,7 +647,8 @@ fn multi_completed(mr: &MrInner, slot: &Slot, flags: u64, buf: usize, len: usize
 pub struct Buf<'a> {
     pub(crate) region: &'a MemoryRegion,
     pub(crate) io: IoSlice,
-    slot: usize,
+    /// The slot the range lies in (`None` in a sink).
+    slot: Option<&'a Slot>,
 }
 
 impl Buf<'_> {
