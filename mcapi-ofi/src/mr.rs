@@ -295,11 +295,11 @@ impl MemoryRegion {
     /// boundary.
     #[inline(always)]
     pub fn slice(&self, offset: usize, len: usize) -> Result<Buf<'_>> {
-        let slot = match self.inner.slot_ref(offset, len) {
-            Ok(slot) => Some(slot),
+        let slot = match self.inner.slot_fast(offset, len) {
+            Some(slot) => Some(slot),
             // A sink has no slots (`Buf::begin` tracks nothing); only the bounds matter.
-            Err(_) if self.inner.sink => None,
-            Err(e) => return Err(e),
+            None if self.inner.sink => None,
+            None => Some(self.inner.slot_ref(offset, len)?),
         };
         let io = IoSlice::new(&self.inner.mem, offset, len)?;
         Ok(Buf {
@@ -373,18 +373,24 @@ impl MrInner {
     /// The slot holding `[offset, offset + len)`, as [`MrInner::slot_of`] (one bounds check).
     #[inline(always)]
     fn slot_ref(&self, offset: usize, len: usize) -> Result<&Slot> {
+        match self.slot_fast(offset, len) {
+            Some(s) => Ok(s),
+            None => self.slot_of_slow(offset, len).map(|slot| &self.slots[slot]),
+        }
+    }
+
+    /// The slot holding a non-empty or mid-region `[offset, offset + len)`; `None` for
+    /// everything [`MrInner::slot_of_slow`] sorts out (a sink has no slots).
+    #[inline(always)]
+    fn slot_fast(&self, offset: usize, len: usize) -> Option<&Slot> {
         let slot = if self.slot_shift != u32::MAX {
             offset >> self.slot_shift
         } else {
             offset / self.slot_size
         };
         let at = offset - slot * self.slot_size;
-        if let Some(s) = self.slots.get(slot) {
-            if len <= self.slot_size - at {
-                return Ok(s);
-            }
-        }
-        self.slot_of_slow(offset, len).map(|slot| &self.slots[slot])
+        let s = self.slots.get(slot)?;
+        (len <= self.slot_size - at).then_some(s)
     }
 
     /// The index of `slot`, one of this region's.
