@@ -203,7 +203,7 @@ impl MemoryRegion {
     /// multi-receive buffer: unless every byte was reported by one of its completions) or
     /// the region is a sink; `InvalidArgument` if the range is outside the region or crosses
     /// a slot boundary.
-    #[inline]
+    #[inline(always)]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         if out.is_empty() {
             // Touches no byte: nothing to race.
@@ -211,7 +211,7 @@ impl MemoryRegion {
         }
         let slot = self.inner.begin_read(offset, out.len())?;
         self.inner.mem.read(offset, out);
-        self.inner.end_read(slot);
+        end_read(slot);
         Ok(())
     }
 
@@ -230,7 +230,7 @@ impl MemoryRegion {
         }
         let slot = self.inner.begin_read(offset, len)?;
         let v = self.inner.mem.read_le(offset, len);
-        self.inner.end_read(slot);
+        end_read(slot);
         Ok(v)
     }
 
@@ -242,11 +242,10 @@ impl MemoryRegion {
     /// sink; `InvalidArgument` if the range is outside the region or crosses a slot boundary.
     #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let slot = self.inner.slot_of(offset, data.len())?;
+        let s = self.inner.slot_ref(offset, data.len())?;
         if data.is_empty() {
             return Ok(());
         }
-        let s = &self.inner.slots[slot];
         if s.state
             .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -271,22 +270,21 @@ impl MemoryRegion {
         from: usize,
         len: usize,
     ) -> Result<()> {
-        let slot = self.inner.slot_of(offset, len)?;
+        let s = self.inner.slot_ref(offset, len)?;
         if len == 0 {
             return src.inner.slot_of(from, 0).map(drop);
         }
         let src_slot = src.inner.begin_read(from, len)?;
-        let s = &self.inner.slots[slot];
         if s.state
             .compare_exchange(0, WRITE, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            src.inner.end_read(src_slot);
+            end_read(src_slot);
             return Err(in_use());
         }
         self.inner.mem.copy_from(offset, &src.inner.mem, from, len);
         s.state.fetch_sub(WRITE, Ordering::Release);
-        src.inner.end_read(src_slot);
+        end_read(src_slot);
         Ok(())
     }
 
@@ -295,12 +293,13 @@ impl MemoryRegion {
     /// # Errors
     /// [`crate::Error::InvalidArgument`] if the range is outside the region or crosses a slot
     /// boundary.
-    #[inline]
+    #[inline(always)]
     pub fn slice(&self, offset: usize, len: usize) -> Result<Buf<'_>> {
-        let slot = if self.inner.sink {
-            0
-        } else {
-            self.inner.slot_of(offset, len)?
+        let slot = match self.inner.slot_fast(offset, len) {
+            Some(slot) => Some(slot),
+            // A sink has no slots (`Buf::begin` tracks nothing); only the bounds matter.
+            None if self.inner.sink => None,
+            None => Some(self.inner.slot_ref(offset, len)?),
         };
         let io = IoSlice::new(&self.inner.mem, offset, len)?;
         Ok(Buf {
@@ -329,6 +328,24 @@ impl MrInner {
     /// The slot holding `[offset, offset + len)`.
     #[inline(always)]
     fn slot_of(&self, offset: usize, len: usize) -> Result<usize> {
+        let slot = if self.slot_shift != u32::MAX {
+            offset >> self.slot_shift
+        } else {
+            offset / self.slot_size
+        };
+        // `at < slot_size`; a sink has no slots, so it always takes the slow path.
+        let at = offset - slot * self.slot_size;
+        if slot < self.slots.len() && len <= self.slot_size - at {
+            return Ok(slot);
+        }
+        self.slot_of_slow(offset, len)
+    }
+
+    /// [`MrInner::slot_of`] for what its fast path does not take: sinks, empty ranges at
+    /// the region's end, and errors.
+    #[cold]
+    #[inline(never)]
+    fn slot_of_slow(&self, offset: usize, len: usize) -> Result<usize> {
         if self.sink {
             return Err(Error::InUse("a sink region is never read or written"));
         }
@@ -353,25 +370,63 @@ impl MrInner {
         Ok(slot)
     }
 
-    /// Counts a reader of `[offset, offset + len)` in; the caller copies, then calls
-    /// [`MrInner::end_read`] with the returned slot.
+    /// The slot holding `[offset, offset + len)`, as [`MrInner::slot_of`] (one bounds check).
     #[inline(always)]
-    fn begin_read(&self, offset: usize, len: usize) -> Result<usize> {
-        let slot = self.slot_of(offset, len)?;
-        let s = &self.slots[slot];
+    fn slot_ref(&self, offset: usize, len: usize) -> Result<&Slot> {
+        match self.slot_fast(offset, len) {
+            Some(s) => Ok(s),
+            None => self.slot_of_slow(offset, len).map(|slot| &self.slots[slot]),
+        }
+    }
+
+    /// The slot holding a non-empty or mid-region `[offset, offset + len)`; `None` for
+    /// everything [`MrInner::slot_of_slow`] sorts out (a sink has no slots).
+    #[inline(always)]
+    fn slot_fast(&self, offset: usize, len: usize) -> Option<&Slot> {
+        let slot = if self.slot_shift != u32::MAX {
+            offset >> self.slot_shift
+        } else {
+            offset / self.slot_size
+        };
+        let at = offset - slot * self.slot_size;
+        let s = self.slots.get(slot)?;
+        (len <= self.slot_size - at).then_some(s)
+    }
+
+    /// The index of `slot`, one of this region's.
+    fn index_of(&self, slot: &Slot) -> usize {
+        (slot as *const Slot as usize - self.slots.as_ptr() as usize) / std::mem::size_of::<Slot>()
+    }
+
+    /// Counts a reader of `[offset, offset + len)` in; the caller copies, then calls
+    /// [`end_read`] with the returned slot.
+    #[inline(always)]
+    fn begin_read(&self, offset: usize, len: usize) -> Result<&Slot> {
+        let s = self.slot_ref(offset, len)?;
         let prev = s.state.fetch_add(1, Ordering::Acquire);
-        if prev & (WRITE | RECV) != 0
-            && (prev & (WRITE | MULTI) != MULTI || !self.all_received(offset, len))
-        {
-            s.state.fetch_sub(1, Ordering::Release);
+        if prev & (WRITE | RECV) != 0 {
+            return self.begin_read_busy(s, prev, offset, len);
+        }
+        Ok(s)
+    }
+
+    /// The rest of [`MrInner::begin_read`] when a receive or writer holds the slot: the read
+    /// may go on only in bytes a multi-receive completion reported; otherwise the reader
+    /// counted in leaves again.
+    #[cold]
+    #[inline(never)]
+    fn begin_read_busy<'a>(
+        &self,
+        slot: &'a Slot,
+        prev: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<&'a Slot> {
+        if prev & (WRITE | MULTI) != MULTI || !self.all_received(offset, len) {
+            slot.state.fetch_sub(1, Ordering::Release);
             return Err(in_use());
         }
         Ok(slot)
-    }
-
-    #[inline(always)]
-    fn end_read(&self, slot: usize) {
-        self.slots[slot].state.fetch_sub(1, Ordering::Release);
     }
 
     /// Whether every byte of `[offset, offset + len)` was reported by a multi-receive
@@ -419,6 +474,12 @@ impl MrInner {
             }
         });
     }
+}
+
+/// Counts out the reader [`MrInner::begin_read`] counted in.
+#[inline(always)]
+fn end_read(slot: &Slot) {
+    slot.state.fetch_sub(1, Ordering::Release);
 }
 
 /// Calls `f(word, mask)` for the 64-bit words of a one-bit-per-byte map that
@@ -475,11 +536,10 @@ impl Buf<'_> {
     /// `InvalidArgument` for sends sharing a slot with different contexts.
     #[inline(always)]
     pub(crate) fn begin(&self, op: Op, context: u64) -> Result<u64> {
-        let mr = &self.region.inner;
-        if mr.sink {
+        // A sink has no slots: nothing is tracked.
+        let Some(s) = self.slot else {
             return plain_context(context);
-        }
-        let s = &mr.slots[self.slot];
+        };
         match op {
             Op::Send => {
                 let prev = s.state.fetch_add(SEND, Ordering::Acquire);
@@ -514,7 +574,8 @@ impl Buf<'_> {
                 {
                     return Err(in_use());
                 }
-                mr.clear_received(self.slot);
+                let mr = &self.region.inner;
+                mr.clear_received(mr.index_of(s));
                 s.context.store(context, Ordering::Relaxed);
                 // WRITE off, RECV and MULTI on; readers that looked meanwhile keep counting.
                 s.state.fetch_xor(WRITE | RECV | MULTI, Ordering::Release);
@@ -525,18 +586,15 @@ impl Buf<'_> {
 
     /// The provider context of operations on this buffer's slot (`None` for a sink).
     pub(crate) fn record(&self) -> Option<u64> {
-        let mr = &self.region.inner;
-        (!mr.sink).then(|| &mr.slots[self.slot] as *const Slot as usize as u64)
+        self.slot.map(|s| s as *const Slot as usize as u64)
     }
 
     /// Undoes [`Buf::begin`] after the post failed (the provider never saw the buffer).
     #[cold]
     pub(crate) fn abort(&self, op: Op) {
-        let mr = &self.region.inner;
-        if mr.sink {
-            return;
-        }
-        let s = &mr.slots[self.slot];
+        let Some(s) = self.slot else {
+            return; // a sink
+        };
         match op {
             Op::Send => s.state.fetch_sub(SEND, Ordering::Release),
             Op::Recv | Op::MultiRecv => s.state.fetch_and(!(RECV | MULTI), Ordering::Release),
@@ -545,15 +603,14 @@ impl Buf<'_> {
 }
 
 /// What a completion (error completions with `err` non-zero) of an operation posted with
-/// `slot`'s record as context means for the slot; returns the caller's context.
+/// `slot`'s record as context means for the slot; returns the caller's context. `multi` gives
+/// the slot's region and the completion's flags, buffer and length, which only a
+/// multi-receive's completion needs (so a send's or plain receive's loads none of them).
 #[inline(always)]
-pub(crate) fn completed(
-    mr: &MrInner,
-    slot: &Slot,
-    flags: u64,
-    buf: usize,
-    len: usize,
+pub(crate) fn completed<'a>(
+    slot: &'a Slot,
     err: i32,
+    multi: impl FnOnce() -> (&'a MrInner, u64, usize, usize),
 ) -> u64 {
     // Before the state changes: once it is idle the slot may be posted with a new context.
     let context = slot.context.load(Ordering::Relaxed);
@@ -565,24 +622,30 @@ pub(crate) fn completed(
     } else if state & MULTI == 0 {
         slot.state.fetch_and(!RECV, Ordering::Release);
     } else {
-        if err == 0 && len > 0 {
-            let index = (slot as *const Slot as usize - mr.slots.as_ptr() as usize)
-                / std::mem::size_of::<Slot>();
-            let start = index * mr.slot_size;
-            let offset = buf.wrapping_sub(mr.mem.addr() as usize);
-            // Only what lies inside the posted slot (a provider never reports more).
-            if offset >= start
-                && offset - start <= mr.slot_size
-                && len <= mr.slot_size - (offset - start)
-            {
-                mr.mark_received(offset, len);
-            }
-        }
-        if flags & crate::flags::MULTI_RECV != 0 || err == ofi_sys::FI_ECANCELED as i32 {
-            slot.state.fetch_and(!(RECV | MULTI), Ordering::Release);
-        }
+        let (mr, flags, buf, len) = multi();
+        multi_completed(mr, slot, flags, buf, len, err);
     }
     context
+}
+
+/// [`completed`] for a multi-receive buffer: marks the bytes the completion reports, and
+/// frees the slot at the buffer's last completion (or its cancellation).
+#[inline(never)]
+fn multi_completed(mr: &MrInner, slot: &Slot, flags: u64, buf: usize, len: usize, err: i32) {
+    if err == 0 && len > 0 {
+        let start = mr.index_of(slot) * mr.slot_size;
+        let offset = buf.wrapping_sub(mr.mem.addr() as usize);
+        // Only what lies inside the posted slot (a provider never reports more).
+        if offset >= start
+            && offset - start <= mr.slot_size
+            && len <= mr.slot_size - (offset - start)
+        {
+            mr.mark_received(offset, len);
+        }
+    }
+    if flags & crate::flags::MULTI_RECV != 0 || err == ofi_sys::FI_ECANCELED as i32 {
+        slot.state.fetch_and(!(RECV | MULTI), Ordering::Release);
+    }
 }
 
 /// A checked range of a [`MemoryRegion`], inside one slot, ready to be posted.
@@ -590,7 +653,8 @@ pub(crate) fn completed(
 pub struct Buf<'a> {
     pub(crate) region: &'a MemoryRegion,
     pub(crate) io: IoSlice,
-    slot: usize,
+    /// The slot the range lies in (`None` in a sink).
+    slot: Option<&'a Slot>,
 }
 
 impl Buf<'_> {

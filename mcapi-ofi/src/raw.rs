@@ -1054,7 +1054,7 @@ impl Completion {
 fn finish_all(entries: &mut [Completion]) {
     for c in entries {
         let e = &mut c.0;
-        e.op_context = ctx(finish(e.op_context, e.flags, e.buf, e.len, 0));
+        e.op_context = ctx(finish(e.op_context, 0, || (e.flags, e.buf, e.len)));
     }
 }
 
@@ -1063,7 +1063,12 @@ fn finish_all(entries: &mut [Completion]) {
 /// without an operation); anything else is the address of the slot record the operation was
 /// posted with, whose state the completion (error `err`, 0 if none) moves on.
 #[inline(always)]
-fn finish(op_context: *mut c_void, flags: u64, buf: *mut c_void, len: usize, err: i32) -> u64 {
+/// `entry` gives the completion's flags, buffer and length, loaded only for a multi-receive.
+fn finish(
+    op_context: *mut c_void,
+    err: i32,
+    entry: impl FnOnce() -> (u64, *mut c_void, usize),
+) -> u64 {
     let v = op_context as usize;
     if v & 1 != 0 || v == 0 {
         return (v >> 1) as u64;
@@ -1074,11 +1079,13 @@ fn finish(op_context: *mut c_void, flags: u64, buf: *mut c_void, len: usize, err
     // keeps every region posted on alive (`CompletionQueue::pin`), so the slot and the
     // `MrInner` it names (its own Arc's data, which owns the slot) are alive and shared
     // (`Slot` and `MrInner` are accessed through atomics and immutable fields only).
-    let (slot, mr) = unsafe {
-        let slot = &*(v as *const crate::mr::Slot);
-        (slot, &*(slot.region() as *const crate::mr::MrInner))
-    };
-    crate::mr::completed(mr, slot, flags, buf as usize, len, err)
+    let slot = unsafe { &*(v as *const crate::mr::Slot) };
+    crate::mr::completed(slot, err, || {
+        let (flags, buf, len) = entry();
+        // SAFETY: as above: the slot's region is alive, its `MrInner` shared.
+        let mr = unsafe { &*(slot.region() as *const crate::mr::MrInner) };
+        (mr, flags, buf as usize, len)
+    })
 }
 
 /// An error completion (`struct fi_cq_err_entry`), with the provider's text.
@@ -1162,7 +1169,7 @@ impl CqFid {
             opt_str(p).unwrap_or_default()
         };
         Ok(CompletionError {
-            context: finish(e.op_context, e.flags, e.buf, 0, e.err.abs()),
+            context: finish(e.op_context, e.err.abs(), || (e.flags, e.buf, 0)),
             flags: e.flags,
             len: e.len,
             tag: e.tag,

@@ -594,7 +594,7 @@ impl NodeInner {
 
 /// After endpoint `port`'s credit pool changed: its free credits go back to the node, it is
 /// listed hungry if its senders wait, and its decisions go to the outbox.
-#[inline]
+#[inline(always)]
 fn settle_pool(
     ep: &mut LocalEndpoint,
     port: u32,

@@ -130,6 +130,7 @@ impl<T> PriorityQueues<T> {
     /// # Errors
     /// [`PushError::Priority`] if `priority >= levels()` (checked first),
     /// [`PushError::Full`] if no slot is free; the item comes back in both.
+    #[inline(always)]
     pub fn push(&mut self, priority: usize, item: T) -> Result<(), PushError<T>> {
         if priority >= self.levels() {
             return Err(PushError::Priority(item));
@@ -151,6 +152,7 @@ impl<T> PriorityQueues<T> {
     }
 
     /// Priority level of the item [`pop`](Self::pop) would return.
+    #[inline]
     pub fn head_priority(&self) -> Option<usize> {
         (self.nonempty != 0).then(|| self.nonempty.trailing_zeros() as usize)
     }
@@ -161,6 +163,7 @@ impl<T> PriorityQueues<T> {
     /// first: if it does not fit it reports `MCAPI_ERR_MSG_TRUNCATED` (spec
     /// 4.3.3/4.3.4) and chooses whether to [`pop`](Self::pop) the message or
     /// leave it queued for a larger buffer.
+    #[inline]
     pub fn peek(&self) -> Option<&T> {
         let p = self.head_priority()?;
         self.items[self.heads[p] as usize].as_ref()
@@ -173,11 +176,13 @@ impl<T> PriorityQueues<T> {
     }
 
     /// Removes the oldest item of the highest non-empty priority level.
+    #[inline]
     pub fn pop(&mut self) -> Option<T> {
         self.pop_with_priority().map(|(_, item)| item)
     }
 
     /// As [`pop`](Self::pop), also returning the item's priority level.
+    #[inline(always)]
     pub fn pop_with_priority(&mut self) -> Option<(usize, T)> {
         let p = self.head_priority()?;
         let slot = self.heads[p];
