@@ -4,12 +4,18 @@
 /// (`/dev/shm/<pid>:<n>:<n>`, 16 MiB each), which outlive a process that was killed. Call it
 /// only for a process known to be dead. Returns how many were removed.
 pub fn remove_shm_regions(pid: u32) -> usize {
+    remove_regions_of(pid, |_| true)
+}
+
+/// Removes `/dev/shm/<pid>:*` regions for which `stale` holds. Returns how many.
+fn remove_regions_of(pid: u32, stale: impl Fn(&std::fs::DirEntry) -> bool) -> usize {
     let prefix = format!("{pid}:");
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return 0;
     };
     dir.flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| stale(e))
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
 }
@@ -25,19 +31,11 @@ pub(crate) fn clear_recycled_pid_regions() {
         let Some(started) = process_start() else {
             return;
         };
-        let prefix = format!("{}:", std::process::id());
-        let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-            return;
-        };
-        for e in dir.flatten() {
-            let stale = e.file_name().to_string_lossy().starts_with(&prefix)
-                && e.metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t < started);
-            if stale {
-                _ = std::fs::remove_file(e.path());
-            }
-        }
+        remove_regions_of(std::process::id(), |e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < started)
+        });
     });
 }
 
