@@ -26,7 +26,7 @@ typedef uint64_t mcapi_sclchan_send_hndl_t;
 typedef mca_request_t mcapi_request_t;
 
 /* Limits. */
-#define MCAPI_MAX_MSG_SIZE 16777216  /* largest message (bytes): the ceiling; Node::max_msg_size / MCAPI_MAX_MSG_SIZE env for the configured one */
+#define MCAPI_MAX_MSG_SIZE 16777216  /* largest message (bytes): the ceiling; the configured one: MCAPI_NODE_ATTR_MAX_MSG_SIZE */
 #define MCAPI_MAX_PKT_SIZE 4194304   /* largest packet (bytes) */
 #define MCAPI_MAX_PRIORITY 7         /* largest valid priority value; 0 is the highest */
 #define MCAPI_MAX_ENDPOINTS 512      /* endpoints per node, on every provider */
@@ -65,8 +65,19 @@ typedef struct mcapi_param {
     char topology[256];            /* file of "domain node host[:port]" lines */
     mca_uint_t compat;             /* MCAPI_COMPAT_SPEC, MCAPI_COMPAT_MCA; 0: MCAPI_COMPAT */
     mca_uint_t reserved32;         /* zero */
-    uint64_t reserved[7];          /* zero */
+    uint64_t max_msg_size;         /* largest message sent, 1..MCAPI_MAX_MSG_SIZE; 0: MCAPI_MAX_MSG_SIZE env */
+    uint64_t eager_max;            /* largest message sent eagerly, 1..65536; 0: MCAPI_EAGER_MAX env */
+    uint64_t reserved[5];          /* zero */
 } mcapi_param_t;
+
+/* Node attributes of the running node (EXTENSIONS, not part of MCAPI 2.000), read with
+ * mcapi_node_get_attribute (mcapi_uint_t, of this node or another; read-only: set them with
+ * mcapi_param_t or the environment): the largest message it sends (its configured maximum,
+ * at most MCAPI_MAX_MSG_SIZE; larger sends are MCAPI_ERR_MSG_SIZE, while any message up to
+ * MCAPI_MAX_MSG_SIZE is received), and the largest it sends eagerly (larger ones go by
+ * rendezvous, docs/design.md "Large messages"). */
+#define MCAPI_NODE_ATTR_MAX_MSG_SIZE 0x100U
+#define MCAPI_NODE_ATTR_EAGER_MAX 0x101U
 
 /* Node attributes (spec 4.1.5-4.1.7); set up with mcapi_node_init_attributes. */
 #define MCAPI_NODE_ATTR_MAGIC 0x4d4e4154U /* set by mcapi_node_init_attributes only */

@@ -112,6 +112,12 @@ impl EndpointAttribute {
 pub const NODE_ATTR_TYPE: u32 = 1;
 /// `MCAPI_NODE_ATTR_TYPE_REGULAR`, the default (and only) node type.
 pub const NODE_ATTR_TYPE_REGULAR: u64 = 0;
+/// `MCAPI_NODE_ATTR_MAX_MSG_SIZE` (an extension, `mcapi_uint_t`, read-only): the largest
+/// message the running node sends, as configured (`Node::max_msg_size`).
+pub const NODE_ATTR_MAX_MSG_SIZE: u32 = 0x100;
+/// `MCAPI_NODE_ATTR_EAGER_MAX` (an extension, `mcapi_uint_t`, read-only): the largest
+/// message the running node sends eagerly; larger ones go by rendezvous (`Node::eager_max`).
+pub const NODE_ATTR_EAGER_MAX: u32 = 0x101;
 
 /// `mcapi_node_attributes_t`: what `mcapi_initialize` takes besides the parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +139,8 @@ impl NodeAttributes {
     ///
     /// # Errors
     /// `MCAPI_ERR_ATTR_NUM` for an unknown number, `MCAPI_ERR_ATTR_VALUE` for a node type
-    /// other than regular (the only type MCAPI 2.000 defines).
+    /// other than regular (the only type MCAPI 2.000 defines), `MCAPI_ERR_ATTR_READONLY`
+    /// for the running node's values (configured with `mcapi_param_t` or the environment).
     pub fn set(&mut self, attribute: u32, value: u64) -> Result<(), Status> {
         match attribute {
             NODE_ATTR_TYPE if value == NODE_ATTR_TYPE_REGULAR => {
@@ -141,11 +148,12 @@ impl NodeAttributes {
                 Ok(())
             }
             NODE_ATTR_TYPE => Err(Status::MCAPI_ERR_ATTR_VALUE),
+            NODE_ATTR_MAX_MSG_SIZE | NODE_ATTR_EAGER_MAX => Err(Status::MCAPI_ERR_ATTR_READONLY),
             _ => Err(Status::MCAPI_ERR_ATTR_NUM),
         }
     }
 
-    /// The value of `attribute`.
+    /// The value of `attribute` (the running node's values come from the node).
     ///
     /// # Errors
     /// `MCAPI_ERR_ATTR_NUM` for an unknown number.

@@ -8,7 +8,8 @@
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use mcapi::attributes::{
-    EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, NODE_ATTR_TYPE, NODE_ATTR_TYPE_REGULAR,
+    EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, NODE_ATTR_EAGER_MAX, NODE_ATTR_MAX_MSG_SIZE,
+    NODE_ATTR_TYPE, NODE_ATTR_TYPE_REGULAR,
 };
 use mcapi::capi::{self, mcapi_info_t, mcapi_node_attributes_t, mcapi_param_t};
 use mcapi::semantics::status::STATUSCODE_END;
@@ -87,6 +88,10 @@ fn main() {
             Trial::test(format!("{provider}::same_node_msg"), move || {
                 same_node_msg(provider)
             }),
+            Trial::test(
+                format!("{provider}::max_msg_size_and_eager_max"),
+                move || max_msg(provider),
+            ),
         ];
         for trial in provider_trials {
             if absent {
@@ -260,6 +265,11 @@ fn expected_constants() -> BTreeMap<String, u64> {
         ),
         ("MCAPI_NODE_ATTR_TYPE", NODE_ATTR_TYPE.into()),
         ("MCAPI_NODE_ATTR_TYPE_REGULAR", NODE_ATTR_TYPE_REGULAR),
+        (
+            "MCAPI_NODE_ATTR_MAX_MSG_SIZE",
+            NODE_ATTR_MAX_MSG_SIZE.into(),
+        ),
+        ("MCAPI_NODE_ATTR_EAGER_MAX", NODE_ATTR_EAGER_MAX.into()),
         ("MCAPI_VERSION", capi::MCAPI_VERSION.into()),
         ("MCAPI_ORG_ID", capi::MCAPI_ORG_ID.into()),
         ("MCAPI_IMPL_VERSION", capi::MCAPI_IMPL_VERSION.into()),
@@ -393,6 +403,14 @@ fn expected_constants() -> BTreeMap<String, u64> {
         (
             "offsetof(mcapi_param_t, topology)",
             offset_of!(mcapi_param_t, topology),
+        ),
+        (
+            "offsetof(mcapi_param_t, max_msg_size)",
+            offset_of!(mcapi_param_t, max_msg_size),
+        ),
+        (
+            "offsetof(mcapi_param_t, eager_max)",
+            offset_of!(mcapi_param_t, eager_max),
         ),
         (
             "offsetof(mcapi_param_t, reserved)",
@@ -979,6 +997,35 @@ fn mca_style_program(provider: &str) -> Result<(), Failed> {
     let report = processes.wait_all(Duration::from_secs(60))?;
     if !report.contains("mca_style: Test PASSED") {
         return Err(format!("mca_style did not finish:\n{report}").into());
+    }
+    Ok(())
+}
+
+/// The configured maximum message size and eager threshold (`tests/c/max_msg.c`): set by
+/// `mcapi_param_t`, read as node attributes of this node and of another, enforced; bad
+/// parameter blocks refused.
+fn max_msg(provider: &str) -> Result<(), Failed> {
+    let exe = build_once("max_msg.c", &[], "max_msg")?;
+    let job = format!("c-max-msg-{provider}-{}", std::process::id());
+    let mut processes = Processes {
+        children: Vec::new(),
+    };
+    processes.spawn(&exe, &["params"], provider, &job, &[])?;
+    let report = processes.wait_all(Duration::from_secs(60))?;
+    if !report.contains("max_msg params: all checks passed") {
+        return Err(format!("max_msg params did not finish:\n{report}").into());
+    }
+    let job = format!("{job}-pair");
+    let mut processes = Processes {
+        children: Vec::new(),
+    };
+    processes.spawn(&exe, &["small"], provider, &job, &[])?;
+    processes.spawn(&exe, &["big"], provider, &job, &[])?;
+    let report = processes.wait_all(Duration::from_secs(120))?;
+    for role in ["small", "big"] {
+        if !report.contains(&format!("max_msg {role}: all checks passed")) {
+            return Err(format!("max_msg {role} did not finish:\n{report}").into());
+        }
     }
     Ok(())
 }

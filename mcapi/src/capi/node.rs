@@ -6,7 +6,9 @@ use super::{
     required, StatusOut, MCAPI_DOMAIN_INVALID, MCAPI_IMPL_VERSION, MCAPI_NODE_INVALID,
     MCAPI_ORG_ID, MCAPI_VERSION, NUMBER_OF_PORTS,
 };
-use crate::attributes::{NodeAttributes, NODE_ATTR_TYPE};
+use crate::attributes::{
+    NodeAttributes, NODE_ATTR_EAGER_MAX, NODE_ATTR_MAX_MSG_SIZE, NODE_ATTR_TYPE,
+};
 use crate::config::{Compat, Config, Topology};
 use crate::semantics::request::MAX_REQUESTS;
 use crate::semantics::Status;
@@ -27,6 +29,13 @@ pub const MCAPI_NODE_ATTR_MAGIC: u32 = 0x4d4e_4154; // "MNAT"
 pub const MCAPI_MAX_RECV_BUFFERS: u32 = 16384;
 /// `MCAPI_MAX_REQUESTS`: the largest `mcapi_param_t.request_table_size`.
 pub const MCAPI_MAX_REQUESTS: u32 = MAX_REQUESTS as u32;
+
+/// The largest `mcapi_param_t.eager_max`: the node's receive slot.
+const EAGER_MAX_CEILING: u64 = 64 << 10;
+
+/// Node attribute numbers, all `mcapi_uint_t`.
+const KNOWN_NODE_ATTRIBUTES: [mcapi_uint_t; 3] =
+    [NODE_ATTR_TYPE, NODE_ATTR_MAX_MSG_SIZE, NODE_ATTR_EAGER_MAX];
 
 /// `MCAPI_COMPAT_SPEC`: `mcapi_param_t.compat` for the letter of the spec.
 pub const MCAPI_COMPAT_SPEC: u32 = 1;
@@ -57,8 +66,14 @@ pub struct mcapi_param_t {
     pub compat: mcapi_uint_t,
     /// Zero.
     pub reserved32: mcapi_uint_t,
+    /// Largest message the node sends, 1..`MCAPI_MAX_MSG_SIZE`; 0:
+    /// `MCAPI_MAX_MSG_SIZE` env or the ceiling.
+    pub max_msg_size: u64,
+    /// Largest message sent eagerly, 1..64 KiB (larger ones go by rendezvous); 0:
+    /// `MCAPI_EAGER_MAX` env or the provider's measured threshold.
+    pub eager_max: u64,
     /// Zero; room for parameters of later versions without changing the size.
-    pub reserved: [u64; 7],
+    pub reserved: [u64; 5],
 }
 
 /// `mcapi_info_t`: what `mcapi_initialize` reports (spec 3.17.5.1.2).
@@ -143,6 +158,16 @@ fn configure(params: Option<&mcapi_param_t>) -> Result<Config, Status> {
         MCAPI_COMPAT_MCA => config.compat = Compat::Mca,
         _ => return Err(Status::MCAPI_ERR_PARAMETER),
     }
+    match p.max_msg_size {
+        0 => {}
+        n if n <= crate::MAX_MSG_SIZE as u64 => config.max_msg_size = n as usize,
+        _ => return Err(Status::MCAPI_ERR_PARAMETER),
+    }
+    match p.eager_max {
+        0 => {}
+        n if n <= EAGER_MAX_CEILING => config.eager_max = Some(n as usize),
+        _ => return Err(Status::MCAPI_ERR_PARAMETER),
+    }
     if let Some(provider) = param_string(&p.provider)? {
         config.provider = Some(provider);
     }
@@ -200,7 +225,9 @@ pub unsafe extern "C" fn mcapi_param_init(params: *mut mcapi_param_t, status: *m
             topology: [0; 256],
             compat: 0,
             reserved32: 0,
-            reserved: [0; 7],
+            max_msg_size: 0,
+            eager_max: 0,
+            reserved: [0; 5],
         };
         // SAFETY: non-NULL and writable by the contract.
         unsafe { params.write(fresh) };
@@ -335,11 +362,15 @@ pub unsafe extern "C" fn mcapi_node_set_attribute(
         let target = unsafe { node_attributes.as_mut() }
             .filter(|a| a.magic == MCAPI_NODE_ATTR_MAGIC)
             .ok_or(Status::MCAPI_ERR_PARAMETER)?;
-        if attribute_num != NODE_ATTR_TYPE {
+        if !KNOWN_NODE_ATTRIBUTES.contains(&attribute_num) {
             return Err(Status::MCAPI_ERR_ATTR_NUM);
         }
         if attribute_size != size_of::<mcapi_uint_t>() {
             return Err(Status::MCAPI_ERR_ATTR_SIZE);
+        }
+        if attribute_num != NODE_ATTR_TYPE {
+            // The running node's values: configured by parameters, never by attributes.
+            return Err(Status::MCAPI_ERR_ATTR_READONLY);
         }
         // SAFETY: non-NULL, readable for `attribute_size` (= 4) bytes by the contract;
         // read unaligned because C may point into a byte buffer.
@@ -369,7 +400,9 @@ pub unsafe extern "C" fn mcapi_node_get_attribute(
     let status = unsafe { StatusOut::new(status) };
     status.call((), || {
         required(attribute)?;
-        if attribute_num == NODE_ATTR_TYPE && attribute_size != size_of::<mcapi_uint_t>() {
+        if KNOWN_NODE_ATTRIBUTES.contains(&attribute_num)
+            && attribute_size != size_of::<mcapi_uint_t>()
+        {
             return Err(Status::MCAPI_ERR_ATTR_SIZE);
         }
         let value = current_node()?.node_get_attribute(domain_id, node_id, attribute_num)?;

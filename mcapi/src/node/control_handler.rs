@@ -92,7 +92,7 @@ impl ControlHandler {
                 let unspent = peer.map_or(0, |from| node.forget_remote(from, *port));
                 Frame::Value(u64::from(unspent))
             }
-            Frame::NodeAttribute { attribute } => match node.attributes.get(*attribute) {
+            Frame::NodeAttribute { attribute } => match node.node_attribute(*attribute) {
                 Ok(v) => Frame::Value(v),
                 Err(s) => Frame::Refused(s.code()),
             },

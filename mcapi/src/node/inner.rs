@@ -5,7 +5,7 @@ use super::common::{lock, Result};
 use super::fabric::Fab;
 use super::state::State;
 use super::wait::{Backoff, SleepCqs};
-use crate::attributes::NodeAttributes;
+use crate::attributes::{NodeAttributes, NODE_ATTR_EAGER_MAX, NODE_ATTR_MAX_MSG_SIZE};
 use crate::config::Config;
 use crate::control::{ControlServer, JobAuth};
 use crate::semantics::Status;
@@ -56,6 +56,16 @@ pub(super) struct NodeInner {
 type ContactLock = Arc<Mutex<()>>;
 
 impl NodeInner {
+    /// `mcapi_node_get_attribute` of this node: the attributes it was initialized with and
+    /// the extensions its fabric decided (`MCAPI_NODE_ATTR_MAX_MSG_SIZE`, `..._EAGER_MAX`).
+    pub(super) fn node_attribute(&self, attribute: u32) -> Result<u64> {
+        match attribute {
+            NODE_ATTR_MAX_MSG_SIZE => Ok(self.fab.max_msg as u64),
+            NODE_ATTR_EAGER_MAX => Ok(self.fab.eager_max as u64),
+            a => self.attributes.get(a),
+        }
+    }
+
     pub(super) fn live_state(&self) -> Result<MutexGuard<'_, State>> {
         self.check_working()?;
         let st = lock(&self.state);

@@ -85,7 +85,7 @@ impl Node {
         }
         drop(self.inner.live_state()?);
         if (domain, node) == (self.inner.domain_id, self.inner.node_id) {
-            return self.inner.attributes.get(attribute);
+            return self.inner.node_attribute(attribute);
         }
         let peer = match self.inner.connect_peer(domain, node, Some(Instant::now())) {
             Ok(p) => p,
