@@ -48,6 +48,13 @@ const FIRST_SLEEP: Duration = Duration::from_micros(20);
 /// The longest sleep: what is not a completion (a control-plane answer, another thread's
 /// progress, a peer's death) is noticed at least this often.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
+/// The longest sleep during the first [`SHORT_SLEEPS_FOR`] of sleeping: a provider may
+/// hold data it has read off its socket without a completion yet, so the fd stays quiet
+/// while a transfer waits for our progress (ofi_rxm's segmented messages above 16 KiB:
+/// docs/performance.md); a missed wake-up then costs this, not [`MAX_SLEEP`].
+const SHORT_SLEEP: Duration = Duration::from_micros(50);
+/// How long after its spin and yield a wait keeps its sleeps short.
+const SHORT_SLEEPS_FOR: Duration = Duration::from_millis(10);
 
 impl Backoff {
     /// A wait that polls back to back for `spin` first.
@@ -156,7 +163,12 @@ impl Backoff {
                 Ok(Sleep::Pending) => std::thread::yield_now(),
                 Ok(Sleep::Unsupported) | Err(_) => std::thread::sleep(nap),
             }
-            self.sleep = (self.sleep * 2).min(MAX_SLEEP);
+            let cap = if waited < self.spin.saturating_add(YIELD + SHORT_SLEEPS_FOR) {
+                SHORT_SLEEP
+            } else {
+                MAX_SLEEP
+            };
+            self.sleep = (self.sleep * 2).min(cap);
         }
         Ok(())
     }
