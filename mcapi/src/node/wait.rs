@@ -48,10 +48,11 @@ const FIRST_SLEEP: Duration = Duration::from_micros(20);
 /// The longest sleep: what is not a completion (a control-plane answer, another thread's
 /// progress, a peer's death) is noticed at least this often.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
-/// The longest sleep during the first [`SHORT_SLEEPS_FOR`] of sleeping: a provider may
-/// hold data it has read off its socket without a completion yet, so the fd stays quiet
-/// while a transfer waits for our progress (ofi_rxm's segmented messages above 16 KiB:
-/// docs/performance.md); a missed wake-up then costs this, not [`MAX_SLEEP`].
+/// The longest sleep during the first [`SHORT_SLEEPS_FOR`] of sleeping. Where the CQ has no
+/// fd wait object (tcp;ofi_rxm here) a sleep is timed, so its length is how late the call
+/// sees what arrived meanwhile; with sleeps doubling to [`MAX_SLEEP`] at once, a ping-pong
+/// whose round trip once outlasted the spin and yield locked into millisecond round trips
+/// (each side then waited long enough to sleep too: docs/performance-log.md).
 const SHORT_SLEEP: Duration = Duration::from_micros(50);
 /// How long after its spin and yield a wait keeps its sleeps short.
 const SHORT_SLEEPS_FOR: Duration = Duration::from_millis(10);
