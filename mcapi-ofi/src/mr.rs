@@ -44,6 +44,15 @@ const SEND: u64 = 1 << 32;
 const SENDS: u64 = WRITE - SEND;
 // The low 32 bits count the safe reads under way.
 
+/// Where a multi-receive post's generation sits in the context the provider sees: above
+/// the slot record's address (user-space addresses stay below 2^48, checked when a region
+/// is made) and below bit 63 (so the context stays even, a record's).
+const GEN_SHIFT: u32 = 48;
+/// The generation bits (15).
+const GEN_MASK: u64 = 0x7fff;
+/// Slot records must lie below this for their generation bits to be free.
+const RECORD_LIMIT: usize = 1 << GEN_SHIFT;
+
 /// Page-aligned memory registered with a domain, in slots. Cheap to clone (shared).
 ///
 /// The provider reads and writes this memory asynchronously, so the application accesses it
@@ -67,6 +76,9 @@ pub struct MemoryRegion {
 pub(crate) struct Slot {
     state: AtomicU64,
     context: AtomicU64,
+    /// Multi-receive posts so far: a completion carries its post's in its context, so one
+    /// read late by another thread never marks bytes of the next post.
+    generation: AtomicU64,
     /// The address of the region's [`MrInner`], for the completion path.
     region: usize,
 }
@@ -160,6 +172,7 @@ impl MemoryRegion {
                     .map(|_| Slot {
                         state: AtomicU64::new(0),
                         context: AtomicU64::new(0),
+                        generation: AtomicU64::new(0),
                         region,
                     })
                     .collect(),
@@ -167,6 +180,12 @@ impl MemoryRegion {
                 _domain: domain.clone(),
             }
         });
+        let end = inner.slots.as_ptr_range().end as usize;
+        if end > RECORD_LIMIT {
+            return Err(Error::InvalidArgument(
+                "slot records above 2^48 leave no room for their generation",
+            ));
+        }
         Ok(MemoryRegion { inner })
     }
 
@@ -442,10 +461,8 @@ impl MrInner {
         ok
     }
 
-    /// Marks `[offset, offset + len)` of a multi-receive buffer as reported.
-    ///
-    /// Known gap (docs/design.md): with two threads reading one CQ, a thread still marking
-    /// an entry of a buffer's previous post can mark bytes of its next post.
+    /// Marks `[offset, offset + len)` of a multi-receive buffer as reported (by a completion
+    /// of its current post, see [`multi_completed`]).
     fn mark_received(&self, offset: usize, len: usize) {
         if let Some(bits) = self.received.get() {
             for_words(offset, len, |w, mask| {
@@ -577,16 +594,25 @@ impl Buf<'_> {
                 let mr = &self.region.inner;
                 mr.clear_received(mr.index_of(s));
                 s.context.store(context, Ordering::Relaxed);
+                let generation = s.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
                 // WRITE off, RECV and MULTI on; readers that looked meanwhile keep counting.
                 s.state.fetch_xor(WRITE | RECV | MULTI, Ordering::Release);
+                return Ok(record_of(s) | (generation & GEN_MASK) << GEN_SHIFT);
             }
         }
-        Ok(s as *const Slot as usize as u64)
+        Ok(record_of(s))
     }
 
-    /// The provider context of operations on this buffer's slot (`None` for a sink).
+    /// The provider context of the operation posted on this buffer's slot (`None` for a
+    /// sink): its record, with the post's generation for a multi-receive.
     pub(crate) fn record(&self) -> Option<u64> {
-        self.slot.map(|s| s as *const Slot as usize as u64)
+        self.slot.map(|s| {
+            if s.state.load(Ordering::Acquire) & MULTI == 0 {
+                return record_of(s);
+            }
+            let generation = s.generation.load(Ordering::Relaxed);
+            record_of(s) | (generation & GEN_MASK) << GEN_SHIFT
+        })
     }
 
     /// Undoes [`Buf::begin`] after the post failed (the provider never saw the buffer).
@@ -602,13 +628,32 @@ impl Buf<'_> {
     }
 }
 
+/// The address of `slot`'s record: the provider context of its operations (below
+/// [`RECORD_LIMIT`], so a multi-receive's generation fits above it).
+#[inline(always)]
+fn record_of(slot: &Slot) -> u64 {
+    slot as *const Slot as usize as u64
+}
+
+/// Splits a provider context that is not the caller's own (even, non-zero) into the address
+/// of its slot record and the multi-receive generation it was posted with.
+#[inline(always)]
+pub(crate) fn split_record(context: usize) -> (usize, u64) {
+    (
+        context & (RECORD_LIMIT - 1),
+        (context as u64 >> GEN_SHIFT) & GEN_MASK,
+    )
+}
+
 /// What a completion (error completions with `err` non-zero) of an operation posted with
-/// `slot`'s record as context means for the slot; returns the caller's context. `multi` gives
+/// `slot`'s record as context (and, for a multi-receive, generation `generation`) means for
+/// the slot; returns the caller's context. `multi` gives
 /// the slot's region and the completion's flags, buffer and length, which only a
 /// multi-receive's completion needs (so a send's or plain receive's loads none of them).
 #[inline(always)]
 pub(crate) fn completed<'a>(
     slot: &'a Slot,
+    generation: u64,
     err: i32,
     multi: impl FnOnce() -> (&'a MrInner, u64, usize, usize),
 ) -> u64 {
@@ -623,25 +668,42 @@ pub(crate) fn completed<'a>(
         slot.state.fetch_and(!RECV, Ordering::Release);
     } else {
         let (mr, flags, buf, len) = multi();
-        multi_completed(mr, slot, flags, buf, len, err);
+        multi_completed(mr, slot, generation, (flags, buf, len), err);
     }
     context
 }
 
-/// [`completed`] for a multi-receive buffer: marks the bytes the completion reports, and
-/// frees the slot at the buffer's last completion (or its cancellation).
+/// [`completed`] for a multi-receive buffer: marks the bytes the completion (flags, buffer,
+/// length) reports, and frees the slot at the buffer's last completion (or its
+/// cancellation).
+///
+/// The marks are made holding the slot as a reader (so it cannot be posted again meanwhile)
+/// and only while it still holds the post of `generation`: an entry another thread read
+/// before the buffer's last one, but marks after the application posted the buffer again,
+/// marks nothing (its bytes belong to the old post, which nobody reads through the bits).
 #[inline(never)]
-fn multi_completed(mr: &MrInner, slot: &Slot, flags: u64, buf: usize, len: usize, err: i32) {
+fn multi_completed(
+    mr: &MrInner,
+    slot: &Slot,
+    generation: u64,
+    (flags, buf, len): (u64, usize, usize),
+    err: i32,
+) {
     if err == 0 && len > 0 {
+        let prev = slot.state.fetch_add(1, Ordering::Acquire);
+        let same_post = prev & (MULTI | WRITE) == MULTI
+            && slot.generation.load(Ordering::Relaxed) & GEN_MASK == generation;
         let start = mr.index_of(slot) * mr.slot_size;
         let offset = buf.wrapping_sub(mr.mem.addr() as usize);
         // Only what lies inside the posted slot (a provider never reports more).
-        if offset >= start
+        if same_post
+            && offset >= start
             && offset - start <= mr.slot_size
             && len <= mr.slot_size - (offset - start)
         {
             mr.mark_received(offset, len);
         }
+        slot.state.fetch_sub(1, Ordering::Release);
     }
     if flags & crate::flags::MULTI_RECV != 0 || err == ofi_sys::FI_ECANCELED as i32 {
         slot.state.fetch_and(!(RECV | MULTI), Ordering::Release);

@@ -1061,7 +1061,8 @@ fn finish_all(entries: &mut [Completion]) {
 /// The caller's context of a completion whose provider context is `op_context`: an odd value
 /// is the caller's own, shifted ([`crate::mr::plain_context`]); 0 is none (a provider's error
 /// without an operation); anything else is the address of the slot record the operation was
-/// posted with, whose state the completion (error `err`, 0 if none) moves on.
+/// posted with (and above it a multi-receive's generation), whose state the completion
+/// (error `err`, 0 if none) moves on.
 #[inline(always)]
 /// `entry` gives the completion's flags, buffer and length, loaded only for a multi-receive.
 fn finish(
@@ -1073,14 +1074,16 @@ fn finish(
     if v & 1 != 0 || v == 0 {
         return (v >> 1) as u64;
     }
+    let (record, generation) = crate::mr::split_record(v);
     // SAFETY: every operation on an endpoint is posted through `Endpoint` (mode 0: providers
     // never write through the context), which passes either an odd value or the address of a
-    // `Slot` of a region; the endpoint's CQ, the only place its completions are read from,
+    // `Slot` of a region (a multi-receive's generation above it, split off here: regions
+    // refuse to exist with records above 2^48); the endpoint's CQ, the only place its completions are read from,
     // keeps every region posted on alive (`CompletionQueue::pin`), so the slot and the
     // `MrInner` it names (its own Arc's data, which owns the slot) are alive and shared
     // (`Slot` and `MrInner` are accessed through atomics and immutable fields only).
-    let slot = unsafe { &*(v as *const crate::mr::Slot) };
-    crate::mr::completed(slot, err, || {
+    let slot = unsafe { &*(record as *const crate::mr::Slot) };
+    crate::mr::completed(slot, generation, err, || {
         let (flags, buf, len) = entry();
         // SAFETY: as above: the slot's region is alive, its `MrInner` shared.
         let mr = unsafe { &*(slot.region() as *const crate::mr::MrInner) };
@@ -1246,5 +1249,59 @@ impl FabricFid {
             r if r == -(sys::FI_EAGAIN as c_int) => Ok(false),
             r => Err(Error::call("fi_trywait", -r)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finish;
+    use crate::mr::Op;
+    use crate::{flags, Domain, Hints, Info, MemoryRegion};
+    use std::ffi::c_void;
+
+    /// A multi-receive entry that one thread read before the buffer's last entry, but marks
+    /// only after the buffer was posted again (the window two threads reading one CQ open),
+    /// marks nothing of the new post; an entry of the new post does.
+    #[test]
+    fn a_late_entry_of_an_earlier_post_marks_nothing() {
+        let Ok(info) = Info::first(&Hints::new().provider("shm").caps(flags::MULTI_RECV)) else {
+            eprintln!("skipped: shm with FI_MULTI_RECV not offered");
+            return;
+        };
+        let domain = Domain::open_info(&info).expect("domain");
+        let pool = MemoryRegion::with_slots(&domain, 1, 4096).expect("region");
+        let buf = pool.slice(0, 4096).expect("slice");
+        let at = |offset: usize| (pool.addr() + offset) as *mut c_void;
+        let entry = |context: u64, offset: usize, len: usize, last: bool| {
+            let flags = if last { flags::MULTI_RECV } else { 0 };
+            finish(context as usize as *mut c_void, 0, || {
+                (flags, at(offset), len)
+            })
+        };
+        let mut word = [0u8; 8];
+
+        let first = buf.begin(Op::MultiRecv, 7).expect("first post");
+        assert_eq!(buf.record(), Some(first), "cancel names the post as posted");
+        assert_eq!(entry(first, 0, 8, false), 7);
+        pool.read(0, &mut word)
+            .expect("a reported message is readable");
+        assert!(pool.read(8, &mut word).is_err(), "bytes not reported yet");
+        // The buffer's last entry, then the application posts it again.
+        assert_eq!(entry(first, 8, 0, true), 7);
+        let second = buf.begin(Op::MultiRecv, 9).expect("second post");
+        assert_ne!(first, second, "each post has its own generation");
+        assert_eq!(buf.record(), Some(second));
+
+        // Late: an entry of the first post, for bytes the second has not received. (Its
+        // context is the slot's as posted now: the earlier one is gone.)
+        entry(first, 8, 8, false);
+        assert!(
+            pool.read(8, &mut word).is_err(),
+            "a late entry of the earlier post made bytes of the new one readable"
+        );
+        assert_eq!(entry(second, 8, 8, false), 9);
+        pool.read(8, &mut word)
+            .expect("the new post's own entry marks");
+        assert_eq!(entry(second, 16, 0, true), 9);
     }
 }
