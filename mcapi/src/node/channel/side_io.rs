@@ -301,6 +301,34 @@ impl SideIo {
         }
     }
 
+    /// Injects a `pktchan_send_i` packet now if it can go as a raw inject would: small
+    /// enough, a credit at hand and nothing queued before it (FIFO). The provider copies it,
+    /// so it takes no staging buffer and leaves no send completion to read. `false`: it must
+    /// be staged and queued (a refused inject gives its credit back).
+    #[inline]
+    pub(super) fn inject_now(&mut self, data: &[u8]) -> bool {
+        let (SideData::Send(s), Some(ep)) = (&mut self.data, &self.ep) else {
+            return false;
+        };
+        if s.local || data.len() > s.inject_size || s.state.has_queued() {
+            return false;
+        }
+        if !s.state.take_credit() {
+            return false;
+        }
+        let r = ep.inject_data(data, u64::from(s.state.seq()), self.dest);
+        // Anything but success goes the queued way, which retries it and reports a failure.
+        let outcome = if r.is_ok() {
+            Posted::Sent
+        } else {
+            Posted::Again
+        };
+        matches!(
+            s.state.posted(outcome, Status::MCAPI_ERR_TRANSMISSION),
+            Ok(true)
+        )
+    }
+
     /// Copies a `pktchan_send_i` packet into a free staging buffer of this send side;
     /// `None` when every one is taken. Staging buffers come back with their sends'
     /// completions, so the CQ is read first when none is free.
