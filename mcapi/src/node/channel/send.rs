@@ -5,7 +5,7 @@ use super::handle::ChannelHandle;
 use super::limits::CTX_ZERO_COPY;
 use super::req::ChanReq;
 use super::side::Side;
-use super::side_io::post_staged;
+use super::side_io::{post_staged, Inject};
 use super::table::SideSet;
 use super::waiting::ChannelWait;
 use crate::node::common::{lock, Result};
@@ -238,9 +238,23 @@ impl Node {
                 (_, SideData::Send(_)) => false,
                 _ => return Err(Status::MCAPI_ERR_CHAN_INVALID),
             };
-            if !zero_copy && side.local.is_none() && io.inject_now(src.bytes()) {
-                return Ok(true);
+            if !zero_copy && side.local.is_none() {
+                let mut tried = io.inject_now(src.bytes());
+                if tried == Inject::NoCredit {
+                    // Returned credits wait in the CQ, which a sender reads only when it
+                    // must: read now rather than stage the packet and send it later.
+                    side.progress();
+                    if let Some(status) = side.peer_gone {
+                        return Err(status);
+                    }
+                    let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+                    tried = io.inject_now(src.bytes());
+                }
+                if tried == Inject::Sent {
+                    return Ok(true);
+                }
             }
+            let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
             let out = match src {
                 Source::User(buf) if zero_copy => Outgoing::User(buf),
                 src => io
