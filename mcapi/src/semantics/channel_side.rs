@@ -515,7 +515,7 @@ impl RecvSide {
             return None;
         };
         let b = offset.checked_div(self.buffer_size)?;
-        (offset % self.buffer_size == 0 && b < counts.len()).then_some(b)
+        (offset.is_multiple_of(self.buffer_size) && b < counts.len()).then_some(b)
     }
 
     #[inline(always)]
