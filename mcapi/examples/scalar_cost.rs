@@ -6,7 +6,9 @@
 //! `RAW=1` measures the same with libfabric alone, as perftest's raw scl-lat baseline does it
 //! (an 8-byte `fi_tinject` into a posted tagged receive, which is re-posted): the difference
 //! of the two is what MCAPI adds per send and receive. `MSG=1` measures an 8-byte
-//! `msg_send` + `msg_recv` between the two nodes instead (the raw pattern is the same).
+//! `msg_send` + `msg_recv` between the two nodes instead (the raw pattern is the same), and
+//! `PKT=1` an 8-byte packet on a packet channel (`pktchan_send`, `pktchan_recv`,
+//! `pktchan_release`: pkt-lat's calls).
 //!
 //! `cargo run --release -p mcapi --example scalar_cost -- [pairs [rounds]]` (`PROVIDER=tcp` etc. for
 //! another provider than shm; pin it with `taskset -c 1`).
@@ -34,6 +36,8 @@ fn main() {
         raw_pair(&provider)
     } else if std::env::var_os("MSG").is_some() {
         msg_pair(provider)
+    } else if std::env::var_os("PKT").is_some() {
+        pkt_pair(provider)
     } else {
         mcapi_pair(provider)
     };
@@ -79,6 +83,28 @@ fn mcapi_pair(provider: String) -> Box<dyn FnMut(u64)> {
     Box::new(move |i| {
         a.sclchan_send(hs, i, 8).unwrap();
         assert_eq!(b.sclchan_recv(hr, 8).unwrap(), i);
+    })
+}
+
+/// A packet channel between two nodes of this thread; the closure sends `i` as an 8-byte
+/// packet, receives it and releases it.
+fn pkt_pair(provider: String) -> Box<dyn FnMut(u64)> {
+    let (a, b, tx, rx, to) = two_nodes(provider, "pcost");
+    let q = a.pktchan_connect_i(tx, to).unwrap();
+    a.wait(q, None, WAIT).unwrap();
+    let (hs, qs) = a.pktchan_send_open_i(tx).unwrap();
+    let (hr, qr) = b.pktchan_recv_open_i(rx).unwrap();
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || a2.wait(qs, None, WAIT));
+    b.wait(qr, None, WAIT).unwrap();
+    t.join().unwrap().unwrap();
+    let mut word = [0u8; 8];
+    Box::new(move |i| {
+        a.pktchan_send(hs, &i.to_le_bytes()).unwrap();
+        let p = b.pktchan_recv(hr).unwrap();
+        p.copy_to(&mut word);
+        b.pktchan_release(p).unwrap();
+        assert_eq!(u64::from_le_bytes(word), i);
     })
 }
 

@@ -1077,6 +1077,58 @@ fn tiny_packet_channel_sends_nonblocking() {
     }
 }
 
+/// Small `pktchan_send_i` packets: those with a credit at hand are injected (complete on
+/// return), the next ones wait in the staging buffers (pending; one more is refused with
+/// `MCAPI_ERR_MEM_LIMIT`) and are injected from them as credits come back. Round after
+/// round the same number fits: a staging buffer whose packet went by inject is free again
+/// (no send completion will free it), and every packet arrives once, in order.
+#[test]
+fn small_send_i_packets_queued_for_credits_free_their_staging_buffers() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    const BUFFERS: usize = 4;
+    // At most tcp;ofi_rxm's inject size (64 bytes).
+    let packet = |round: usize, i: usize| -> Vec<u8> { vec![(round * 16 + i) as u8; 1 + i] };
+    for prov in providers() {
+        let mut cfg = config(prov, "smallq");
+        cfg.recv_buffers = BUFFERS;
+        let p = Pair::with_config(cfg, 260);
+        let (hs, hr) = open(&p, false, true);
+        // shm refuses a first message (-FI_EAGAIN) until the receiver has read its CQ.
+        p.a.pktchan_send(hs, b"first").unwrap();
+        let pkt = p.b.pktchan_recv(hr).unwrap();
+        release_at(&p.b, pkt.addr()).unwrap();
+        for round in 0..20 {
+            // Credits returned by the last round's releases are in the sender's CQ by now.
+            std::thread::sleep(Duration::from_millis(20));
+            let mut reqs = Vec::new();
+            loop {
+                match p.a.pktchan_send_i(hs, &packet(round, reqs.len())) {
+                    Ok(r) => reqs.push(r),
+                    Err(Status::MCAPI_ERR_MEM_LIMIT) => break,
+                    Err(e) => panic!("{prov}, round {round}: {e}"),
+                }
+                assert!(reqs.len() <= 2 * BUFFERS, "{prov}, round {round}");
+            }
+            assert_eq!(reqs.len(), 2 * BUFFERS, "{prov}, round {round}");
+            for (i, &r) in reqs.iter().enumerate() {
+                let done = p.a.test(r, None).unwrap();
+                assert_eq!(done.is_some(), i < BUFFERS, "{prov}, round {round}: {i}");
+            }
+            for i in 0..2 * BUFFERS {
+                let pkt = p.b.pktchan_recv(hr).unwrap();
+                assert_eq!(pkt.to_vec(), packet(round, i), "{prov}, round {round}");
+                release_at(&p.b, pkt.addr()).unwrap();
+            }
+            for (i, r) in reqs.into_iter().enumerate() {
+                assert_eq!(p.a.wait(r, None, WAIT).unwrap(), 1 + i, "{prov}");
+            }
+        }
+        assert_eq!(p.b.pktchan_available(hr).unwrap(), 0, "{prov}");
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
 /// A packet whose bytes say which packet it is, leaked so a zero-copy send may read it.
 fn leaked_packet(i: usize, len: usize) -> &'static [u8] {
     let v: Vec<u8> = (0..len).map(|k| (k * 13 + i * 7) as u8).collect();

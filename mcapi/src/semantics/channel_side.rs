@@ -86,9 +86,8 @@ pub struct RecvSide {
     returns: CreditReturn,
     /// Slots and buffers free to be posted again; never more than there are.
     to_post: Vec<u32>,
-    /// Packets the application holds, by offset, counted (an empty packet takes no room
-    /// in a multi-receive buffer, so the next one starts at the same offset).
-    held: FxHashMap<usize, u32>,
+    /// Packets the application holds.
+    held: Held,
     received: u32,
     /// How many the sender sent in all, once it closed or died.
     peer_sent: Option<u32>,
@@ -117,7 +116,14 @@ impl RecvSide {
             fifo: VecDeque::with_capacity(capacity as usize),
             returns: CreditReturn::new(capacity),
             to_post: Vec::with_capacity(n),
-            held: FxHashMap::default(),
+            held: if posting == Posting::MultiRecv {
+                Held::ByOffset(FxHashMap::default())
+            } else {
+                Held::ByBuffer {
+                    counts: vec![0; n],
+                    total: 0,
+                }
+            },
             received: 0,
             peer_sent: None,
             pending: VecDeque::with_capacity(16),
@@ -298,13 +304,21 @@ impl RecvSide {
     /// Whether a packet is held at `offset` (a release of it would succeed).
     #[inline]
     pub fn is_held(&self, offset: usize) -> bool {
-        self.held.contains_key(&offset)
+        match &self.held {
+            Held::ByOffset(map) => map.contains_key(&offset),
+            Held::ByBuffer { counts, .. } => {
+                self.plain_buffer(offset).is_some_and(|b| counts[b] > 0)
+            }
+        }
     }
 
     /// Whether the application holds any packet.
     #[inline]
     pub fn holds_packets(&self) -> bool {
-        !self.held.is_empty()
+        match &self.held {
+            Held::ByOffset(map) => !map.is_empty(),
+            Held::ByBuffer { total, .. } => *total > 0,
+        }
     }
 
     /// A `pktchan_recv_i` waits for the next item.
@@ -493,25 +507,64 @@ impl RecvSide {
         self.to_post.push(b);
     }
 
+    /// The buffer a plain receive's packet at `offset` lies in: packets start at a
+    /// buffer's first byte there; `None` for any other offset.
+    #[inline(always)]
+    fn plain_buffer(&self, offset: usize) -> Option<usize> {
+        let Held::ByBuffer { counts, .. } = &self.held else {
+            return None;
+        };
+        let b = offset.checked_div(self.buffer_size)?;
+        (offset.is_multiple_of(self.buffer_size) && b < counts.len()).then_some(b)
+    }
+
     #[inline(always)]
     fn hold(&mut self, offset: usize) {
-        *self.held.entry(offset).or_insert(0) += 1;
+        let b = self.plain_buffer(offset);
+        match (&mut self.held, b) {
+            (Held::ByOffset(map), _) => *map.entry(offset).or_insert(0) += 1,
+            (Held::ByBuffer { counts, total }, Some(b)) => {
+                counts[b] += 1;
+                *total += 1;
+            }
+            // Never: a plain receive's packet starts its buffer.
+            (Held::ByBuffer { .. }, None) => debug_assert!(false, "packet at {offset}"),
+        }
     }
 
     #[inline(always)]
     fn unhold(&mut self, offset: usize) -> bool {
-        match self.held.get_mut(&offset) {
-            Some(1) => {
-                self.held.remove(&offset);
+        let b = self.plain_buffer(offset);
+        match (&mut self.held, b) {
+            (Held::ByOffset(map), _) => match map.get_mut(&offset) {
+                Some(1) => {
+                    map.remove(&offset);
+                    true
+                }
+                Some(n) => {
+                    *n -= 1;
+                    true
+                }
+                None => false,
+            },
+            (Held::ByBuffer { counts, total }, Some(b)) if counts[b] > 0 => {
+                counts[b] -= 1;
+                *total -= 1;
                 true
             }
-            Some(n) => {
-                *n -= 1;
-                true
-            }
-            None => false,
+            (Held::ByBuffer { .. }, _) => false,
         }
     }
+}
+
+/// Packets the application holds, counted where they lie.
+enum Held {
+    /// Multi-receive buffers, by offset (an empty packet takes no room in a buffer, so the
+    /// next one starts at the same offset).
+    ByOffset(FxHashMap<usize, u32>),
+    /// Plain receives: a packet starts its buffer, so a count per buffer (no hashing on a
+    /// packet's way), and their sum.
+    ByBuffer { counts: Vec<u32>, total: usize },
 }
 
 /// Where requests a side completes go (the driver's outbox; a `Vec` in tests).
@@ -906,6 +959,28 @@ mod tests {
 
     fn req(n: u32) -> RequestHandle {
         RequestHandle::from_raw(u64::from(n) + 1)
+    }
+
+    #[test]
+    fn a_plain_buffers_packet_is_released_once_and_only_at_its_start() {
+        let mut r = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 4, 4);
+        assert_eq!(r.packet_arrived(2, 2 * SIZE, 0, 0), (None, Repost::Later));
+        assert_eq!(r.buffer_done(2), Repost::Later);
+        let p = r.take_packet().unwrap();
+        assert_eq!(p.offset, 2 * SIZE);
+        assert!(r.holds_packets() && r.is_held(2 * SIZE));
+        for wrong in [0, SIZE, 2 * SIZE + 1, 3 * SIZE, 4 * SIZE, usize::MAX] {
+            assert!(!r.is_held(wrong), "{wrong}");
+            assert_eq!(
+                r.release(wrong),
+                Err(Status::MCAPI_ERR_BUF_INVALID),
+                "{wrong}"
+            );
+        }
+        assert_eq!(r.release(2 * SIZE).unwrap().0, Repost::Later);
+        assert!(!r.holds_packets() && !r.is_held(2 * SIZE));
+        assert_eq!(r.next_to_post(), Some(2));
+        assert_eq!(r.release(2 * SIZE), Err(Status::MCAPI_ERR_BUF_INVALID));
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub(super) struct SendData {
     pub(super) credit_slots: MemoryRegion,
     pub(super) staging: MemoryRegion,
     pub(super) inject_size: usize,
+    /// A queued packet small enough to inject is copied out of its staging buffer into
+    /// this, and injected from here (a send with a completion costs several times more,
+    /// most of all under ofi_rxm).
+    pub(super) inject_scratch: Vec<u8>,
     /// Credit receives that completed during a zero-copy send, to post again after it.
     pub(super) credit_reposts: Vec<usize>,
     /// The receiver is on this node: packets go to it directly (`local.rs`), not to the

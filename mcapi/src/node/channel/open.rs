@@ -261,6 +261,7 @@ impl NodeInner {
             credit_slots: MemoryRegion::new(domain, 8)?,
             staging: MemoryRegion::with_slots(domain, staged.max(1), payload.max(1))?,
             inject_size: self.fab.inject_size,
+            inject_scratch: vec![0; self.fab.inject_size.min(payload)],
             credit_reposts: Vec::new(),
             local,
         })

@@ -5,7 +5,7 @@ use super::handle::ChannelHandle;
 use super::limits::CTX_ZERO_COPY;
 use super::req::ChanReq;
 use super::side::Side;
-use super::side_io::post_staged;
+use super::side_io::{post_staged, Inject};
 use super::table::SideSet;
 use super::waiting::ChannelWait;
 use crate::node::common::{lock, Result};
@@ -180,10 +180,11 @@ impl Node {
         s.state.posted(posted(&r), Status::MCAPI_ERR_TRANSMISSION)
     }
 
-    /// `mcapi_pktchan_send_i`: sends one packet without blocking. The packet is copied into
-    /// the channel's registered staging buffers, so the request completes (and `data` may be
-    /// reused) as soon as it is handed to the fabric; while the receiver's pool is full it
-    /// stays pending, in order.
+    /// `mcapi_pktchan_send_i`: sends one packet without blocking. A packet up to the inject
+    /// size with a credit at hand is injected and its request is complete on return; any
+    /// other is copied into the channel's registered staging buffers, so the request
+    /// completes (and `data` may be reused) as soon as it is handed to the fabric; while the
+    /// receiver's pool is full it stays pending, in order.
     ///
     /// # Errors
     /// `MCAPI_ERR_CHAN_INVALID`, `MCAPI_ERR_PKT_SIZE`, `MCAPI_ERR_MEM_LIMIT` (all staging
@@ -212,6 +213,7 @@ impl Node {
     }
 
     fn send_i(&self, handle: ChannelHandle, src: Source<'_>) -> Result<RequestHandle> {
+        let len = src.len();
         let req = {
             let mut st = self.inner.live_state()?;
             st.requests.alloc(Req::Chan(ChanReq::Send { handle }))?
@@ -222,7 +224,6 @@ impl Node {
                 .side(handle, ChannelKind::Packet, Direction::Send)?;
             let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
             side.check_usable()?;
-            let len = src.len();
             if len > side.max_payload {
                 return Err(Status::MCAPI_ERR_PKT_SIZE);
             }
@@ -237,6 +238,23 @@ impl Node {
                 (_, SideData::Send(_)) => false,
                 _ => return Err(Status::MCAPI_ERR_CHAN_INVALID),
             };
+            if !zero_copy && side.local.is_none() {
+                let mut tried = io.inject_now(src.bytes());
+                if tried == Inject::NoCredit {
+                    // Returned credits wait in the CQ, which a sender reads only when it
+                    // must: read now rather than stage the packet and send it later.
+                    side.progress();
+                    if let Some(status) = side.peer_gone {
+                        return Err(status);
+                    }
+                    let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+                    tried = io.inject_now(src.bytes());
+                }
+                if tried == Inject::Sent {
+                    return Ok(true);
+                }
+            }
+            let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
             let out = match src {
                 Source::User(buf) if zero_copy => Outgoing::User(buf),
                 src => io
@@ -256,13 +274,22 @@ impl Node {
             } else if io.has_queued_send() {
                 side.progress();
             }
-            Ok(())
+            Ok(false)
         })();
-        if let Err(e) = queued {
-            // The call fails: the request never reaches the application (allocated above,
-            // so releasing it cannot fail).
-            _ = lock(&self.inner.state).requests.release(req);
-            return Err(e);
+        match queued {
+            // Injected: complete already (no other thread knows the request yet).
+            Ok(true) => lock(&self.inner.state).requests.complete_if_pending(
+                req,
+                Status::MCAPI_SUCCESS,
+                len,
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                // The call fails: the request never reaches the application (allocated
+                // above, so releasing it cannot fail).
+                _ = lock(&self.inner.state).requests.release(req);
+                return Err(e);
+            }
         }
         self.inner.flush_completed();
         Ok(req)

@@ -16,6 +16,17 @@ use mcapi_ofi::{
 use std::sync::Arc;
 use std::time::Instant;
 
+/// What [`SideIo::inject_now`] did with a packet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Inject {
+    /// Injected: the request is complete.
+    Sent,
+    /// Small enough, nothing queued before it, but no credit at hand.
+    NoCredit,
+    /// It goes the staged or zero-copy way.
+    Queue,
+}
+
 /// The fabric part of an open side.
 pub(super) struct SideIo {
     // Declared before the objects it is bound to and before the memory it uses.
@@ -280,7 +291,15 @@ impl SideIo {
             return;
         }
         while let Some(next) = s.state.next_queued() {
+            let mut injected = None;
             let r = match next {
+                NextSend::Staged { slot, len, seq } if len <= s.inject_scratch.len() => {
+                    let scratch = &mut s.inject_scratch[..len];
+                    injected = Some(slot);
+                    s.staging
+                        .read(slot * payload, scratch)
+                        .and_then(|()| ep.inject_data(scratch, u64::from(seq), self.dest))
+                }
                 NextSend::Staged { slot, len, seq } => {
                     s.staging.slice(slot * payload, len).and_then(|buf| {
                         ep.send(
@@ -295,9 +314,42 @@ impl SideIo {
                     ep.send_from(buf, u64::from(seq), self.dest, CTX_USER | zslot as u64)
                 }
             };
-            if !s.state.queued_posted(posted(&r), &mut self.out) {
+            let outcome = posted(&r);
+            if let (Some(slot), Posted::Sent) = (injected, outcome) {
+                // Injected: no completion will free the staging buffer.
+                s.state.return_staging(slot);
+            }
+            if !s.state.queued_posted(outcome, &mut self.out) {
                 return;
             }
+        }
+    }
+
+    /// Injects a `pktchan_send_i` packet now if it can go as a raw inject would: small
+    /// enough, a credit at hand and nothing queued before it (FIFO). The provider copies it,
+    /// so it takes no staging buffer and leaves no send completion to read. Otherwise it
+    /// must be staged and queued (a refused inject gives its credit back).
+    #[inline]
+    pub(super) fn inject_now(&mut self, data: &[u8]) -> Inject {
+        let (SideData::Send(s), Some(ep)) = (&mut self.data, &self.ep) else {
+            return Inject::Queue;
+        };
+        if s.local || data.len() > s.inject_size || s.state.has_queued() {
+            return Inject::Queue;
+        }
+        if !s.state.take_credit() {
+            return Inject::NoCredit;
+        }
+        let r = ep.inject_data(data, u64::from(s.state.seq()), self.dest);
+        // Anything but success goes the queued way, which retries it and reports a failure.
+        let outcome = if r.is_ok() {
+            Posted::Sent
+        } else {
+            Posted::Again
+        };
+        match s.state.posted(outcome, Status::MCAPI_ERR_TRANSMISSION) {
+            Ok(true) => Inject::Sent,
+            _ => Inject::Queue,
         }
     }
 
