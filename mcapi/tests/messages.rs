@@ -1441,11 +1441,12 @@ fn the_configured_spin_decides_whether_a_blocked_call_keeps_its_core() {
             let blocked = voluntary_switches() - blocked;
             let (cpu, waited) = (thread_cpu_time() - cpu, start.elapsed());
             sender.join().unwrap();
-            // Sleeping through 200 ms takes dozens of sleeps (each at most 2 ms); spinning,
-            // a stray lock wait or two at most.
+            // Sleeping through 200 ms takes a hundred sleeps or more (each at most 2 ms) and
+            // a few ms of CPU. Spinning keeps the core unless the machine is loaded, and then
+            // it still blocks only on a lock now and then (the background thread's).
+            let spun = cpu >= waited / 2 || blocked < 20;
             assert_eq!(
-                blocked < 10,
-                busy,
+                spun, busy,
                 "{name} with a spin of {spin:?}: blocked {blocked} times, {cpu:?} on the CPU \
                  in {waited:?}"
             );
