@@ -253,13 +253,18 @@ fn the_counter_sees_an_allocation() {
 }
 
 /// Messages too: blocking sends of small (injected) and large messages, `msg_send_i`, and
-/// blocking and `msg_recv_i` receives, one sending and one receiving thread.
+/// blocking and `msg_recv_i` receives, one sending and one receiving thread; the large
+/// ones eager, then by rendezvous (a threshold of 16 KiB: staged, read ahead, copied out).
 #[test]
 fn message_sends_and_receives_allocate_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
     let large: Vec<u8> = (0..LARGE).map(|i| i as u8).collect();
-    for prov in providers() {
-        let cfg = config(prov);
+    let runs = providers()
+        .into_iter()
+        .flat_map(|p| [(p, None), (p, Some(16 << 10))]);
+    for (prov, eager_max) in runs {
+        let mut cfg = config(prov);
+        cfg.eager_max = eager_max;
         let a = Node::initialize(0, 62, cfg.clone()).unwrap();
         let b = Node::initialize(0, 63, cfg).unwrap();
         let from = a.endpoint_create(30).unwrap();
@@ -289,7 +294,8 @@ fn message_sends_and_receives_allocate_nothing() {
         assert_eq!(
             (sent, received),
             (0, 0),
-            "{prov}: allocations (sender, receiver) in {COUNTED_ROUNDS} rounds of 4 messages"
+            "{prov} (eager up to {eager_max:?}): allocations (sender, receiver) in \
+             {COUNTED_ROUNDS} rounds of 4 messages"
         );
         a.finalize().unwrap();
         b.finalize().unwrap();
