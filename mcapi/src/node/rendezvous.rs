@@ -195,6 +195,13 @@ impl NodeInner {
         if r.staged_bytes > 0 && r.staged_bytes + data.len() > STAGING_BUDGET {
             return Ok(None);
         }
+        if r.cache.capacity() == 0 {
+            // Sized once: how many messages are staged at once varies with the receivers'
+            // pace, and a list grown later would allocate on a warm path.
+            r.cache.reserve(STAGING_CACHE);
+            r.staged.reserve(STAGING_CACHE);
+            r.free_ids.reserve(STAGING_CACHE);
+        }
         let best = r
             .cache
             .iter()
