@@ -1678,9 +1678,10 @@ fn await_true(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// Rendezvous messages are read as soon as their descriptors arrive, before any receive,
-/// within the receiver's 64 MiB of receive staging (the sender's staging is freed as each
-/// read ends); an endpoint deleted with messages read and messages waiting for room frees
-/// its receive staging, and the sender is told of every message (nothing stays staged).
+/// within the receiver's read-ahead budget (16 MiB: four 4 MiB messages; the sender's
+/// staging is freed as each read ends); an endpoint deleted with messages read and
+/// messages waiting for room frees its receive staging, and the sender is told of every
+/// message (nothing stays staged).
 #[test]
 fn prefetched_rendezvous_messages_are_freed_with_their_endpoint() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
@@ -1691,24 +1692,24 @@ fn prefetched_rendezvous_messages_are_freed_with_their_endpoint() {
         let rx = b.endpoint_create(1).unwrap();
         let tx = a.endpoint_create(1).unwrap();
         let to = a.endpoint_get(0, 64, 1, None).unwrap();
-        let max = mcapi::MAX_MSG_SIZE;
+        let len = 4 << 20;
         for i in 0..3 {
-            a.msg_send(tx, to, &pattern(max, 30 + i), 0).unwrap();
+            a.msg_send(tx, to, &pattern(len, 30 + i), 0).unwrap();
         }
         // Read by b's progress (its background thread) while nobody receives.
         await_true("three read ahead", || {
             a.staged_messages() == Ok(0) && b.fetched_messages() == Ok(3)
         });
-        let mut buf = vec![0u8; max];
-        assert_eq!(b.msg_recv(rx, &mut buf), Ok(max));
+        let mut buf = vec![0u8; len];
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(len));
         assert!(
-            buf == pattern(max, 30),
+            buf == pattern(len, 30),
             "{prov}: a prefetched message's content"
         );
         assert_eq!(b.fetched_messages(), Ok(2));
         // Three more: four fit the budget, the fifth waits (still staged at a).
         for i in 3..6 {
-            a.msg_send(tx, to, &pattern(max, 30 + i), 0).unwrap();
+            a.msg_send(tx, to, &pattern(len, 30 + i), 0).unwrap();
         }
         await_true("four read ahead, one waiting", || {
             a.staged_messages() == Ok(1) && b.fetched_messages() == Ok(4)

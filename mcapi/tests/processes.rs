@@ -252,9 +252,9 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
     child.expect("ready")?;
     let big = pattern(mcapi::MAX_MSG_SIZE, 3);
-    // The receiver's node reads (prefetches) four into its 64 MiB of receive staging
-    // although its application takes none; four more fill this node's 64 MiB staging.
-    for _ in 0..8 {
+    // The receiver's node reads one ahead (its 16 MiB read-ahead budget) although its
+    // application takes none; four more fill this node's 64 MiB staging.
+    for _ in 0..5 {
         a.msg_send(tx, to, &big, 0)?;
     }
     let start = Instant::now();
@@ -320,9 +320,9 @@ fn endpoint_deleted_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     Ok(())
 }
 
-/// The sender dies with rendezvous messages queued here: those whose reads were done
-/// (prefetched into receive staging) are still delivered, content checked; those waiting
-/// for receive staging room end their receives with MCAPI_ERR_TRANSMISSION; nothing stays
+/// The sender dies with rendezvous messages queued here: the one whose read was done
+/// (read ahead into receive staging) is still delivered, content checked; those waiting
+/// for read-ahead room end their receives with MCAPI_ERR_TRANSMISSION; nothing stays
 /// held.
 fn sender_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     let job = format!("bigsdie-{prov}-{}", std::process::id());
@@ -332,8 +332,8 @@ fn sender_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     let mut child = Peer::spawn("bigsender-dies", prov, &job)?;
     child.expect("sent")?;
     let start = Instant::now();
-    // Four fit the receive staging budget (64 MiB) and are read at once; four wait.
-    while node.msg_available(rx)? < 8 || node.fetched_messages()? < 4 {
+    // One fits the read-ahead budget (16 MiB) and is read at once; four wait.
+    while node.msg_available(rx)? < 5 || node.fetched_messages()? < 1 {
         if start.elapsed() > Duration::from_secs(60) {
             return Err("the messages never arrived".into());
         }
@@ -342,13 +342,11 @@ fn sender_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     child.kill()?;
     let max = mcapi::MAX_MSG_SIZE;
     let mut buf = vec![0u8; max];
-    for i in 0..4u32 {
-        let n = node.msg_recv(rx, &mut buf)?;
-        if n != max || buf != pattern(max, 20 + i) {
-            return Err(format!("message {i}: {n} bytes, content differs").into());
-        }
+    let n = node.msg_recv(rx, &mut buf)?;
+    if n != max || buf != pattern(max, 20) {
+        return Err(format!("the message read ahead: {n} bytes, content differs").into());
     }
-    for i in 4..8 {
+    for i in 1..5 {
         match node.msg_recv(rx, &mut buf) {
             Err(Status::MCAPI_ERR_TRANSMISSION) => {}
             other => return Err(format!("message {i} of a dead sender: {other:?}").into()),
@@ -467,7 +465,8 @@ fn child(spec: &str) {
             let to = a
                 .endpoint_get(0, 56, 1, Some(Duration::from_secs(30)))
                 .unwrap();
-            for i in 0..8 {
+            // One read ahead by the receiver, four staged here.
+            for i in 0..5 {
                 a.msg_send(tx, to, &pattern(mcapi::MAX_MSG_SIZE, 20 + i), 0)
                     .unwrap();
             }

@@ -25,8 +25,10 @@ use std::collections::VecDeque;
 
 /// Receive staging is cut into chunks of this size; each read fills one.
 const CHUNK: usize = 1 << 20;
-/// Bytes of receive staging that messages read ahead may hold.
-pub(super) const RECV_STAGING_BUDGET: usize = 64 << 20;
+/// Bytes of receive staging that messages read ahead may hold: one largest message, or
+/// several smaller ones. Not more: reading far ahead on shm moves the data through more
+/// memory than the caches hold, and the copies slow down (docs/performance.md).
+pub(super) const RECV_STAGING_BUDGET: usize = MAX_MSG_SIZE;
 /// Chunks of the largest message: a receive that needs a message not read yet can always
 /// start its reads from these, whatever the read-ahead holds.
 const MAX_CHUNKS: usize = MAX_MSG_SIZE.div_ceil(CHUNK);
