@@ -29,6 +29,9 @@ const CHUNK: usize = 1 << 20;
 /// several smaller ones. Not more: reading far ahead on shm moves the data through more
 /// memory than the caches hold, and the copies slow down (docs/performance.md).
 pub(super) const RECV_STAGING_BUDGET: usize = MAX_MSG_SIZE;
+/// Reads in flight at most (more measured slower on shm: they all end together, and the
+/// copy-out of the first waits for the last).
+const READ_WINDOW: usize = 4;
 /// Chunks of the largest message: a receive that needs a message not read yet can always
 /// start its reads from these, whatever the read-ahead holds.
 const MAX_CHUNKS: usize = MAX_MSG_SIZE.div_ceil(CHUNK);
@@ -92,8 +95,11 @@ pub(super) struct Fetches {
     /// Messages whose reads wait for room, oldest first: receive slot, sender, endpoint
     /// (a message taken or discarded meanwhile leaves the list).
     pub(super) deferred: VecDeque<(u32, u16, u32)>,
-    /// Fetches with reads the provider has not taken yet (-FI_EAGAIN).
-    unposted: usize,
+    /// Fetches with reads not posted yet, in the order they started: reads go out in
+    /// message order, at most [`READ_WINDOW`] in flight.
+    queue: VecDeque<u32>,
+    /// Reads posted and not completed.
+    in_flight: usize,
     /// Messages whose reads are in flight.
     pub(super) reading: usize,
     /// Counts messages whose reads ended (see `Rendezvous::keep_polling`).
@@ -113,7 +119,7 @@ pub(super) enum FetchOutcome {
 impl Fetches {
     /// Whether reads wait to be posted or to start (`advance_fetches` has work).
     pub(super) fn waiting(&self) -> bool {
-        self.unposted > 0 || !self.deferred.is_empty()
+        !self.queue.is_empty() || !self.deferred.is_empty()
     }
 
     fn state_of(&self, slot: u32) -> u32 {
@@ -156,8 +162,9 @@ impl Fetches {
         self.free.push(i as u16);
         if !f.done() {
             self.reading -= 1;
+            self.in_flight -= f.pending as usize;
             if f.posted < f.n {
-                self.unposted -= 1;
+                self.queue.retain(|&q| q != index);
             }
         }
         if self.state_of(f.slot) == index {
@@ -266,76 +273,73 @@ impl NodeInner {
             // Nothing to read: it ends at once.
             fetch.posted = fetch.n;
         } else if fetch.n > 0 {
-            f.unposted += 1;
+            f.queue.push_back(index);
         }
         f.fetches[i as usize] = Some(fetch);
         self.staged_out
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.post_reads(st, index);
+        if st.rndv.fetches.get_mut(index).is_some_and(|f| f.done()) {
+            self.fetch_ended(st, index);
+        } else {
+            self.pump_reads(st);
+        }
     }
 
-    /// Posts the reads of fetch `index` the provider has not taken yet; ends the fetch if
-    /// nothing is left in flight.
-    fn post_reads(&self, st: &mut State, index: u32) {
-        let Some(f) = st.rndv.fetches.get_mut(index) else {
-            return;
-        };
-        if f.posted < f.n {
+    /// Posts the next reads in message order while fewer than [`READ_WINDOW`] are in
+    /// flight: the message at the head of the line completes first, and its copy-out
+    /// overlaps the reads behind it (all at once, they would all end together).
+    fn pump_reads(&self, st: &mut State) {
+        while st.rndv.fetches.in_flight < READ_WINDOW {
+            let Some(&index) = st.rndv.fetches.queue.front() else {
+                return;
+            };
+            let Some(f) = st.rndv.fetches.get_mut(index).filter(|f| f.posted < f.n) else {
+                st.rndv.fetches.queue.pop_front();
+                continue;
+            };
             let dest = st.peers[f.peer as usize].addr;
             let chunks = &st.rndv.fetches.chunks;
             let Some(f) = st.rndv.fetches.fetches[(index & 0xFFFF) as usize].as_mut() else {
                 return;
             };
-            while f.posted < f.n && !f.failed {
-                let k = f.posted as usize;
-                let at = k * CHUNK;
-                let len = (f.len - at).min(CHUNK);
-                let chunk = &chunks[f.chunks[k] as usize];
-                let posted = chunk.region.slice(chunk.offset, len).and_then(|buf| {
-                    let ctx = Context::Read(index).encode();
-                    self.fab.ep.read(buf, dest, f.addr + at as u64, f.key, ctx)
-                });
-                match posted {
-                    Ok(()) => {
-                        f.posted += 1;
-                        f.pending += 1;
-                    }
-                    // The provider's queue is full: the rest later (`advance_fetches`).
-                    Err(e) if e.is_again() => return,
-                    Err(e) => {
-                        log::info!("a rendezvous read could not be posted: {e}");
-                        f.failed = true;
-                    }
+            let k = f.posted as usize;
+            let at = k * CHUNK;
+            let len = (f.len - at).min(CHUNK);
+            let chunk = &chunks[f.chunks[k] as usize];
+            let posted = chunk.region.slice(chunk.offset, len).and_then(|buf| {
+                let ctx = Context::Read(index).encode();
+                self.fab.ep.read(buf, dest, f.addr + at as u64, f.key, ctx)
+            });
+            match posted {
+                Ok(()) => {
+                    f.posted += 1;
+                    f.pending += 1;
+                    st.rndv.fetches.in_flight += 1;
+                }
+                // The provider's queue is full: the rest later (`advance_fetches`).
+                Err(e) if e.is_again() => return,
+                Err(e) => {
+                    log::info!("a rendezvous read could not be posted: {e}");
+                    // The reads not posted never will be.
+                    f.failed = true;
+                    f.posted = f.n;
                 }
             }
-            // Failed: the reads not posted never will be.
-            f.posted = f.n;
-            st.rndv.fetches.unposted -= 1;
-        }
-        if st.rndv.fetches.get_mut(index).is_some_and(|f| f.done()) {
-            self.fetch_ended(st, index);
+            if f.posted == f.n {
+                let done = f.pending == 0;
+                st.rndv.fetches.queue.pop_front();
+                if done {
+                    self.fetch_ended(st, index);
+                }
+            }
         }
     }
 
-    /// Posts what the provider refused before, and starts deferred reads that now fit.
+    /// Posts reads the window or the provider held back, and starts deferred reads that
+    /// now fit.
     pub(super) fn advance_fetches(&self, st: &mut State) {
-        if st.rndv.fetches.unposted > 0 {
-            for i in 0..st.rndv.fetches.fetches.len() {
-                let index = match &st.rndv.fetches.fetches[i] {
-                    Some(f) if f.posted < f.n => u32::from(f.generation) << 16 | i as u32,
-                    _ => continue,
-                };
-                self.post_reads(st, index);
-                if st
-                    .rndv
-                    .fetches
-                    .get_mut(index)
-                    .is_some_and(|f| f.posted < f.n)
-                {
-                    // Still refused: the provider's queue is full.
-                    return;
-                }
-            }
+        if !st.rndv.fetches.queue.is_empty() {
+            self.pump_reads(st);
         }
         while let Some(&(slot, peer, port)) = st.rndv.fetches.deferred.front() {
             if st.rndv.fetches.state_of(slot) != DEFERRED {
@@ -364,8 +368,13 @@ impl NodeInner {
         }
         f.pending -= 1;
         f.failed |= !ok;
-        if f.done() {
+        let done = f.done();
+        st.rndv.fetches.in_flight -= 1;
+        if done {
             self.fetch_ended(st, index);
+        }
+        if !st.rndv.fetches.queue.is_empty() {
+            self.pump_reads(st);
         }
     }
 
