@@ -276,8 +276,6 @@ impl NodeInner {
             f.queue.push_back(index);
         }
         f.fetches[i as usize] = Some(fetch);
-        self.staged_out
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         if st.rndv.fetches.get_mut(index).is_some_and(|f| f.done()) {
             self.fetch_ended(st, index);
         } else {

@@ -165,7 +165,7 @@ impl Node {
                             staged?;
                             // The staging budget is spent: wait for a receiver to read
                             // (which needs our progress: keep polling while reads end).
-                            if st.rndv.keep_polling(&mut rndv_seen) {
+                            if st.rndv.keep_polling(&mut rndv_seen, backoff.waited_long()) {
                                 backoff.restart();
                             }
                             drop(st);
@@ -236,7 +236,7 @@ impl Node {
                 }
                 continue;
             }
-            if st.rndv.keep_polling(&mut rndv_seen) {
+            if st.rndv.keep_polling(&mut rndv_seen, backoff.waited_long()) {
                 // Credits come back as receivers read what we staged, which needs our
                 // progress.
                 backoff.restart();
@@ -380,7 +380,7 @@ impl Node {
             if let Some(n) = self.inner.take_message(&mut st, port, buf)? {
                 return Ok(n);
             }
-            if st.rndv.keep_polling(&mut rndv_seen) {
+            if st.rndv.keep_polling(&mut rndv_seen, backoff.waited_long()) {
                 // Reads move only as fast as both nodes' progress (manual-progress
                 // providers): keep polling, without the lock between polls.
                 backoff.restart();

@@ -154,13 +154,16 @@ fn progress_in_background(node: Weak<NodeInner>) {
             return;
         }
         // Staged messages are read by their receivers, which on manual-progress providers
-        // needs this node's CQ read too, as do our own reads: keep polling often meanwhile.
-        let staged = st.rndv.outstanding() > 0 || st.rndv.fetches.reading > 0;
+        // needs this node's CQ read too: keep polling often meanwhile. (Our own reads need
+        // it as well, but a call waiting for one polls itself, and while the application
+        // does not call in, the rule above has this thread progress.)
+        let staged = st.rndv.outstanding() > 0;
+        let busy_reading = st.rndv.fetches.reading > 0;
         if !staged {
             node.staged_out.store(false, Ordering::Relaxed);
         }
         seen_app_progress = app;
-        let busy = node.progress_counting(&mut st) > 0 || staged;
+        let busy = node.progress_counting(&mut st) > 0 || staged || busy_reading;
         drop(st);
         let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;
         node.flush_completed();

@@ -116,13 +116,15 @@ pub(super) struct Rendezvous {
 
 impl Rendezvous {
     /// Whether a blocked call should keep polling rather than sleep: a read of ours is in
-    /// flight (it moves with our progress), or rendezvous traffic moved since `seen` (a
-    /// receiver reading what we staged needs our progress too).
-    pub(super) fn keep_polling(&self, seen: &mut u32) -> bool {
+    /// flight (it moves with our progress), or a receiver may be reading what we staged
+    /// (which needs our progress too): for the first `SLOW_AFTER` of the wait, and after
+    /// that while rendezvous traffic moved since `seen` (a receiver that never reads does
+    /// not keep us spinning).
+    pub(super) fn keep_polling(&self, seen: &mut u32, waited_long: bool) -> bool {
         let now = self.events();
         let moved = now != *seen;
         *seen = now;
-        self.fetches.reading > 0 || (moved && self.outstanding() > 0)
+        self.fetches.reading > 0 || ((moved || !waited_long) && self.outstanding() > 0)
     }
 
     /// Counts staged messages released and reads ended.
