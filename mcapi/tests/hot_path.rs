@@ -301,7 +301,7 @@ fn message_sends_and_receives_allocate_nothing() {
         };
         // A rendezvous sender makes a staging region whenever more messages than ever
         // before wait for their reads (a pace the receiver sets): warmed longer.
-        let warm = if eager_max.is_some() {
+        let warm = if a.eager_max() < LARGE {
             COUNTED_ROUNDS
         } else {
             WARM_ROUNDS
