@@ -3,9 +3,10 @@
 //!
 //! As soon as a rendezvous descriptor arrives (in the CQ read that delivers it), its data is
 //! read (`fi_read`) into receive staging: a pool of 1 MiB chunks, one registered region made
-//! at the first read, a message in as many chunks as it needs, each chunk one read, all in
-//! flight at once, and several messages at once within [`RECV_STAGING_BUDGET`];
-//! descriptors beyond it wait their turn ([`Fetches`]' deferred list). When a message's
+//! at the first read, a message in as many chunks as it needs, each chunk one read, at most
+//! [`READ_WINDOW`] in flight in message order, and several messages at once within
+//! [`RECV_STAGING_BUDGET`]; descriptors beyond it wait their turn ([`Fetches`]' deferred
+//! list). When a message's
 //! reads end the sender is told (`RndvDone`), which frees its staging. The receive that
 //! takes the message copies it out of its chunks, waiting (without the state lock between
 //! polls) while its reads are under way; one whose reads wait for room starts them then,
@@ -55,7 +56,7 @@ struct Fetch {
     /// Its chunks, in order (`n` of them).
     chunks: [u16; MAX_CHUNKS],
     n: u8,
-    /// Reads posted so far (the rest wait for the provider to take them).
+    /// Reads posted so far (the rest wait for the read window or the provider).
     posted: u8,
     /// Reads posted and not yet completed.
     pending: u8,
