@@ -1678,6 +1678,71 @@ fn large_messages_by_rendezvous_keep_content_priorities_and_order() {
             order.push(i);
         }
         assert_eq!(order, expect);
+        assert_eq!(
+            b.fetched_messages(),
+            Ok(0),
+            "{prov}: reads held after the last take"
+        );
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+/// Waits (up to 30 s) until `what` holds.
+fn await_true(what: &str, mut f: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(std::time::Instant::now() < until, "never: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Rendezvous messages are read as soon as their descriptors arrive, before any receive,
+/// within the receiver's read-ahead budget (16 MiB: four 4 MiB messages; the sender's
+/// staging is freed as each read ends); an endpoint deleted with messages read and
+/// messages waiting for room frees its receive staging, and the sender is told of every
+/// message (nothing stays staged).
+#[test]
+fn prefetched_rendezvous_messages_are_freed_with_their_endpoint() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "prefetch");
+        let a = Node::initialize(0, 63, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 64, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a.endpoint_get(0, 64, 1, None).unwrap();
+        let len = 4 << 20;
+        for i in 0..3 {
+            a.msg_send(tx, to, &pattern(len, 30 + i), 0).unwrap();
+        }
+        // Read by b's progress (its background thread) while nobody receives.
+        await_true("three read ahead", || {
+            a.staged_messages() == Ok(0) && b.fetched_messages() == Ok(3)
+        });
+        let mut buf = vec![0u8; len];
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(len));
+        assert!(
+            buf == pattern(len, 30),
+            "{prov}: a prefetched message's content"
+        );
+        assert_eq!(b.fetched_messages(), Ok(2));
+        // Three more: four fit the budget, the fifth waits (still staged at a).
+        for i in 3..6 {
+            a.msg_send(tx, to, &pattern(len, 30 + i), 0).unwrap();
+        }
+        await_true("four read ahead, one waiting", || {
+            a.staged_messages() == Ok(1) && b.fetched_messages() == Ok(4)
+        });
+        b.endpoint_delete(rx).unwrap();
+        assert_eq!(
+            b.fetched_messages(),
+            Ok(0),
+            "{prov}: reads held after the delete"
+        );
+        await_true("the waiting message released", || {
+            a.staged_messages() == Ok(0)
+        });
         a.finalize().unwrap();
         b.finalize().unwrap();
     }

@@ -34,6 +34,9 @@ fn main() {
             Trial::test(format!("{prov}::receiver_dies_mid_rendezvous"), move || {
                 receiver_dies_mid_rendezvous(prov)
             }),
+            Trial::test(format!("{prov}::sender_dies_mid_rendezvous"), move || {
+                sender_dies_mid_rendezvous(prov)
+            }),
             Trial::test(
                 format!("{prov}::endpoint_deleted_mid_rendezvous"),
                 move || endpoint_deleted_mid_rendezvous(prov),
@@ -249,12 +252,17 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
     child.expect("ready")?;
     let big = pattern(mcapi::MAX_MSG_SIZE, 3);
-    // Four fill the node's 64 MiB staging budget.
-    for _ in 0..4 {
+    // The receiver's node reads one ahead (its 16 MiB read-ahead budget) although its
+    // application takes none; four more fill this node's 64 MiB staging.
+    for _ in 0..5 {
         a.msg_send(tx, to, &big, 0)?;
     }
-    if a.staged_messages()? != 4 {
-        return Err(format!("{} staged, expected 4", a.staged_messages()?).into());
+    let start = Instant::now();
+    while a.staged_messages()? != 4 {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(format!("{} staged, expected 4", a.staged_messages()?).into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
     child.kill()?;
     a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
@@ -309,6 +317,45 @@ fn endpoint_deleted_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     }
     child.finish()?;
     a.finalize()?;
+    Ok(())
+}
+
+/// The sender dies with rendezvous messages queued here: the one whose read was done
+/// (read ahead into receive staging) is still delivered, content checked; those waiting
+/// for read-ahead room end their receives with MCAPI_ERR_TRANSMISSION; nothing stays
+/// held.
+fn sender_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
+    let job = format!("bigsdie-{prov}-{}", std::process::id());
+    let node = Node::initialize(0, 56, config(prov, &job))?;
+    let rx = node.endpoint_create(1)?;
+    node.set_endpoint_timeout(rx, Some(Duration::from_secs(30)))?;
+    let mut child = Peer::spawn("bigsender-dies", prov, &job)?;
+    child.expect("sent")?;
+    let start = Instant::now();
+    // One fits the read-ahead budget (16 MiB) and is read at once; four wait.
+    while node.msg_available(rx)? < 5 || node.fetched_messages()? < 1 {
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err("the messages never arrived".into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill()?;
+    let max = mcapi::MAX_MSG_SIZE;
+    let mut buf = vec![0u8; max];
+    let n = node.msg_recv(rx, &mut buf)?;
+    if n != max || buf != pattern(max, 20) {
+        return Err(format!("the message read ahead: {n} bytes, content differs").into());
+    }
+    for i in 1..5 {
+        match node.msg_recv(rx, &mut buf) {
+            Err(Status::MCAPI_ERR_TRANSMISSION) => {}
+            other => return Err(format!("message {i} of a dead sender: {other:?}").into()),
+        }
+    }
+    if node.msg_available(rx)? != 0 || node.fetched_messages()? != 0 {
+        return Err(format!("{} reads still held", node.fetched_messages()?).into());
+    }
+    node.finalize()?;
     Ok(())
 }
 
@@ -386,7 +433,9 @@ fn child(spec: &str) {
             let to = n
                 .endpoint_get(0, 50, 1, Some(Duration::from_secs(30)))
                 .unwrap();
-            n.msg_send(tx, to, &pattern(mcapi::MAX_MSG_SIZE, 1), 1)
+            // Priority 0: a message whose data is still being read is not available yet,
+            // so a receive waiting for it takes a higher-priority one that arrives meanwhile.
+            n.msg_send(tx, to, &pattern(mcapi::MAX_MSG_SIZE, 1), 0)
                 .unwrap();
             let mut reqs = Vec::new();
             for (i, &(len, prio)) in MIX.iter().enumerate() {
@@ -406,6 +455,23 @@ fn child(spec: &str) {
             let b = Node::initialize(0, 53, config(prov, job)).unwrap();
             let _rx = b.endpoint_create(5).unwrap();
             println!("ready");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        "bigsender-dies" => {
+            let a = Node::initialize(0, 57, config(prov, job)).unwrap();
+            let tx = a.endpoint_create(1).unwrap();
+            let to = a
+                .endpoint_get(0, 56, 1, Some(Duration::from_secs(30)))
+                .unwrap();
+            // One read ahead by the receiver, four staged here.
+            for i in 0..5 {
+                a.msg_send(tx, to, &pattern(mcapi::MAX_MSG_SIZE, 20 + i), 0)
+                    .unwrap();
+            }
+            println!("sent");
+            // Killed here.
             loop {
                 std::thread::sleep(Duration::from_secs(1));
             }

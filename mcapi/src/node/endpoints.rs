@@ -329,9 +329,8 @@ impl NodeInner {
                 continue;
             }
             if a.rndv {
-                // Its sender frees the data it staged.
-                let id = self.descriptor_in(a.slot).id;
-                self.send_rndv_done(st, a.peer, port, id);
+                // Its sender frees the data it staged (once a read in flight ends).
+                self.fetch_discarded(st, a.slot, a.peer, port);
             }
             if let Err(e) = self.fab.post_recv_slot(a.slot) {
                 log::warn!("port {port}: a receive slot could not be posted again: {e}");
@@ -343,15 +342,18 @@ impl NodeInner {
         for peer in peers {
             ep.reorder.remove(&peer, |a| {
                 if a.rndv {
-                    done.push((a.peer, self.descriptor_in(a.slot).id));
-                }
-                if let Err(e) = self.fab.post_recv_slot(a.slot) {
+                    done.push((a.slot, a.peer));
+                } else if let Err(e) = self.fab.post_recv_slot(a.slot) {
                     log::warn!("port {port}: a receive slot could not be posted again: {e}");
                 }
             });
         }
-        for (peer, id) in done {
-            self.send_rndv_done(st, peer, port, id);
+        for (slot, peer) in done {
+            // Its descriptor is read before the slot is posted again.
+            self.fetch_discarded(st, slot, peer, port);
+            if let Err(e) = self.fab.post_recv_slot(slot) {
+                log::warn!("port {port}: a receive slot could not be posted again: {e}");
+            }
         }
         if !st.outbox.is_empty() {
             self.flush_outbox(st);

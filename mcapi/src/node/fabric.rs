@@ -51,10 +51,11 @@ pub(super) struct Fab {
     pub(super) max_msg: usize,
 }
 
-/// The eager/rendezvous threshold under ofi_rxm (tcp, verbs): measured, a rendezvous
-/// ping-pong is faster there from 32 KiB on, but streaming (msg-bw) is several times slower
-/// up to 64 KiB, so the slot size it is.
-const RXM_EAGER_MAX: usize = EAGER_SLOT;
+/// The eager/rendezvous threshold under ofi_rxm (tcp, verbs): rxm's own eager buffer.
+/// Measured over tcp (docs/performance.md, "Large messages"), with reads ahead a
+/// rendezvous beats the eager path from 24 KiB to 64 KiB in ping-pong latency and in
+/// streaming (above 16 KiB rxm sends an eager message by a rendezvous of its own).
+const RXM_EAGER_MAX: usize = 16 << 10;
 
 /// The eager/rendezvous threshold of `provider` unless configured (`MCAPI_EAGER_MAX`),
 /// chosen by measurement (docs/performance.md, "Large messages"): on shm the eager path's

@@ -2,6 +2,7 @@
 
 use super::common::{ofi_status, Result, EAGER_SLOT};
 use super::credit_plane::{control_tag, queue_control};
+use super::fetch::FetchOutcome;
 use super::inner::NodeInner;
 use super::rendezvous::{Msg, DESC_LEN, NO_STAGING, RNDV_MARK};
 use super::seq::widen;
@@ -289,7 +290,6 @@ impl NodeInner {
             }
             return Ok(Some(len));
         }
-        ep.queue.pop();
         // The message is the caller's now; its slot goes back to the fabric later.
         let taken = TakenSlot {
             port,
@@ -298,9 +298,9 @@ impl NodeInner {
             peer: head.peer,
         };
         if head.rndv {
-            st.taken = Some(taken);
-            return self.take_rendezvous(st, port, head, &mut buf[..len]);
+            return self.take_rendezvous(st, port, head, taken, &mut buf[..len]);
         }
+        ep.queue.pop();
         let read = self
             .fab
             .recv_pool
@@ -310,8 +310,9 @@ impl NodeInner {
         Ok(Some(len))
     }
 
-    /// The second half of taking a rendezvous message: its data read from the sender, and
-    /// the sender told (also when the read failed: the message is gone either way).
+    /// Taking a rendezvous message: its data copied out of receive staging once its read
+    /// is done (`Ok(None)` until then: the message stays at the head of its queue). A read
+    /// that failed, or whose sender's run is gone, consumes the message with its error.
     #[cold]
     #[inline(never)]
     fn take_rendezvous(
@@ -319,13 +320,27 @@ impl NodeInner {
         st: &mut State,
         port: u32,
         head: Arrived,
+        taken: TakenSlot,
         out: &mut [u8],
     ) -> Result<Option<usize>> {
-        let desc = self.descriptor_in(head.slot);
-        let read = self.read_rendezvous(st, head.peer, &desc, out);
-        self.send_rndv_done(st, head.peer, port, desc.id);
-        self.flush_outbox(st);
-        read.map(|()| Some(out.len()))
+        let outcome = match self.take_fetched(st, head.slot, head.peer, port, out) {
+            FetchOutcome::Pending => return Ok(None),
+            FetchOutcome::Copied => Ok(Some(out.len())),
+            FetchOutcome::Failed(e) => Err(e),
+        };
+        if let Some(ep) = st.endpoints.get_mut(&port) {
+            ep.queue.pop();
+        }
+        st.taken = Some(taken);
+        if st.rndv.fetches.reading > 0 || st.rndv.fetches.waiting() {
+            // A receive that finds its message read takes it without looking at the CQ;
+            // the reads behind it move only with our progress (manual-progress providers),
+            // and those waiting for the room it freed start there.
+            self.progress(st);
+        } else if !st.outbox.is_empty() {
+            self.flush_outbox(st);
+        }
+        outcome
     }
 
     /// Queues a message of `len` bytes from one of this node's endpoints at local endpoint
@@ -546,7 +561,11 @@ impl NodeInner {
             }
             Err(_) => false,
         };
-        if !accepted {
+        if accepted {
+            if arrived.rndv {
+                self.prefetch(st, slot, tag.peer, port);
+            }
+        } else {
             // A duplicate or a number far ahead: a protocol violation (credits bound what a
             // sender has in flight, and so the window and the keys). Drop it, keep the slot
             // and the credit.

@@ -38,6 +38,16 @@ impl Node {
         self.inner.staged_messages()
     }
 
+    /// Rendezvous messages this node is reading or has read and not yet handed out
+    /// (tests: nothing leaks).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` after `finalize`.
+    #[doc(hidden)]
+    pub fn fetched_messages(&self) -> Result<usize> {
+        Ok(self.inner.live_state()?.rndv.fetches.held())
+    }
+
     /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
     /// blocking while the receiver's buffers are full (up to `from`'s timeout).
     ///
@@ -117,6 +127,7 @@ impl Node {
         let key = (peer, to.port());
         let mut backoff = self.inner.backoff();
         let mut progressed = false;
+        let mut rndv_seen = st.rndv.events();
         loop {
             if !st.peers[peer as usize].is_alive() {
                 return Err(Status::MCAPI_ERR_TRANSMISSION);
@@ -152,7 +163,11 @@ impl Node {
                                 remote.next_seq = seq;
                             }
                             staged?;
-                            // The staging budget is spent: wait for a receiver to read.
+                            // The staging budget is spent: wait for a receiver to read
+                            // (which needs our progress: keep polling while reads end).
+                            if st.rndv.keep_polling(&mut rndv_seen, backoff.waited_long()) {
+                                backoff.restart();
+                            }
                             drop(st);
                             self.progress_busy_sides(&SideSet::default(), &mut backoff);
                             backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
@@ -167,6 +182,11 @@ impl Node {
                 let sent = self
                     .inner
                     .send_payload(&mut st, peer, tag, msg, &mut deadline);
+                if let (Msg::Staged { .. }, Ok(())) = (msg, &sent) {
+                    // Receivers read staged messages with this node's progress (manual-
+                    // progress providers): a sender of many keeps them moving.
+                    self.inner.progress(&mut st);
+                }
                 if sent.is_err() {
                     // Not sent: the credit and the sequence number stay unused.
                     if let Some(remote) = st.remotes.get_mut(&key) {
@@ -215,6 +235,11 @@ impl Node {
                     }
                 }
                 continue;
+            }
+            if st.rndv.keep_polling(&mut rndv_seen, backoff.waited_long()) {
+                // Credits come back as receivers read what we staged, which needs our
+                // progress.
+                backoff.restart();
             }
             drop(st);
             self.progress_busy_sides(&SideSet::default(), &mut backoff);
@@ -349,10 +374,16 @@ impl Node {
         }
         let mut deadline = Deadline::new(timeout);
         let mut backoff = self.inner.backoff();
+        let mut rndv_seen = st.rndv.events();
         loop {
             self.inner.progress(&mut st);
             if let Some(n) = self.inner.take_message(&mut st, port, buf)? {
                 return Ok(n);
+            }
+            if st.rndv.keep_polling(&mut rndv_seen, backoff.waited_long()) {
+                // Reads move only as fast as both nodes' progress (manual-progress
+                // providers): keep polling, without the lock between polls.
+                backoff.restart();
             }
             drop(st);
             self.progress_busy_sides(&SideSet::default(), &mut backoff);
@@ -387,7 +418,12 @@ impl Node {
         let peer = self.remote_peer(to, None)?;
         let mut st = self.inner.live_state()?;
         let h = self.queue_staged(&mut st, (peer, to.port()), priority as u8, data)?;
-        self.inner.advance_sends(&mut st);
+        if data.len() > self.inner.fab.eager_max {
+            // As for a staged `msg_send`: receivers read with our progress.
+            self.inner.progress(&mut st);
+        } else {
+            self.inner.advance_sends(&mut st);
+        }
         Ok(h)
     }
 

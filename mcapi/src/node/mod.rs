@@ -25,6 +25,7 @@ mod control_handler;
 mod credit_plane;
 mod endpoints;
 mod fabric;
+mod fetch;
 mod inner;
 mod lifecycle;
 mod message_path;

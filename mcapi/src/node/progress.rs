@@ -42,9 +42,9 @@ impl NodeInner {
                 Err(OfiError::Completion(e)) => match Context::decode(e.context) {
                     // A send to a dead peer.
                     Some(Context::SendSlot(s)) => st.send_free.push(s),
-                    Some(Context::Read(seq)) => {
+                    Some(Context::Read(index)) => {
                         log::info!("a rendezvous read failed: {}", e.err);
-                        self.read_completed(st, seq, false);
+                        self.read_completed(st, index, false);
                     }
                     // A receive of the node's pool that failed: post it again.
                     Some(Context::RecvSlot(slot)) => {
@@ -60,6 +60,9 @@ impl NodeInner {
         if !st.pending_sends.is_empty() {
             self.advance_sends(st);
         }
+        if st.rndv.fetches.waiting() {
+            self.advance_fetches(st);
+        }
         if st.departing > 0 {
             self.end_graces(st);
         }
@@ -73,7 +76,7 @@ impl NodeInner {
         match Context::decode(c.context()) {
             Some(Context::SendSlot(s)) => st.send_free.push(s),
             Some(Context::RecvSlot(slot)) => self.message_arrived(st, slot, c),
-            Some(Context::Read(seq)) => self.read_completed(st, seq, true),
+            Some(Context::Read(index)) => self.read_completed(st, index, true),
             Some(Context::ControlSlot(slot)) => {
                 let mut tag = [0u8; 8];
                 // The receive completed: the slot is idle (a refusal leaves no tag).
@@ -151,13 +154,16 @@ fn progress_in_background(node: Weak<NodeInner>) {
             return;
         }
         // Staged messages are read by their receivers, which on manual-progress providers
-        // needs this node's CQ read too: keep polling often while any is.
+        // needs this node's CQ read too: keep polling often meanwhile. (Our own reads need
+        // it as well, but a call waiting for one polls itself, and while the application
+        // does not call in, the rule above has this thread progress.)
         let staged = st.rndv.outstanding() > 0;
+        let busy_reading = st.rndv.fetches.reading > 0;
         if !staged {
             node.staged_out.store(false, Ordering::Relaxed);
         }
         seen_app_progress = app;
-        let busy = node.progress_counting(&mut st) > 0 || staged;
+        let busy = node.progress_counting(&mut st) > 0 || staged || busy_reading;
         drop(st);
         let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;
         node.flush_completed();

@@ -1,19 +1,18 @@
-//! Large messages by rendezvous (docs/design.md, "Large messages").
+//! Large messages by rendezvous, the sending side (docs/design.md, "Large messages").
 //!
 //! A message above the node's eager size is copied by its sender into a registered staging
 //! region (so `msg_send` returns at once with the buffer free, as for an eager message) and
 //! only a 32-byte descriptor travels the eager path: same tag, credit and sequence number
 //! as an eager message, marked by its remote CQ data, so priorities and per-sender FIFO
-//! order are the queue's. The `msg_recv` that takes the descriptor reads the data with an
-//! RMA read (`fi_read`) into the node's receive staging region, copies it out and tells
-//! the sender ([`Kind::RndvDone`](crate::semantics::wire::Kind)), which frees the region.
+//! order are the queue's. The receiver reads the data ahead (`node/fetch.rs`) and tells
+//! the sender when its reads ended ([`Kind::RndvDone`](crate::semantics::wire::Kind)),
+//! which frees the region.
 
 use super::common::{ofi_status, Result};
 use super::credit_plane::control_tag;
 use super::inner::NodeInner;
-use super::peers::PeerInput;
 use super::state::{State, LOCAL_PEER};
-use crate::semantics::wire::{Context, Kind};
+use crate::semantics::wire::Kind;
 use crate::semantics::Status;
 use mcapi_ofi::{flags, MemoryRegion};
 use std::time::{Duration, Instant};
@@ -109,14 +108,30 @@ pub(super) struct Rendezvous {
     /// Staging regions not in use, kept for the next large message.
     cache: Vec<MemoryRegion>,
     staged_bytes: usize,
-    /// Where RMA reads land (grown to the largest message read).
-    recv_region: Option<MemoryRegion>,
-    read_seq: u32,
-    /// The read that completed last: its number and whether it succeeded.
-    read_done: Option<(u32, bool)>,
+    /// The receiving side: reads of messages that arrived, in flight or done.
+    pub(super) fetches: super::fetch::Fetches,
+    /// Counts staged messages released (see [`Rendezvous::keep_polling`]).
+    released: u32,
 }
 
 impl Rendezvous {
+    /// Whether a blocked call should keep polling rather than sleep: a read of ours is in
+    /// flight (it moves with our progress), or a receiver may be reading what we staged
+    /// (which needs our progress too): for the first `SLOW_AFTER` of the wait, and after
+    /// that while rendezvous traffic moved since `seen` (a receiver that never reads does
+    /// not keep us spinning).
+    pub(super) fn keep_polling(&self, seen: &mut u32, waited_long: bool) -> bool {
+        let now = self.events();
+        let moved = now != *seen;
+        *seen = now;
+        self.fetches.reading > 0 || ((moved || !waited_long) && self.outstanding() > 0)
+    }
+
+    /// Counts staged messages released and reads ended.
+    pub(super) fn events(&self) -> u32 {
+        self.released.wrapping_add(self.fetches.ended)
+    }
+
     /// Staged messages not yet released by their receivers.
     pub(super) fn outstanding(&self) -> usize {
         self.staged.len() - self.free_ids.len()
@@ -143,6 +158,7 @@ impl Rendezvous {
         let Some(s) = self.staged[i as usize].take() else {
             return;
         };
+        self.released = self.released.wrapping_add(1);
         self.free_ids.push(i);
         self.staged_bytes -= s.len;
         let cached: usize = self.cache.iter().map(MemoryRegion::len).sum();
@@ -180,6 +196,13 @@ impl NodeInner {
         let r = &mut st.rndv;
         if r.staged_bytes > 0 && r.staged_bytes + data.len() > STAGING_BUDGET {
             return Ok(None);
+        }
+        if r.cache.capacity() == 0 {
+            // Sized once: how many messages are staged at once varies with the receivers'
+            // pace, and a list grown later would allocate on a warm path.
+            r.cache.reserve(STAGING_CACHE);
+            r.staged.reserve(STAGING_CACHE);
+            r.free_ids.reserve(STAGING_CACHE);
         }
         let best = r
             .cache
@@ -267,80 +290,6 @@ impl NodeInner {
         };
         let tag = control_tag(Kind::RndvDone, port, p.index_at_peer);
         st.outbox.push_back((peer, tag, id));
-    }
-
-    /// Reads the rendezvous message `desc` of peer `peer` into `out` (its length): an RMA
-    /// read into the node's receive staging region, then a copy. Progresses the node while
-    /// the read is under way (the sender's provider may need our CQ read too); a peer that
-    /// dies meanwhile ends it with `MCAPI_ERR_TRANSMISSION`.
-    pub(super) fn read_rendezvous(
-        &self,
-        st: &mut State,
-        peer: u16,
-        desc: &Descriptor,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let len = out.len();
-        if st.rndv.recv_region.as_ref().is_none_or(|r| r.len() < len) {
-            let size = len.next_power_of_two().max(STAGING_UNIT);
-            let region = MemoryRegion::new(&self.fab.domain, size).map_err(|e| {
-                log::info!("a rendezvous receive region of {size} bytes: {e}");
-                Status::MCAPI_ERR_MEM_LIMIT
-            })?;
-            st.rndv.recv_region = Some(region);
-        }
-        let Some(region) = st.rndv.recv_region.clone() else {
-            return Err(Status::MCAPI_ERR_MEM_LIMIT);
-        };
-        st.rndv.read_seq = st.rndv.read_seq.wrapping_add(1);
-        let seq = st.rndv.read_seq;
-        st.rndv.read_done = None;
-        let dest = st.peers[peer as usize].addr;
-        let buf = region.slice(0, len).map_err(ofi_status)?;
-        let ctx = Context::Read(seq).encode();
-        let mut polls = 0u32;
-        let mut posted = false;
-        let ok = loop {
-            if !posted {
-                match self.fab.ep.read(buf, dest, desc.addr, desc.key, ctx) {
-                    Ok(()) => posted = true,
-                    Err(e) if e.is_again() => {}
-                    Err(e) => return Err(ofi_status(e)),
-                }
-            }
-            self.progress(st);
-            if let Some((s, ok)) = st.rndv.read_done {
-                if s == seq {
-                    break ok;
-                }
-            }
-            polls += 1;
-            if polls.is_multiple_of(1024) {
-                let p = &st.peers[peer as usize];
-                if let Some(link) = p.link.as_ref().filter(|l| l.is_closed()) {
-                    let run = link.incarnation;
-                    self.peer_event_locked(st, peer, PeerInput::Lost(run));
-                }
-                if !st.peers[peer as usize].is_alive() {
-                    if posted {
-                        // The provider may still write into the region: a new one for the
-                        // next read (the endpoint keeps this one alive until it closes).
-                        st.rndv.recv_region = None;
-                    }
-                    return Err(Status::MCAPI_ERR_TRANSMISSION);
-                }
-                std::thread::yield_now();
-            }
-        };
-        if !ok {
-            return Err(Status::MCAPI_ERR_TRANSMISSION);
-        }
-        region.read(0, out).map_err(ofi_status)
-    }
-
-    /// A read completed (`ok`) or failed.
-    pub(super) fn read_completed(&self, st: &mut State, seq: u32, ok: bool) {
-        st.rndv.read_done = Some((seq, ok));
     }
 
     /// Whether a staged message waits for a receiver that is alive.

@@ -104,6 +104,11 @@ impl Backoff {
         true
     }
 
+    /// True once the caller has waited [`SLOW_AFTER`] in all (restarts included).
+    pub(super) fn waited_long(&self) -> bool {
+        self.long
+    }
+
     /// True once the caller sleeps between looks (so extra work per look costs nothing).
     pub(super) fn sleeping(&self) -> bool {
         self.sleep > FIRST_SLEEP

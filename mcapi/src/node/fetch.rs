@@ -1,0 +1,484 @@
+//! The receiving side of the rendezvous (docs/design.md, "Large messages"): messages are
+//! read ahead.
+//!
+//! As soon as a rendezvous descriptor arrives (in the CQ read that delivers it), its data is
+//! read (`fi_read`) into receive staging: a pool of 1 MiB chunks, one registered region made
+//! at the first read, a message in as many chunks as it needs, each chunk one read, at most
+//! [`READ_WINDOW`] in flight in message order, and several messages at once within
+//! [`RECV_STAGING_BUDGET`]; descriptors beyond it wait their turn ([`Fetches`]' deferred
+//! list). When a message's
+//! reads end the sender is told (`RndvDone`), which frees its staging. The receive that
+//! takes the message copies it out of its chunks, waiting (without the state lock between
+//! polls) while its reads are under way; one whose reads wait for room starts them then,
+//! from a reserve of one largest message. A read from a sender whose run is gone never
+//! ends: the receive that takes it fails with `MCAPI_ERR_TRANSMISSION`, and its chunks are
+//! given up (the provider may still write them; the endpoint's CQ keeps the memory alive)
+//! and replaced.
+
+use super::common::{ofi_status, MAX_MSG_SIZE};
+use super::inner::NodeInner;
+use super::peers::PeerInput;
+use super::state::State;
+use crate::semantics::wire::Context;
+use crate::semantics::Status;
+use mcapi_ofi::MemoryRegion;
+use std::collections::VecDeque;
+
+/// Receive staging is cut into chunks of this size; each read fills one.
+const CHUNK: usize = 1 << 20;
+/// Bytes of receive staging that messages read ahead may hold: one largest message, or
+/// several smaller ones. Not more: reading far ahead on shm moves the data through more
+/// memory than the caches hold, and the copies slow down (docs/performance.md).
+pub(super) const RECV_STAGING_BUDGET: usize = MAX_MSG_SIZE;
+/// Reads in flight at most (more measured slower on shm: they all end together, and the
+/// copy-out of the first waits for the last).
+const READ_WINDOW: usize = 4;
+/// Chunks of the largest message: a receive that needs a message not read yet can always
+/// start its reads from these, whatever the read-ahead holds.
+const MAX_CHUNKS: usize = MAX_MSG_SIZE.div_ceil(CHUNK);
+/// Chunks in the pool: the read-ahead budget and the reserve.
+const POOL_CHUNKS: usize = RECV_STAGING_BUDGET / CHUNK + MAX_CHUNKS;
+
+/// Where a message that arrived in a receive slot stands with its read.
+const NO_FETCH: u32 = u32::MAX;
+/// Its reads wait for room in the budget (listed in `Fetches::deferred`).
+const DEFERRED: u32 = u32::MAX - 1;
+
+/// One chunk of receive staging: a slot of the pool region, or, for one given up, a region
+/// of its own made to replace it.
+struct Chunk {
+    region: MemoryRegion,
+    offset: usize,
+}
+
+/// The reads of one rendezvous message.
+struct Fetch {
+    /// Its chunks, in order (`n` of them).
+    chunks: [u16; MAX_CHUNKS],
+    n: u8,
+    /// Reads posted so far (the rest wait for the read window or the provider).
+    posted: u8,
+    /// Reads posted and not yet completed.
+    pending: u8,
+    failed: bool,
+    len: usize,
+    /// The receive slot holding its descriptor.
+    slot: u32,
+    peer: u16,
+    /// The sender's run: a read from a run that is gone never ends.
+    run: u64,
+    port: u32,
+    /// Where the data is at the sender, and its staging id (echoed in `RndvDone`).
+    addr: u64,
+    key: u64,
+    id: u64,
+    generation: u16,
+    /// Its endpoint was deleted: nobody takes it; freed when its reads end.
+    orphan: bool,
+}
+
+impl Fetch {
+    fn done(&self) -> bool {
+        self.posted == self.n && self.pending == 0
+    }
+}
+
+/// The node's reads of rendezvous messages (under the state lock).
+#[derive(Default)]
+pub(super) struct Fetches {
+    chunks: Vec<Chunk>,
+    free_chunks: Vec<u16>,
+    fetches: Vec<Option<Fetch>>,
+    free: Vec<u16>,
+    generation: u16,
+    /// Per receive slot: the index of its message's fetch, [`DEFERRED`] or [`NO_FETCH`].
+    of_slot: Vec<u32>,
+    /// Messages whose reads wait for room, oldest first: receive slot, sender, endpoint
+    /// (a message taken or discarded meanwhile leaves the list).
+    pub(super) deferred: VecDeque<(u32, u16, u32)>,
+    /// Fetches with reads not posted yet, in the order they started: reads go out in
+    /// message order, at most [`READ_WINDOW`] in flight.
+    queue: VecDeque<u32>,
+    /// Reads posted and not completed.
+    in_flight: usize,
+    /// Messages whose reads are in flight.
+    pub(super) reading: usize,
+    /// Counts messages whose reads ended (see `Rendezvous::keep_polling`).
+    pub(super) ended: u32,
+}
+
+/// What a receive finds of the rendezvous message at the head of its queue.
+pub(super) enum FetchOutcome {
+    /// Read: copied out into the caller's buffer (the fetch is freed).
+    Copied,
+    /// Its read failed, or its sender's run is gone: the message is lost.
+    Failed(Status),
+    /// Its reads are under way (or wait to be posted): take it later.
+    Pending,
+}
+
+impl Fetches {
+    /// Whether reads wait to be posted or to start (`advance_fetches` has work).
+    pub(super) fn waiting(&self) -> bool {
+        !self.queue.is_empty() || !self.deferred.is_empty()
+    }
+
+    fn state_of(&self, slot: u32) -> u32 {
+        self.of_slot.get(slot as usize).copied().unwrap_or(NO_FETCH)
+    }
+
+    fn set_slot(&mut self, slot: u32, v: u32) {
+        let i = slot as usize;
+        if self.of_slot.len() <= i {
+            self.of_slot.resize(i + 1, NO_FETCH);
+        }
+        self.of_slot[i] = v;
+    }
+
+    /// The message in `slot` no longer waits for its reads (taken or discarded).
+    fn undefer(&mut self, slot: u32) {
+        if self.state_of(slot) == DEFERRED {
+            self.deferred.retain(|&(s, _, _)| s != slot);
+        }
+        self.set_slot(slot, NO_FETCH);
+    }
+
+    /// Whether the read-ahead has room for a message of `len` bytes (the reserve stays).
+    fn room_for(&self, len: usize) -> bool {
+        self.chunks.is_empty() || self.free_chunks.len() >= len.div_ceil(CHUNK) + MAX_CHUNKS
+    }
+
+    fn get_mut(&mut self, index: u32) -> Option<&mut Fetch> {
+        let f = self.fetches.get_mut((index & 0xFFFF) as usize)?.as_mut()?;
+        (f.generation == (index >> 16) as u16).then_some(f)
+    }
+
+    /// Frees fetch `index`: its chunks go back to the pool, unless `abandoned` (reads still
+    /// posted may write them): those are replaced by new regions (`domain`) where possible.
+    fn free(&mut self, index: u32, abandoned: Option<&mcapi_ofi::Domain>) {
+        let i = (index & 0xFFFF) as usize;
+        let Some(f) = self.fetches[i].take() else {
+            return;
+        };
+        self.free.push(i as u16);
+        if !f.done() {
+            self.reading -= 1;
+            self.in_flight -= f.pending as usize;
+            if f.posted < f.n {
+                self.queue.retain(|&q| q != index);
+            }
+        }
+        if self.state_of(f.slot) == index {
+            self.set_slot(f.slot, NO_FETCH);
+        }
+        for &c in &f.chunks[..f.n as usize] {
+            match abandoned {
+                None => self.free_chunks.push(c),
+                Some(domain) => {
+                    // The old chunk stays with the endpoint's CQ (which keeps every region
+                    // posted on alive); a new one takes its place.
+                    if let Ok(region) = MemoryRegion::new(domain, CHUNK) {
+                        self.chunks[c as usize] = Chunk { region, offset: 0 };
+                        self.free_chunks.push(c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Messages read or being read and not yet taken (tests: nothing leaks).
+    pub(super) fn held(&self) -> usize {
+        self.fetches.len() - self.free.len()
+    }
+}
+
+impl NodeInner {
+    /// A rendezvous message arrived in receive `slot` (for endpoint `port`): its reads
+    /// start now if the read-ahead has room, else it waits its turn.
+    pub(super) fn prefetch(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
+        let len = self.descriptor_in(slot).len as usize;
+        if st.rndv.fetches.deferred.is_empty() && st.rndv.fetches.room_for(len) {
+            self.start_fetch(st, slot, peer, port);
+        } else {
+            st.rndv.fetches.set_slot(slot, DEFERRED);
+            st.rndv.fetches.deferred.push_back((slot, peer, port));
+        }
+    }
+
+    /// Takes chunks for the message in `slot` and posts its reads. Without chunks (the pool
+    /// could not be made, or a receive holds the reserve) it is deferred; a message that
+    /// cannot be read (a bad length, a sender gone) is recorded as failed, for the receive
+    /// that takes it to report.
+    fn start_fetch(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
+        let desc = self.descriptor_in(slot);
+        let len = desc.len as usize;
+        let n = len.div_ceil(CHUNK);
+        let f = &mut st.rndv.fetches;
+        if f.chunks.is_empty() {
+            match MemoryRegion::with_slots(&self.fab.domain, POOL_CHUNKS, CHUNK) {
+                Ok(pool) => {
+                    f.chunks = (0..POOL_CHUNKS)
+                        .map(|i| Chunk {
+                            region: pool.clone(),
+                            offset: i * CHUNK,
+                        })
+                        .collect();
+                    f.free_chunks = (0..POOL_CHUNKS as u16).rev().collect();
+                }
+                Err(e) => log::info!("the rendezvous receive staging: {e}"),
+            }
+        }
+        let usable = n <= MAX_CHUNKS && len <= self.fab.max_msg;
+        if usable && f.free_chunks.len() < n {
+            f.set_slot(slot, DEFERRED);
+            f.deferred.push_front((slot, peer, port));
+            return;
+        }
+        f.generation = f.generation.wrapping_add(1);
+        let i = match f.free.pop() {
+            Some(i) => i,
+            None => {
+                f.fetches.push(None);
+                (f.fetches.len() - 1) as u16
+            }
+        };
+        let index = u32::from(f.generation) << 16 | u32::from(i);
+        let mut fetch = Fetch {
+            chunks: [0; MAX_CHUNKS],
+            n: 0,
+            posted: 0,
+            pending: 0,
+            failed: !usable,
+            len,
+            slot,
+            peer,
+            run: st.peers[peer as usize].life.incarnation().unwrap_or(0),
+            port,
+            addr: desc.addr,
+            key: desc.key,
+            id: desc.id,
+            generation: f.generation,
+            orphan: false,
+        };
+        if usable {
+            for c in &mut fetch.chunks[..n] {
+                *c = f.free_chunks.pop().unwrap_or_default();
+            }
+            fetch.n = n as u8;
+        }
+        fetch.failed |= !st.run_alive((peer, fetch.run));
+        let f = &mut st.rndv.fetches;
+        f.set_slot(slot, index);
+        f.reading += 1;
+        if fetch.failed {
+            // Nothing to read: it ends at once.
+            fetch.posted = fetch.n;
+        } else if fetch.n > 0 {
+            f.queue.push_back(index);
+        }
+        f.fetches[i as usize] = Some(fetch);
+        if st.rndv.fetches.get_mut(index).is_some_and(|f| f.done()) {
+            self.fetch_ended(st, index);
+        } else {
+            self.pump_reads(st);
+        }
+    }
+
+    /// Posts the next reads in message order while fewer than [`READ_WINDOW`] are in
+    /// flight: the message at the head of the line completes first, and its copy-out
+    /// overlaps the reads behind it (all at once, they would all end together).
+    fn pump_reads(&self, st: &mut State) {
+        while st.rndv.fetches.in_flight < READ_WINDOW {
+            let Some(&index) = st.rndv.fetches.queue.front() else {
+                return;
+            };
+            let Some(f) = st.rndv.fetches.get_mut(index).filter(|f| f.posted < f.n) else {
+                st.rndv.fetches.queue.pop_front();
+                continue;
+            };
+            let dest = st.peers[f.peer as usize].addr;
+            let chunks = &st.rndv.fetches.chunks;
+            let Some(f) = st.rndv.fetches.fetches[(index & 0xFFFF) as usize].as_mut() else {
+                return;
+            };
+            let k = f.posted as usize;
+            let at = k * CHUNK;
+            let len = (f.len - at).min(CHUNK);
+            let chunk = &chunks[f.chunks[k] as usize];
+            let posted = chunk.region.slice(chunk.offset, len).and_then(|buf| {
+                let ctx = Context::Read(index).encode();
+                self.fab.ep.read(buf, dest, f.addr + at as u64, f.key, ctx)
+            });
+            match posted {
+                Ok(()) => {
+                    f.posted += 1;
+                    f.pending += 1;
+                    st.rndv.fetches.in_flight += 1;
+                }
+                // The provider's queue is full: the rest later (`advance_fetches`).
+                Err(e) if e.is_again() => return,
+                Err(e) => {
+                    log::info!("a rendezvous read could not be posted: {e}");
+                    // The reads not posted never will be.
+                    f.failed = true;
+                    f.posted = f.n;
+                }
+            }
+            if f.posted == f.n {
+                let done = f.pending == 0;
+                st.rndv.fetches.queue.pop_front();
+                if done {
+                    self.fetch_ended(st, index);
+                }
+            }
+        }
+    }
+
+    /// Posts reads the window or the provider held back, and starts deferred reads that
+    /// now fit.
+    pub(super) fn advance_fetches(&self, st: &mut State) {
+        if !st.rndv.fetches.queue.is_empty() {
+            self.pump_reads(st);
+        }
+        while let Some(&(slot, peer, port)) = st.rndv.fetches.deferred.front() {
+            if st.rndv.fetches.state_of(slot) != DEFERRED {
+                st.rndv.fetches.deferred.pop_front();
+                continue;
+            }
+            let len = self.descriptor_in(slot).len as usize;
+            if !st.rndv.fetches.room_for(len) {
+                return;
+            }
+            st.rndv.fetches.deferred.pop_front();
+            self.start_fetch(st, slot, peer, port);
+            if st.rndv.fetches.state_of(slot) == DEFERRED {
+                return;
+            }
+        }
+    }
+
+    /// A read of fetch `index` completed (`ok`) or failed.
+    pub(super) fn read_completed(&self, st: &mut State, index: u32, ok: bool) {
+        let Some(f) = st.rndv.fetches.get_mut(index) else {
+            return;
+        };
+        if f.pending == 0 {
+            return;
+        }
+        f.pending -= 1;
+        f.failed |= !ok;
+        let done = f.done();
+        st.rndv.fetches.in_flight -= 1;
+        if done {
+            self.fetch_ended(st, index);
+        }
+        if !st.rndv.fetches.queue.is_empty() {
+            self.pump_reads(st);
+        }
+    }
+
+    /// Every read of fetch `index` ended: the sender is told (its staging is of no more
+    /// use, read or not) and an orphan is freed; deferred reads may start at the end of
+    /// this progress pass (`advance_fetches`).
+    fn fetch_ended(&self, st: &mut State, index: u32) {
+        let Some(f) = st.rndv.fetches.get_mut(index) else {
+            return;
+        };
+        let (peer, port, id, orphan) = (f.peer, f.port, f.id, f.orphan);
+        st.rndv.fetches.reading -= 1;
+        st.rndv.fetches.ended = st.rndv.fetches.ended.wrapping_add(1);
+        self.send_rndv_done(st, peer, port, id);
+        if orphan {
+            st.rndv.fetches.free(index, None);
+        }
+    }
+
+    /// The receive that takes the rendezvous message in `slot` (of peer `peer`, for
+    /// endpoint `port`) copies it into `out` if its reads are done; starts them if they
+    /// wait for room.
+    pub(super) fn take_fetched(
+        &self,
+        st: &mut State,
+        slot: u32,
+        peer: u16,
+        port: u32,
+        out: &mut [u8],
+    ) -> FetchOutcome {
+        let mut index = st.rndv.fetches.state_of(slot);
+        if index == DEFERRED || index == NO_FETCH {
+            st.rndv.fetches.undefer(slot);
+            self.start_fetch(st, slot, peer, port);
+            index = st.rndv.fetches.state_of(slot);
+            if index == DEFERRED {
+                // Another receive holds the reserve, or the pool could not be made.
+                if st.rndv.fetches.chunks.is_empty() {
+                    st.rndv.fetches.undefer(slot);
+                    let id = self.descriptor_in(slot).id;
+                    self.send_rndv_done(st, peer, port, id);
+                    return FetchOutcome::Failed(Status::MCAPI_ERR_MEM_LIMIT);
+                }
+                return FetchOutcome::Pending;
+            }
+        }
+        let Some(f) = st.rndv.fetches.get_mut(index) else {
+            return FetchOutcome::Failed(Status::MCAPI_ERR_TRANSMISSION);
+        };
+        if f.done() {
+            let failed = f.failed;
+            let mut copied = Ok(());
+            if !failed {
+                let chunks = &st.rndv.fetches.chunks;
+                let Some(f) = st.rndv.fetches.fetches[(index & 0xFFFF) as usize].as_ref() else {
+                    return FetchOutcome::Failed(Status::MCAPI_ERR_TRANSMISSION);
+                };
+                for (k, part) in out.chunks_mut(CHUNK).enumerate() {
+                    let chunk = &chunks[f.chunks[k] as usize];
+                    copied = copied.and(chunk.region.read(chunk.offset, part));
+                }
+            }
+            st.rndv.fetches.free(index, None);
+            return match (failed, copied) {
+                (true, _) => FetchOutcome::Failed(Status::MCAPI_ERR_TRANSMISSION),
+                (false, Ok(())) => FetchOutcome::Copied,
+                (false, Err(e)) => FetchOutcome::Failed(ofi_status(e)),
+            };
+        }
+        let (run, id) = (f.run, f.id);
+        // The liveness watcher marks a dead peer's link closed without the state lock; its
+        // loss is recorded here, as a blocked send does.
+        if let Some(link) = st.peers[peer as usize]
+            .link
+            .as_ref()
+            .filter(|l| l.is_closed() && l.incarnation == run)
+        {
+            let lost = link.incarnation;
+            self.peer_event_locked(st, peer, PeerInput::Lost(lost));
+        }
+        if st.run_alive((peer, run)) {
+            return FetchOutcome::Pending;
+        }
+        // The sender's run is gone: its reads never end.
+        st.rndv.fetches.free(index, Some(&self.fab.domain));
+        self.send_rndv_done(st, peer, port, id);
+        FetchOutcome::Failed(Status::MCAPI_ERR_TRANSMISSION)
+    }
+
+    /// The rendezvous message in `slot` is discarded with its endpoint: its sender is told
+    /// now, or when its reads in flight end.
+    pub(super) fn fetch_discarded(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
+        let index = st.rndv.fetches.state_of(slot);
+        if let Some(f) = st.rndv.fetches.get_mut(index) {
+            if f.done() {
+                st.rndv.fetches.free(index, None);
+            } else {
+                f.orphan = true;
+                // The slot is posted again now; the reads' end frees the fetch.
+                st.rndv.fetches.set_slot(slot, NO_FETCH);
+            }
+            return;
+        }
+        st.rndv.fetches.undefer(slot);
+        let id = self.descriptor_in(slot).id;
+        self.send_rndv_done(st, peer, port, id);
+    }
+}
