@@ -1113,6 +1113,9 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+        // The server stays up until the client has connected (a loaded machine may take
+        // longer than any fixed pause for the handshake), at most 10 s.
+        let (connected, wait_for_client) = std::sync::mpsc::channel::<()>();
         let late = {
             let c = c.clone();
             std::thread::spawn(move || {
@@ -1123,13 +1126,13 @@ mod tests {
                     handled: AtomicUsize::new(0),
                 });
                 let s = ControlServer::start(&c, 0, 9, h, auth()).unwrap();
-                std::thread::sleep(Duration::from_millis(300));
+                _ = wait_for_client.recv_timeout(Duration::from_secs(10));
                 drop(s);
             })
         };
-        let s =
-            connect_when_up(&to, Some(Instant::now() + Duration::from_secs(10)), &auth()).unwrap();
-        assert!(s.is_some());
+        let s = connect_when_up(&to, Some(Instant::now() + Duration::from_secs(10)), &auth());
+        _ = connected.send(());
+        assert!(s.unwrap().is_some());
         late.join().unwrap();
         let _ = std::fs::remove_dir_all(&c.runtime_dir);
     }
