@@ -30,9 +30,6 @@ pub const MCAPI_MAX_RECV_BUFFERS: u32 = 16384;
 /// `MCAPI_MAX_REQUESTS`: the largest `mcapi_param_t.request_table_size`.
 pub const MCAPI_MAX_REQUESTS: u32 = MAX_REQUESTS as u32;
 
-/// The largest `mcapi_param_t.eager_max`: the node's receive slot.
-const EAGER_MAX_CEILING: u64 = 64 << 10;
-
 /// Node attribute numbers, all `mcapi_uint_t`.
 const KNOWN_NODE_ATTRIBUTES: [mcapi_uint_t; 3] =
     [NODE_ATTR_TYPE, NODE_ATTR_MAX_MSG_SIZE, NODE_ATTR_EAGER_MAX];
@@ -165,7 +162,7 @@ fn configure(params: Option<&mcapi_param_t>) -> Result<Config, Status> {
     }
     match p.eager_max {
         0 => {}
-        n if n <= EAGER_MAX_CEILING => config.eager_max = Some(n as usize),
+        n if n <= crate::node::EAGER_SLOT as u64 => config.eager_max = Some(n as usize),
         _ => return Err(Status::MCAPI_ERR_PARAMETER),
     }
     if let Some(provider) = param_string(&p.provider)? {

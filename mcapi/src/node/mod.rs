@@ -39,6 +39,7 @@ mod state;
 mod wait;
 
 pub use channel::{ChannelHandle, Packet, MAX_PKT_SIZE};
+pub(crate) use common::EAGER_SLOT;
 pub use common::{MAX_ENDPOINTS, MAX_MSG_SIZE, NUM_PRIORITIES};
 
 use crate::control::Frame;
