@@ -370,6 +370,40 @@ impl Endpoint {
         })
     }
 
+    /// RMA read (`fi_read`) of `out.len()` bytes of the peer's registered memory at
+    /// `remote_addr` with `key` straight into `out`: no registration, no copy. Returns only
+    /// once the provider is done with `out`: its completion (with `context`, handed out as
+    /// usual by whoever reads the CQ) was read; meanwhile `wait` is called over and over, and
+    /// must read the CQ (or let another thread do it). There is no abandoning the read: a
+    /// read whose completion never comes never returns (providers complete or flush every
+    /// read, an error completion when the peer is gone). Should `wait` panic with the read
+    /// in flight, the process aborts.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (nothing posted) where the provider needs `FI_MR_LOCAL`, so the
+    /// caller can read into registered memory instead; the read's error completion;
+    /// otherwise as [`Endpoint::inject_tagged`].
+    pub fn read_in_place(
+        &self,
+        out: &mut [u8],
+        src: FiAddr,
+        remote_addr: u64,
+        key: u64,
+        context: u64,
+        mut wait: impl FnMut(),
+    ) -> Result<()> {
+        if !self.sends_unregistered() {
+            return Err(crate::Error::InvalidArgument("provider needs FI_MR_LOCAL"));
+        }
+        raw::read_in_place(
+            &self.inner.fid,
+            out,
+            (src.0, remote_addr, key),
+            context,
+            &mut wait,
+        )
+    }
+
     /// Cancels the receive posted into `buf`'s slot (if it is still pending); it completes
     /// with `FI_ECANCELED`, which frees the slot.
     ///

@@ -51,7 +51,7 @@ const GEN_SHIFT: u32 = 48;
 /// The generation bits (15).
 const GEN_MASK: u64 = 0x7fff;
 /// Slot records must lie below this for their generation bits to be free.
-const RECORD_LIMIT: usize = 1 << GEN_SHIFT;
+pub(crate) const RECORD_LIMIT: usize = 1 << GEN_SHIFT;
 
 /// Page-aligned memory registered with a domain, in slots. Cheap to clone (shared).
 ///
@@ -88,6 +88,28 @@ impl Slot {
     #[inline(always)]
     pub(crate) fn region(&self) -> usize {
         self.region
+    }
+
+    /// A record of its own for one receive-like operation into memory no region owns (a
+    /// read in place): posted (the provider may write), with the caller's `context`.
+    pub(crate) fn posted_alone(context: u64) -> Slot {
+        Slot {
+            state: AtomicU64::new(RECV),
+            context: AtomicU64::new(context),
+            generation: AtomicU64::new(0),
+            region: 0,
+        }
+    }
+
+    /// Whether the operation posted with this record as context has not completed yet.
+    #[inline(always)]
+    pub(crate) fn posted(&self) -> bool {
+        self.state.load(Ordering::Acquire) & RECV != 0
+    }
+
+    /// The error its completion carried (0: none), once [`Slot::posted`] is false.
+    pub(crate) fn error(&self) -> i32 {
+        self.generation.load(Ordering::Relaxed) as i32
     }
 }
 
@@ -665,6 +687,11 @@ pub(crate) fn completed<'a>(
             slot.state.fetch_sub(SEND, Ordering::Release);
         }
     } else if state & MULTI == 0 {
+        if err != 0 {
+            // A plain receive has no generation: the field keeps its error (read by the
+            // waiter of an operation posted alone, `Slot::error`).
+            slot.generation.store(err as u64, Ordering::Relaxed);
+        }
         slot.state.fetch_and(!RECV, Ordering::Release);
     } else {
         let (mr, flags, buf, len) = multi();

@@ -740,6 +740,70 @@ pub(crate) fn send_from(
     unsafe { senddata_unregistered(ep, buf.as_slice(), cq_data, dest, context) }
 }
 
+/// `Endpoint::read_in_place`: reads into `out`, memory the provider neither owns nor has
+/// registered (`desc` NULL, allowed without `FI_MR_LOCAL`, which the caller checked), with a
+/// record of its own on this stack frame as the provider context; returns only once the
+/// read's completion was read from the CQ (by `wait` or by anyone else reading it).
+pub(crate) fn read_in_place(
+    ep: &EpFid,
+    out: &mut [u8],
+    (src, addr, key): (u64, u64, u64),
+    context: u64,
+    wait: &mut dyn FnMut(),
+) -> Result<()> {
+    let record = crate::mr::Slot::posted_alone(context);
+    let provider_context = &record as *const crate::mr::Slot as usize;
+    if provider_context >= crate::mr::RECORD_LIMIT {
+        return Err(Error::InvalidArgument("stack above the record limit"));
+    }
+    let (ptr, len) = (out.as_mut_ptr(), out.len());
+    let post = || {
+        // SAFETY: the endpoint is open (`ep` is borrowed from its owner); `out` stays
+        // borrowed (and `record` alive) until this function returns, which is only after the
+        // completion of this read (the one operation posted with `record` as context)
+        // cleared the record's posted state: the provider never writes `out` or touches
+        // `record` later. Should `wait` unwind, the guard below aborts the process rather
+        // than hand `out` back early.
+        unsafe {
+            sys::fi_read(
+                ep.as_ptr(),
+                ptr.cast(),
+                len,
+                ptr::null_mut(),
+                src,
+                addr,
+                key,
+                ctx(provider_context as u64),
+            )
+        }
+    };
+    loop {
+        match check("fi_read", post()) {
+            // The provider's queue is full: its completions make room.
+            Err(e) if e.is_again() => wait(),
+            posted => break posted?,
+        }
+    }
+    struct AbortIfPosted<'a>(&'a crate::mr::Slot);
+    impl Drop for AbortIfPosted<'_> {
+        fn drop(&mut self) {
+            if self.0.posted() {
+                // The provider may still write memory that is about to be handed back.
+                std::process::abort();
+            }
+        }
+    }
+    let guard = AbortIfPosted(&record);
+    while record.posted() {
+        wait();
+    }
+    drop(guard);
+    match record.error() {
+        0 => Ok(()),
+        err => Err(Error::call("fi_read (completion)", err)),
+    }
+}
+
 /// Posts `fi_senddata` of `data` with no memory descriptor (allowed without `FI_MR_LOCAL`,
 /// which the callers check).
 ///
