@@ -927,7 +927,7 @@ fn rma_read_in_place(prov: &str) -> TestResult {
         eprintln!("  {prov}: needs FI_MR_LOCAL, no reads in place");
         return Ok(());
     }
-    if prov == "udp" {
+    if prov.contains("ofi_rxd") {
         // ofi_rxd (1.17) answers no read here: its target reports the key unknown and the
         // initiator retries forever. MCAPI reads in place on shm and tcp only.
         eprintln!("  {prov}: ofi_rxd reads never end (not tried)");
