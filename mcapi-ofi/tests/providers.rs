@@ -969,9 +969,14 @@ fn rma_read_in_place(prov: &str) -> TestResult {
         return Ok(());
     }
     seen.clear();
-    let bad = a.ep.read_in_place(&mut out[..4096], src, base, source.key() ^ 0x5a5a, 43, || {
-        wait(&mut seen, &mut errors)
-    });
+    let bad = a.ep.read_in_place(
+        &mut out[..4096],
+        src,
+        base,
+        source.key() ^ 0x5a5a,
+        43,
+        || wait(&mut seen, &mut errors),
+    );
     check(bad.is_err() && errors == [43], || {
         format!("a read with a bad key: {bad:?}, errors {errors:?}, completions {seen:?}")
     })

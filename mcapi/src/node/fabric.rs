@@ -49,6 +49,18 @@ pub(super) struct Fab {
     pub(super) eager_max: usize,
     /// Largest message accepted (`Config::max_msg_size`; the eager slot without `FI_RMA`).
     pub(super) max_msg: usize,
+    /// Whether a blocking receive reads a rendezvous message straight into its buffer
+    /// ([`reads_in_place`]).
+    pub(super) reads_in_place: bool,
+}
+
+/// Whether rendezvous reads may go straight into a blocking receive's buffer: the read
+/// cannot be abandoned (the provider may write the buffer until it completes), so only
+/// where every read ends, successfully or with an error completion when its sender is
+/// gone (measured: shm reads inside `fi_read`; tcp;ofi_rxm and sockets flush reads at a
+/// disconnect), and unregistered memory may be read into (no `FI_MR_LOCAL`).
+fn reads_in_place(provider: &str, ep: &Endpoint, rma: bool) -> bool {
+    rma && ep.sends_unregistered() && matches!(provider, "shm" | "tcp;ofi_rxm" | "sockets")
 }
 
 /// The eager/rendezvous threshold under ofi_rxm (tcp, verbs): rxm's own eager buffer.
@@ -142,6 +154,7 @@ pub(super) fn open_fabric(
                 } else {
                     config.max_msg_size.clamp(1, EAGER_SLOT)
                 },
+                reads_in_place: reads_in_place(info.provider(), &ep, rma),
                 ep,
                 cq,
                 av,

@@ -41,6 +41,9 @@ const POOL_CHUNKS: usize = RECV_STAGING_BUDGET / CHUNK + MAX_CHUNKS;
 
 /// Where a message that arrived in a receive slot stands with its read.
 const NO_FETCH: u32 = u32::MAX;
+/// The fetch index of a read straight into a receive's buffer (no fetch tracks it: the
+/// receive waits for its end itself).
+pub(super) const IN_PLACE_READ: u32 = u32::MAX;
 /// Its reads wait for room in the budget (listed in `Fetches::deferred`).
 const DEFERRED: u32 = u32::MAX - 1;
 
@@ -135,8 +138,13 @@ impl Fetches {
         self.of_slot[i] = v;
     }
 
+    /// Whether no read of the message in `slot` has started (none posted, none done).
+    pub(super) fn not_started(&self, slot: u32) -> bool {
+        matches!(self.state_of(slot), NO_FETCH | DEFERRED)
+    }
+
     /// The message in `slot` no longer waits for its reads (taken or discarded).
-    fn undefer(&mut self, slot: u32) {
+    pub(super) fn undefer(&mut self, slot: u32) {
         if self.state_of(slot) == DEFERRED {
             self.deferred.retain(|&(s, _, _)| s != slot);
         }
@@ -359,6 +367,10 @@ impl NodeInner {
 
     /// A read of fetch `index` completed (`ok`) or failed.
     pub(super) fn read_completed(&self, st: &mut State, index: u32, ok: bool) {
+        if index == IN_PLACE_READ {
+            // Its receive sees the end itself.
+            return;
+        }
         let Some(f) = st.rndv.fetches.get_mut(index) else {
             return;
         };

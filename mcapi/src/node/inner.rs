@@ -75,6 +75,16 @@ impl NodeInner {
         Ok(st)
     }
 
+    /// Reads the CQ and drops what it held: for a read in place that must end after the
+    /// node stopped (finalized or broken), where only the fabric layer's bookkeeping of
+    /// completions matters.
+    pub(super) fn discard_completions(&self) {
+        let mut st = lock(&self.state);
+        let mut entries = st.cq_buf;
+        _ = self.fab.cq.read(&mut entries);
+        st.cq_buf = entries;
+    }
+
     /// `MCAPI_ERR_GENERAL` once a background thread of the node panicked.
     #[inline(always)]
     pub(super) fn check_working(&self) -> Result<()> {

@@ -155,6 +155,8 @@ impl Node {
             taken: None,
             delivered: HashMap::default(),
             rndv: Default::default(),
+            receiving_in_place: None,
+            in_place_read: None,
             finalized: false,
         };
         let busy_every_poll = fab.provider.contains("ofi_rxm");

@@ -323,6 +323,13 @@ impl NodeInner {
         taken: TakenSlot,
         out: &mut [u8],
     ) -> Result<Option<usize>> {
+        if st.receiving_in_place == Some(port) {
+            if let Some(read) = self.take_for_in_place(st, port, out.len()) {
+                // The blocking receive reads it into its own buffer, without the lock.
+                st.in_place_read = Some(read);
+                return Ok(None);
+            }
+        }
         let outcome = match self.take_fetched(st, head.slot, head.peer, port, out) {
             FetchOutcome::Pending => return Ok(None),
             FetchOutcome::Copied => Ok(Some(out.len())),
@@ -341,6 +348,67 @@ impl NodeInner {
             self.flush_outbox(st);
         }
         outcome
+    }
+
+    /// For a blocking receive on `port` with room for `room` bytes: takes the message at the
+    /// head of the queue off it if it is a rendezvous message that fits and that nothing
+    /// reads yet, to be read straight into the receive's buffer ([`InPlace`]). `None`: the
+    /// provider cannot, or the head is another kind of message (taken as usual).
+    fn take_for_in_place(&self, st: &mut State, port: u32, room: usize) -> Option<InPlace> {
+        if !self.fab.reads_in_place {
+            return None;
+        }
+        let ep = st.endpoints.get_mut(&port)?;
+        let head = *ep.queue.peek()?;
+        let len = head.len as usize;
+        if !head.rndv
+            || len > room
+            || len > self.fab.max_msg
+            || !st.rndv.fetches.not_started(head.slot)
+        {
+            return None;
+        }
+        ep.queue.pop();
+        let taken = TakenSlot {
+            port,
+            generation: ep.generation,
+            slot: head.slot,
+            peer: head.peer,
+        };
+        st.rndv.fetches.undefer(head.slot);
+        let peer = &st.peers[head.peer as usize];
+        let run = peer.life.incarnation().unwrap_or(0);
+        Some(InPlace {
+            desc: self.descriptor_in(head.slot),
+            src: peer.addr,
+            alive: st.run_alive((head.peer, run)),
+            taken,
+            len,
+        })
+    }
+
+    /// A read in place ended (`read_ok`) or was never made: the sender is told, the
+    /// descriptor's slot goes back (with the sender's credit) as a taken message's does.
+    pub(super) fn in_place_done(
+        &self,
+        st: &mut State,
+        read: &InPlace,
+        read_ok: bool,
+    ) -> Result<usize> {
+        let t = read.taken;
+        self.send_rndv_done(st, t.peer, t.port, read.desc.id);
+        if st.taken.is_some() {
+            self.repost_taken(st);
+        }
+        st.taken = Some(t);
+        if !st.outbox.is_empty() {
+            self.flush_outbox(st);
+        }
+        if read_ok {
+            Ok(read.len)
+        } else {
+            Err(Status::MCAPI_ERR_TRANSMISSION)
+        }
     }
 
     /// Queues a message of `len` bytes from one of this node's endpoints at local endpoint
@@ -562,7 +630,14 @@ impl NodeInner {
             Err(_) => false,
         };
         if accepted {
-            if arrived.rndv {
+            let for_receive = st.receiving_in_place == Some(port)
+                && st
+                    .endpoints
+                    .get(&port)
+                    .and_then(|e| e.queue.peek())
+                    .map(|h| h.slot)
+                    == Some(slot);
+            if arrived.rndv && !for_receive {
                 self.prefetch(st, slot, tag.peer, port);
             }
         } else {
@@ -629,6 +704,17 @@ fn settle_pool(
     while let Some(ctl) = ep.credits.poll() {
         queue_control(peers, outbox, port, ctl);
     }
+}
+
+/// A rendezvous message taken off its queue by a blocking receive, to be read straight into
+/// its buffer (`Endpoint::read_in_place`): no staging, no copy.
+pub(super) struct InPlace {
+    pub(super) desc: super::rendezvous::Descriptor,
+    pub(super) src: mcapi_ofi::FiAddr,
+    /// Whether its sender's run was alive when it was taken (else it is not read).
+    pub(super) alive: bool,
+    taken: TakenSlot,
+    pub(super) len: usize,
 }
 
 /// A receive slot that could not be posted again: the node takes one message fewer at once

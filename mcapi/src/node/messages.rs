@@ -2,7 +2,9 @@
 
 use super::channel::SideSet;
 use super::common::{ofi_status, refusal, Result, EAGER_SLOT, NUM_PRIORITIES};
+use super::fetch::IN_PLACE_READ;
 use super::inner::NodeInner;
+use super::message_path::InPlace;
 use super::peers::PeerInput;
 use super::rendezvous::{Msg, NO_STAGING, RNDV_MARK};
 use super::state::{Req, State, LOCAL_PEER};
@@ -367,18 +369,36 @@ impl Node {
         let mut st = self.inner.live_state()?;
         let timeout = self.local_endpoint(&st, endpoint)?.timeout;
         let port = endpoint.port();
+        // A rendezvous message at the head of the queue that nothing reads yet is read
+        // straight into `buf` (where the provider allows), and one arriving while we read
+        // the CQ is not read ahead.
+        let in_place = self.inner.fab.reads_in_place.then_some(port);
         // A message already queued is taken without reading the CQ (as raw libfabric
         // receivers do: the CQ is read in batches, once the messages of the last are gone).
-        if let Some(n) = self.inner.take_message(&mut st, port, buf)? {
+        st.receiving_in_place = in_place;
+        let taken = self.inner.take_message(&mut st, port, buf);
+        st.receiving_in_place = None;
+        if let Some(n) = taken? {
             return Ok(n);
+        }
+        if let Some(read) = st.in_place_read.take() {
+            drop(st);
+            return self.read_in_place(read, buf);
         }
         let mut deadline = Deadline::new(timeout);
         let mut backoff = self.inner.backoff();
         let mut rndv_seen = st.rndv.events();
         loop {
+            st.receiving_in_place = in_place;
             self.inner.progress(&mut st);
-            if let Some(n) = self.inner.take_message(&mut st, port, buf)? {
+            let taken = self.inner.take_message(&mut st, port, buf);
+            st.receiving_in_place = None;
+            if let Some(n) = taken? {
                 return Ok(n);
+            }
+            if let Some(read) = st.in_place_read.take() {
+                drop(st);
+                return self.read_in_place(read, buf);
             }
             if st.rndv.keep_polling(&mut rndv_seen, backoff.waited_long()) {
                 // Reads move only as fast as both nodes' progress (manual-progress
@@ -390,6 +410,38 @@ impl Node {
             backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
             st = self.inner.live_state()?;
         }
+    }
+
+    /// Reads rendezvous message `read` (taken off its queue by this receive) straight into
+    /// `buf`, and waits for the read's end whatever the endpoint's timeout: the provider
+    /// may write `buf` until then.
+    #[cold]
+    #[inline(never)]
+    fn read_in_place(&self, read: InPlace, buf: &mut [u8]) -> Result<usize> {
+        let mut read_ok = false;
+        if read.alive {
+            let mut backoff = self.inner.backoff();
+            let d = read.desc;
+            let context = Context::Read(IN_PLACE_READ).encode();
+            let out = &mut buf[..read.len];
+            let result =
+                self.inner
+                    .fab
+                    .ep
+                    .read_in_place(out, read.src, d.addr, d.key, context, || {
+                        match self.inner.live_state() {
+                            Ok(mut st) => self.inner.progress(&mut st),
+                            Err(_) => self.inner.discard_completions(),
+                        }
+                        _ = backoff.wait_on(None, || self.inner.node_sleep_cqs());
+                    });
+            if let Err(e) = &result {
+                log::info!("a rendezvous read in place failed: {e}");
+            }
+            read_ok = result.is_ok();
+        }
+        let mut st = self.inner.live_state()?;
+        self.inner.in_place_done(&mut st, &read, read_ok)
     }
 
     /// `mcapi_msg_send_i`: copies `data` and returns a request that completes when the

@@ -58,6 +58,13 @@ pub(super) struct State {
     pub(super) delivered: HashMap<RequestHandle, Packet>,
     /// Large messages: staged sends, the receive staging region, the read under way.
     pub(super) rndv: super::rendezvous::Rendezvous,
+    /// The endpoint whose blocking receive is reading the CQ right now (under this lock):
+    /// a rendezvous message that arrives at the head of its queue is not read ahead, the
+    /// receive reads it into its own buffer next.
+    pub(super) receiving_in_place: Option<u32>,
+    /// The message that receive took off its queue to read in place (handed over by
+    /// `take_message`, which found it at the head).
+    pub(super) in_place_read: Option<super::message_path::InPlace>,
     pub(super) finalized: bool,
 }
 
