@@ -89,4 +89,30 @@ impl Domain {
     pub fn fabric(&self) -> &Fabric {
         &self.inner.fabric
     }
+
+    /// Whether peers' remote reads of this domain's memory are made by the reading peer's
+    /// own process, so the provider here never reads registered memory on their behalf:
+    /// shm, whose reads are cross-memory attach (`process_vm_readv`) by the reader.
+    pub fn reads_made_by_reader(&self) -> bool {
+        self.info().provider() == "shm"
+    }
+
+    /// Lets peers read `data` in place (registered for remote reads: no copy) while `f` runs;
+    /// `f` gets the key to hand them, with `data.as_ptr()` as the address where the domain
+    /// has `FI_MR_VIRT_ADDR`. The registration is closed when `f` returns. A peer that reads
+    /// after that gets an error or, on a provider that checks no keys, whatever `data`'s
+    /// memory holds then: the caller waits in `f` until its peers are done.
+    ///
+    /// # Errors
+    /// `InvalidArgument` where this domain's provider would serve remote reads from `data`
+    /// itself ([`Domain::reads_made_by_reader`] false: it might still be doing so after `f`
+    /// returned); `fi_mr_reg` failures.
+    pub fn expose_for_reads<R>(&self, data: &[u8], f: impl FnOnce(u64) -> R) -> Result<R> {
+        if !self.reads_made_by_reader() {
+            return Err(crate::Error::InvalidArgument(
+                "the provider serves remote reads itself",
+            ));
+        }
+        crate::raw::expose_for_reads(&self.inner.fid, data, f)
+    }
 }

@@ -472,10 +472,7 @@ impl Memory {
     }
 
     pub(crate) fn register(&mut self, domain: &DomainFid, access: u64, len: usize) -> Result<()> {
-        // Providers without FI_MR_PROV_KEY take the key we ask for and reject duplicates
-        // within a domain, so every registration asks for a fresh one.
-        static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
-        let requested_key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+        let requested_key = fresh_key();
         let mut p = ptr::null_mut();
         // SAFETY: the memory is valid for len <= layout.size() bytes and outlives the
         // registration (field order closes mr first).
@@ -738,6 +735,47 @@ pub(crate) fn send_from(
     // send's completion was read or the endpoint closed, which is as long as the provider
     // may read it.
     unsafe { senddata_unregistered(ep, buf.as_slice(), cq_data, dest, context) }
+}
+
+/// A key to ask a registration for: providers without `FI_MR_PROV_KEY` take the key asked
+/// for and reject duplicates within a domain, so every registration asks for a fresh one.
+fn fresh_key() -> u64 {
+    static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+    NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `Domain::expose_for_reads`: registers `data` for remote reads, runs `f` with its key and
+/// closes the registration before returning. Only called for providers whose remote reads
+/// the reading peer's process makes itself (the caller checked), so the provider here never
+/// touches `data`, during `f` or after.
+pub(crate) fn expose_for_reads<R>(
+    domain: &DomainFid,
+    data: &[u8],
+    f: impl FnOnce(u64) -> R,
+) -> Result<R> {
+    let mut p = ptr::null_mut();
+    // SAFETY: `data` is valid for its length while borrowed, which outlasts the registration
+    // (closed below, before this function returns); registering memory makes the provider
+    // read nothing of it by itself.
+    let ret = unsafe {
+        sys::fi_mr_reg(
+            domain.as_ptr(),
+            data.as_ptr().cast(),
+            data.len(),
+            sys::FI_REMOTE_READ as u64,
+            0,
+            fresh_key(),
+            0,
+            &mut p,
+            ptr::null_mut(),
+        )
+    };
+    let mr = MrFid(opened("fi_mr_reg", ret, p)?);
+    // SAFETY: the registration is open.
+    let key = unsafe { sys::fi_mr_key(mr.as_ptr()) };
+    let r = f(key);
+    drop(mr);
+    Ok(r)
 }
 
 /// `Endpoint::read_in_place`: reads into `out`, memory the provider neither owns nor has

@@ -34,6 +34,10 @@ fn main() {
             Trial::test(format!("{prov}::receiver_dies_mid_rendezvous"), move || {
                 receiver_dies_mid_rendezvous(prov)
             }),
+            Trial::test(
+                format!("{prov}::receiver_dies_during_a_send_in_place"),
+                move || receiver_dies_during_a_send_in_place(prov),
+            ),
             Trial::test(format!("{prov}::sender_dies_mid_rendezvous"), move || {
                 sender_dies_mid_rendezvous(prov)
             }),
@@ -252,6 +256,8 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
     child.expect("ready")?;
     let big = pattern(mcapi::MAX_MSG_SIZE, 3);
+    // With a timeout, sends stage their messages (none go in place).
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
     // The receiver's node reads one ahead (its 16 MiB read-ahead budget) although its
     // application takes none; four more fill this node's 64 MiB staging.
     for _ in 0..5 {
@@ -265,7 +271,6 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill()?;
-    a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
     match a.msg_send(tx, to, &big, 0) {
         Err(Status::MCAPI_ERR_TRANSMISSION) => {}
         other => return Err(format!("a send waiting for staging room: {other:?}").into()),
@@ -283,6 +288,51 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// Blocking sends without a timeout to a receiver that takes nothing: where sends go in
+/// place, the first is read ahead by the receiver's node and returns, the second waits for a
+/// read until the receiver is killed and then ends with MCAPI_ERR_TRANSMISSION; elsewhere
+/// both are staged and return at once. Nothing stays exposed or staged.
+fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
+    let job = format!("bigplace-{prov}-{}", std::process::id());
+    let a = Node::initialize(0, 52, config(prov, &job))?;
+    let tx = a.endpoint_create(1)?;
+    let mut child = Peer::spawn("bigsink", prov, &job)?;
+    let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
+    child.expect("ready")?;
+    let big = pattern(mcapi::MAX_MSG_SIZE, 6);
+    // (No timeout on `tx`: sends go in place where the provider allows.)
+    a.msg_send(tx, to, &big, 0)?;
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        child.kill().map_err(|e| format!("{e:?}"))
+    });
+    let start = Instant::now();
+    let second = a.msg_send(tx, to, &big, 0);
+    let blocked = start.elapsed();
+    killer.join().map_err(|_| "the killer thread panicked")??;
+    match (a.sends_in_place(), second) {
+        (true, Err(Status::MCAPI_ERR_TRANSMISSION)) if blocked >= Duration::from_millis(900) => {}
+        (false, Ok(())) => {}
+        (in_place, other) => {
+            return Err(format!(
+                "in place: {in_place}, the second send: {other:?} after {blocked:?}"
+            )
+            .into())
+        }
+    }
+    let start = Instant::now();
+    while a.staged_messages()? > 0 {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err("messages of a dead receiver never freed".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let me = a.endpoint_create(9)?;
+        a.endpoint_delete(me)?;
+    }
+    a.finalize()?;
+    Ok(())
+}
+
 /// The receiving endpoint is deleted with rendezvous messages queued: their sender is told
 /// and frees them; a blocking send waiting for staging room then goes (to be discarded, if
 /// it raced the delete's notice) or fails with MCAPI_ERR_ENDP_INVALID, as later sends do.
@@ -293,10 +343,11 @@ fn endpoint_deleted_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     let mut child = Peer::spawn("bigdeleter", prov, &job)?;
     let to = a.endpoint_get(0, 55, 5, Some(Duration::from_secs(30)))?;
     let big = pattern(mcapi::MAX_MSG_SIZE, 4);
+    // With a timeout, sends stage their messages (none go in place).
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
     for _ in 0..4 {
         a.msg_send(tx, to, &big, 0)?;
     }
-    a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
     match a.msg_send(tx, to, &big, 0) {
         Ok(()) | Err(Status::MCAPI_ERR_ENDP_INVALID) => {}
         other => return Err(format!("a send to the deleted endpoint: {other:?}").into()),
@@ -465,7 +516,10 @@ fn child(spec: &str) {
             let to = a
                 .endpoint_get(0, 56, 1, Some(Duration::from_secs(30)))
                 .unwrap();
-            // One read ahead by the receiver, four staged here.
+            // One read ahead by the receiver, four staged here (with a timeout: none in
+            // place).
+            a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))
+                .unwrap();
             for i in 0..5 {
                 a.msg_send(tx, to, &pattern(mcapi::MAX_MSG_SIZE, 20 + i), 0)
                     .unwrap();

@@ -52,6 +52,10 @@ pub(super) struct Fab {
     /// Whether a blocking receive reads a rendezvous message straight into its buffer
     /// ([`reads_in_place`]).
     pub(super) reads_in_place: bool,
+    /// Whether a blocking `msg_send` of a rendezvous message lets its receiver read the
+    /// application's buffer in place (no staging copy): where reads are made by the reader's
+    /// process (shm), so nothing here touches the buffer once the call has returned.
+    pub(super) sends_in_place: bool,
 }
 
 /// Whether rendezvous reads may go straight into a blocking receive's buffer: the read
@@ -155,6 +159,7 @@ pub(super) fn open_fabric(
                     config.max_msg_size.clamp(1, EAGER_SLOT)
                 },
                 reads_in_place: reads_in_place(info.provider(), &ep, rma),
+                sends_in_place: rma && domain.reads_made_by_reader(),
                 ep,
                 cq,
                 av,

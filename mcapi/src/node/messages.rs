@@ -6,7 +6,7 @@ use super::fetch::IN_PLACE_READ;
 use super::inner::NodeInner;
 use super::message_path::InPlace;
 use super::peers::PeerInput;
-use super::rendezvous::{Msg, NO_STAGING, RNDV_MARK};
+use super::rendezvous::{Descriptor, Msg, NO_STAGING, RNDV_MARK};
 use super::state::{Req, State, LOCAL_PEER};
 use super::wait::Deadline;
 use super::Node;
@@ -16,6 +16,8 @@ use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
+use mcapi_ofi::flags;
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 impl Node {
@@ -28,6 +30,15 @@ impl Node {
     /// The largest message this node sends eagerly; larger ones go by rendezvous.
     pub fn eager_max(&self) -> usize {
         self.inner.fab.eager_max
+    }
+
+    /// Whether a blocking `msg_send` of a rendezvous message (above [`Node::eager_max`]) from
+    /// an endpoint without a timeout lets its receiver read the buffer in place, returning
+    /// once the receiver is done with it, rather than staging a copy and returning at once
+    /// (docs/design.md, "Large messages"): on providers whose reads the reader's process
+    /// makes (shm).
+    pub fn sends_in_place(&self) -> bool {
+        self.inner.fab.sends_in_place
     }
 
     /// Rendezvous messages this node staged that their receivers have not yet read or
@@ -154,6 +165,12 @@ impl Node {
                     peer: st.peers[peer as usize].index_at_peer,
                     seq,
                 };
+                if data.len() > self.inner.fab.eager_max
+                    && timeout.is_none()
+                    && self.inner.fab.sends_in_place
+                {
+                    return self.send_in_place(st, (peer, seq), key, tag, data);
+                }
                 let msg = if data.len() > self.inner.fab.eager_max {
                     // Staged (copied into registered memory), so the buffer is free when
                     // the call returns; only its descriptor takes the credit's slot.
@@ -248,6 +265,97 @@ impl Node {
             backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
             st = self.inner.live_state()?;
             self.inner.progress(&mut st);
+        }
+    }
+
+    /// A blocking `msg_send` of a rendezvous message without a copy: its descriptor (credit
+    /// `seq` taken) names `data` itself, registered for the receiver to read in place, and
+    /// the call returns once the receiver is done with it (read, or discarded with its
+    /// endpoint), or with `MCAPI_ERR_TRANSMISSION` once the receiver is gone. Only without
+    /// a timeout (an exposed buffer cannot be taken back) and where the receiver's process
+    /// makes the read (`Fab::sends_in_place`).
+    #[cold]
+    #[inline(never)]
+    fn send_in_place(
+        &self,
+        st: MutexGuard<'_, State>,
+        (peer, seq): (u16, u16),
+        key: (u16, u32),
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<()> {
+        let fab = &self.inner.fab;
+        let give_back = |st: &mut State| {
+            if let Some(remote) = st.remotes.get_mut(&key) {
+                remote.spare += 1;
+                remote.next_seq = seq;
+            }
+        };
+        let mut st = Some(st);
+        let exposed = fab.domain.expose_for_reads(data, |mr_key| {
+            let Some(mut st) = st.take() else {
+                return Err(Status::MCAPI_ERR_GENERAL);
+            };
+            let id = st.rndv.expose(peer);
+            let virt = fab.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0;
+            let desc = Descriptor {
+                addr: if virt { data.as_ptr() as u64 } else { 0 },
+                key: mr_key,
+                len: data.len() as u64,
+                id,
+            };
+            let msg = Msg::Staged {
+                desc: desc.encode(),
+                id,
+                len: data.len(),
+            };
+            let mut deadline = Deadline::new(None);
+            if let Err(e) = self
+                .inner
+                .send_payload(&mut st, peer, tag, msg, &mut deadline)
+            {
+                give_back(&mut st);
+                st.rndv.release(id, None);
+                _ = st.rndv.take_exposed(id);
+                return Err(e);
+            }
+            let mut backoff = self.inner.backoff();
+            loop {
+                self.inner.progress(&mut st);
+                if let Some(read) = st.rndv.take_exposed(id) {
+                    return if read {
+                        Ok(())
+                    } else {
+                        Err(Status::MCAPI_ERR_TRANSMISSION)
+                    };
+                }
+                if backoff.slow_check_due() {
+                    // The liveness watcher marks a dead peer's link closed without the
+                    // state lock; its loss is recorded here (which ends the wait above).
+                    let p = &st.peers[peer as usize];
+                    if let Some(link) = p.link.as_ref().filter(|l| l.is_closed()) {
+                        let run = link.incarnation;
+                        self.inner
+                            .peer_event_locked(&mut st, peer, PeerInput::Lost(run));
+                        continue;
+                    }
+                }
+                drop(st);
+                _ = backoff.wait_on(None, || self.inner.node_sleep_cqs());
+                // (A node finalized meanwhile by another thread ends the call: the
+                // application's own race.)
+                st = self.inner.live_state()?;
+            }
+        });
+        match exposed {
+            Ok(sent) => sent,
+            Err(e) => {
+                // Not registered: nothing was sent; the credit and number stay unused.
+                if let Some(mut st) = st {
+                    give_back(&mut st);
+                }
+                Err(ofi_status(e))
+            }
         }
     }
 

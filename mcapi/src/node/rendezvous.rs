@@ -93,10 +93,15 @@ impl Msg<'_> {
 pub(super) const NO_STAGING: u64 = u64::MAX;
 
 struct Staged {
-    region: MemoryRegion,
+    /// Where the data is: a staging region, or (`None`) the application's own buffer, which
+    /// a blocking `msg_send` exposed and waits on ([`Rendezvous::take_exposed`]).
+    region: Option<MemoryRegion>,
     peer: u16,
     len: usize,
     generation: u32,
+    /// An exposed buffer's end: read or discarded by its receiver (`true`), or the receiver
+    /// is gone (`false`).
+    ended: Option<bool>,
 }
 
 /// The node's rendezvous state (under the state lock).
@@ -139,7 +144,7 @@ impl Rendezvous {
 
     /// The staged message `id`'s region, if it is still staged.
     pub(super) fn region(&self, id: u64) -> Option<&MemoryRegion> {
-        self.get(id).map(|s| &s.region)
+        self.get(id).and_then(|s| s.region.as_ref())
     }
 
     fn get(&self, id: u64) -> Option<&Staged> {
@@ -155,16 +160,59 @@ impl Rendezvous {
             return;
         }
         let i = id as u32;
+        if let Some(s) = self.staged[i as usize]
+            .as_mut()
+            .filter(|s| s.region.is_none())
+        {
+            // An exposed buffer: its sender, waiting, takes the news (and frees the id).
+            s.ended.get_or_insert(from.is_some());
+            self.released = self.released.wrapping_add(1);
+            return;
+        }
         let Some(s) = self.staged[i as usize].take() else {
             return;
         };
         self.released = self.released.wrapping_add(1);
         self.free_ids.push(i);
         self.staged_bytes -= s.len;
+        let Some(region) = s.region else { return };
         let cached: usize = self.cache.iter().map(MemoryRegion::len).sum();
-        if cached + s.region.len() <= STAGING_BUDGET && self.cache.len() < STAGING_CACHE {
-            self.cache.push(s.region);
+        if cached + region.len() <= STAGING_BUDGET && self.cache.len() < STAGING_CACHE {
+            self.cache.push(region);
         }
+    }
+
+    /// Records an application's buffer exposed for peer `peer` to read in place, and returns
+    /// its id (for the descriptor).
+    pub(super) fn expose(&mut self, peer: u16) -> u64 {
+        self.generation = self.generation.wrapping_add(1);
+        let i = match self.free_ids.pop() {
+            Some(i) => i,
+            None => {
+                self.staged.push(None);
+                self.staged.len() as u32 - 1
+            }
+        };
+        self.staged[i as usize] = Some(Staged {
+            region: None,
+            peer,
+            len: 0,
+            generation: self.generation,
+            ended: None,
+        });
+        u64::from(self.generation) << 32 | u64::from(i)
+    }
+
+    /// The end of exposed buffer `id`, once there is one (`Some(true)`: its receiver is done
+    /// with it); then its id is free again. `Some(false)` too for an id unknown (never).
+    pub(super) fn take_exposed(&mut self, id: u64) -> Option<bool> {
+        let Some(s) = self.get(id) else {
+            return Some(false);
+        };
+        let ended = s.ended?;
+        self.staged[id as u32 as usize] = None;
+        self.free_ids.push(id as u32);
+        Some(ended)
     }
 
     /// Frees what peer `peer` was sent and will never read (its run is gone).
@@ -249,10 +297,11 @@ impl NodeInner {
         self.staged_out
             .store(true, std::sync::atomic::Ordering::Relaxed);
         r.staged[i as usize] = Some(Staged {
-            region,
+            region: Some(region),
             peer,
             len: data.len(),
             generation: r.generation,
+            ended: None,
         });
         Ok(Some(Msg::Staged {
             desc: desc.encode(),
