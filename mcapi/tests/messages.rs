@@ -1711,6 +1711,9 @@ fn prefetched_rendezvous_messages_are_freed_with_their_endpoint() {
         let b = Node::initialize(0, 64, cfg).unwrap();
         let rx = b.endpoint_create(1).unwrap();
         let tx = a.endpoint_create(1).unwrap();
+        // With a timeout, sends stage their messages and return (none go in place).
+        a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))
+            .unwrap();
         let to = a.endpoint_get(0, 64, 1, None).unwrap();
         let len = 4 << 20;
         for i in 0..3 {
