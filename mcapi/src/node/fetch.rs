@@ -205,12 +205,25 @@ impl NodeInner {
     /// start now if the read-ahead has room, else it waits its turn.
     pub(super) fn prefetch(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
         let len = self.descriptor_in(slot).len as usize;
-        if st.rndv.fetches.deferred.is_empty() && st.rndv.fetches.room_for(len) {
+        if st.rndv.fetches.deferred.is_empty()
+            && st.rndv.fetches.room_for(len)
+            && !self.reads_wait_for_receives(st)
+        {
             self.start_fetch(st, slot, peer, port);
         } else {
             st.rndv.fetches.set_slot(slot, DEFERRED);
             st.rndv.fetches.deferred.push_back((slot, peer, port));
         }
+    }
+
+    /// Whether messages are not read ahead now: where the reader's process makes the read
+    /// (shm: the copy is ours, inside `fi_read`, so reading ahead into receive staging only
+    /// adds the copy out of it), while the application calls in, whose receives read into
+    /// their own buffers. The background thread, which progresses the node while the
+    /// application does not call in, still reads ahead (so a sender waiting for its read
+    /// in place goes on).
+    fn reads_wait_for_receives(&self, st: &State) -> bool {
+        st.app_progress && self.fab.sends_in_place
     }
 
     /// Takes chunks for the message in `slot` and posts its reads. Without chunks (the pool
@@ -347,6 +360,9 @@ impl NodeInner {
     pub(super) fn advance_fetches(&self, st: &mut State) {
         if !st.rndv.fetches.queue.is_empty() {
             self.pump_reads(st);
+        }
+        if self.reads_wait_for_receives(st) {
+            return;
         }
         while let Some(&(slot, peer, port)) = st.rndv.fetches.deferred.front() {
             if st.rndv.fetches.state_of(slot) != DEFERRED {

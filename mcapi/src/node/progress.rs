@@ -17,7 +17,9 @@ impl NodeInner {
         let n = self.app_progress.load(Ordering::Relaxed);
         self.app_progress
             .store(n.wrapping_add(1), Ordering::Relaxed);
+        st.app_progress = true;
         self.progress_counting(st);
+        st.app_progress = false;
     }
 
     /// As `progress`, returning how many completions were handled.

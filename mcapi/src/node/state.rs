@@ -62,6 +62,8 @@ pub(super) struct State {
     /// a rendezvous message that arrives at the head of its queue is not read ahead, the
     /// receive reads it into its own buffer next.
     pub(super) receiving_in_place: Option<u32>,
+    /// An application call is reading the CQ (not the background thread).
+    pub(super) app_progress: bool,
     /// The message that receive took off its queue to read in place (handed over by
     /// `take_message`, which found it at the head).
     pub(super) in_place_read: Option<super::message_path::InPlace>,
