@@ -73,14 +73,19 @@ fn reads_in_place(provider: &str, ep: &Endpoint, rma: bool) -> bool {
 /// streaming (above 16 KiB rxm sends an eager message by a rendezvous of its own).
 const RXM_EAGER_MAX: usize = 16 << 10;
 
+/// The eager/rendezvous threshold on shm: with reads in place (one copy, by the receiver)
+/// a rendezvous beats the eager path's three copies from 32 KiB on, in latency and in
+/// streaming; at 16 KiB the two are even (docs/performance.md, "Large messages").
+const SHM_EAGER_MAX: usize = 16 << 10;
+
 /// The eager/rendezvous threshold of `provider` unless configured (`MCAPI_EAGER_MAX`),
-/// chosen by measurement (docs/performance.md, "Large messages"): on shm the eager path's
-/// copies cost less than the rendezvous round trip up to the slot size (64 KiB); under
-/// ofi_rxm a message above its own eager buffer (16 KiB) already goes by rxm's rendezvous
-/// ([`RXM_EAGER_MAX`]).
+/// chosen by measurement (docs/performance.md, "Large messages"); providers not measured
+/// keep every message up to the slot size (64 KiB) eager.
 pub(super) fn eager_threshold(provider: &str, configured: Option<usize>) -> usize {
     let default = if provider.contains("ofi_rxm") {
         RXM_EAGER_MAX
+    } else if provider == "shm" {
+        SHM_EAGER_MAX
     } else {
         EAGER_SLOT
     };
