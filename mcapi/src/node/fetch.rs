@@ -204,6 +204,13 @@ impl NodeInner {
     /// A rendezvous message arrived in receive `slot` (for endpoint `port`): its reads
     /// start now if the read-ahead has room, else it waits its turn.
     pub(super) fn prefetch(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
+        if st.rndv.fetches.of_slot.is_empty() {
+            // Sized once for every receive slot: lists grown later would allocate on a
+            // warm path (how many wait at once is the receiver's pace).
+            let slots = self.fab.recv_slots as usize;
+            st.rndv.fetches.of_slot.resize(slots, NO_FETCH);
+            st.rndv.fetches.deferred.reserve(slots);
+        }
         let len = self.descriptor_in(slot).len as usize;
         if st.rndv.fetches.deferred.is_empty()
             && st.rndv.fetches.room_for(len)
