@@ -364,6 +364,46 @@ impl<T> RequestTable<T> {
         Ok(())
     }
 
+    /// [`begin_wait`](Self::begin_wait) and [`take_completed`](Self::take_completed) in
+    /// one look: a request that completed (or was cancelled) is taken at once, as a wait
+    /// would take it, without registering the waiter; a pending one gets the waiter
+    /// (`Ok(None)`).
+    ///
+    /// # Errors
+    /// As [`begin_wait`](Self::begin_wait), then as
+    /// [`take_completed`](Self::take_completed).
+    pub fn begin_wait_or_take(
+        &mut self,
+        handle: RequestHandle,
+    ) -> Result<Option<Completion<T>>, Status> {
+        let i = self.index(handle)?;
+        let slot = &mut self.slots[i];
+        if slot.waiter {
+            return Err(Status::MCAPI_ERR_WAIT_PENDING);
+        }
+        match slot.state.expect("live slot has a state") {
+            RequestState::Pending => {
+                slot.waiter = true;
+                Ok(None)
+            }
+            RequestState::Completed { status, size }
+            | RequestState::CompletedReported { status, size } => {
+                let payload = self
+                    .release_slot(i)
+                    .expect("completed slot has its payload");
+                Ok(Some(Completion {
+                    status,
+                    size,
+                    payload,
+                }))
+            }
+            RequestState::Cancelled => {
+                self.release_slot(i);
+                Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+            }
+        }
+    }
+
     /// Unregisters the waiter without releasing the request: a wait that timed
     /// out leaves the request to be waited on again (spec 4.6.2).
     /// Not needed after [`take_completed`](Self::take_completed) released it.
