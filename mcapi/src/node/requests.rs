@@ -146,13 +146,17 @@ impl Node {
         mut buf: Option<&mut [u8]>,
         timeout: Option<Duration>,
     ) -> Result<Result<usize>> {
+        // A request that completed already is taken at once, without driving anything
+        // (a sender reaping its completed sends reads no CQ) and before the wait's set-up.
+        let mut st = self.inner.live_state()?;
+        if let Some(done) = taken(st.requests.begin_wait_or_take(request))? {
+            return Ok(done);
+        }
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
         let look_once = timeout == Some(Duration::ZERO);
         let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
         let mut backoff = self.inner.backoff();
         let mut own_side = None;
-        let mut st = self.inner.live_state()?;
-        st.requests.begin_wait(request)?;
         loop {
             let outcome = match self.look(st, request, buf.as_deref_mut()) {
                 Ok(Some(done)) => return Ok(done),

@@ -346,7 +346,11 @@ impl SendCredits {
 /// The receiver's batching of returned credits: one small message per quarter of the pool,
 /// and whatever is unreported as soon as every credit is back at the receiver (the sender
 /// can send nothing more), so a sender never waits for space that is free but unreported,
-/// and a ping-pong sends no credit message per item.
+/// and a ping-pong sends no credit message per item. A receiver that holds returns back
+/// ([`CreditReturn::hold_back`]) sends its quarters only once the sender is down to half
+/// of its credits (as the receiver counts: what it was given back minus what arrived), all
+/// that is unreported then: a stream costs one message per half pool instead of one per
+/// quarter, and the half left to the sender covers the return's way to it.
 #[derive(Debug, Clone, Copy)]
 pub struct CreditReturn {
     /// Freed and not yet returned.
@@ -355,6 +359,8 @@ pub struct CreditReturn {
     /// the sender holds `capacity - owed` (available, or spent on items on their way).
     owed: u32,
     batch: u32,
+    /// Owed credits from which a batch goes back: 0, or half the pool when held back.
+    batch_from: u32,
     capacity: u32,
 }
 
@@ -365,8 +371,16 @@ impl CreditReturn {
             unreported: 0,
             owed: 0,
             batch: capacity.div_ceil(4).max(1),
+            batch_from: 0,
             capacity,
         }
+    }
+
+    /// Batches go back only once the sender is down to half of its credits: for scalars on
+    /// connection-based providers, where each return is a syscall of the receiver, the
+    /// slower side of a stream there.
+    pub fn hold_back(&mut self) {
+        self.batch_from = self.capacity.div_ceil(2);
     }
 
     /// An item sent with a credit arrived; `Some(n)`: return `n` credits now.
@@ -378,14 +392,17 @@ impl CreditReturn {
     /// A buffer became free; `Some(n)`: return `n` credits now.
     pub fn freed(&mut self) -> Option<u32> {
         self.unreported += 1;
-        (self.unreported >= self.batch || self.owed >= self.capacity).then(|| self.take())
+        self.flush()
     }
 
-    /// What is unreported if the sender is out of credits with nothing on its way; else
-    /// what is on its way comes, and the batches keep the sender going. `arrived` and
-    /// `freed` check this themselves: call it to retry after a return could not be sent.
+    /// What is unreported if it is due: a batch (once the sender is down to half, when held
+    /// back), or anything once the sender is out of credits with nothing on its way; else
+    /// what is on its way comes, and keeps the sender going. `arrived` and `freed` check this
+    /// themselves: call it to retry after a return could not be sent.
     pub fn flush(&mut self) -> Option<u32> {
-        (self.unreported > 0 && self.owed >= self.capacity).then(|| self.take())
+        let sender_dry = self.owed >= self.capacity;
+        let batch_due = self.unreported >= self.batch && self.owed >= self.batch_from;
+        (self.unreported > 0 && sender_dry || batch_due).then(|| self.take())
     }
 
     /// Gives back credits whose message could not be sent now.
@@ -401,8 +418,8 @@ impl CreditReturn {
     }
 
     /// Most credit messages that can be on their way at once (how many receives the sender
-    /// must keep posted for them): each returns a batch but a flush, and a flush happens only
-    /// when no credit is on its way.
+    /// must keep posted for them): each returns a batch or more but a flush, and a flush
+    /// happens only when no credit is on its way.
     pub fn max_in_flight(capacity: u32) -> u32 {
         capacity.div_ceil(CreditReturn::new(capacity).batch) + 1
     }
@@ -619,6 +636,52 @@ mod tests {
         assert!(s.try_take() && s.try_take() && !s.try_take());
         s.add(1);
         assert!(s.try_take());
+    }
+
+    #[test]
+    fn held_back_credits_return_once_the_sender_is_down_to_half() {
+        let mut r = CreditReturn::new(64);
+        r.hold_back();
+        for _ in 0..17 {
+            assert_eq!(r.arrived(), None);
+        }
+        // A quarter free while the sender still holds more than half: kept.
+        for _ in 0..16 {
+            assert_eq!(r.freed(), None);
+        }
+        assert_eq!(r.flush(), None);
+        // The sender down to half: everything unreported goes back.
+        for _ in 0..14 {
+            assert_eq!(r.arrived(), None);
+        }
+        assert_eq!(r.arrived(), Some(16));
+        // The application holds 16. Less than a quarter unreported waits, even for a low
+        // sender, until a quarter is free.
+        for _ in 0..15 {
+            assert_eq!(r.freed(), None);
+        }
+        for _ in 0..17 {
+            assert_eq!(r.arrived(), None);
+        }
+        assert_eq!(r.freed(), Some(16));
+        // The sender spends the rest: nothing unreported, nothing to flush.
+        for _ in 0..47 {
+            assert_eq!(r.arrived(), None);
+        }
+        assert_eq!(r.flush(), None);
+        // Every credit is back at the receiver: a release returns its credit at once.
+        assert_eq!(r.freed(), Some(1));
+        r.unflush(1);
+        assert_eq!(r.flush(), Some(1));
+        // A stream the application takes as it comes: one return per half pool (less the
+        // item whose arrival sends it, not taken yet).
+        let mut r = CreditReturn::new(64);
+        r.hold_back();
+        let returns: Vec<u32> = (0..640)
+            .flat_map(|_| [r.arrived(), r.freed()])
+            .flatten()
+            .collect();
+        assert_eq!(returns, [31; 20]);
     }
 
     #[test]

@@ -428,6 +428,11 @@ impl RecvSide {
         self.peer_sent.is_some() && !self.sender_done()
     }
 
+    /// Credit returns go back in larger batches ([`CreditReturn::hold_back`]).
+    pub fn hold_back_credits(&mut self) {
+        self.returns.hold_back();
+    }
+
     /// Credits to give back now if the sender is out of them (a return that could not be
     /// sent before is retried this way).
     #[inline(always)]
@@ -687,6 +692,12 @@ impl<B: UserBuffer> SendSide<B> {
     #[inline(always)]
     pub fn credits_returned(&mut self, n: u32) {
         self.credits.add(n);
+    }
+
+    /// Whether a credit is held (for an item that is to be posted next).
+    #[inline(always)]
+    pub fn has_credit(&self) -> bool {
+        self.credits.available() > 0
     }
 
     /// Takes a credit for an item about to be posted; `false` if none is held.

@@ -204,6 +204,12 @@ impl<T> RequestTable<T> {
     /// reclaimable; `payload` is then dropped. Reclaiming drops the old
     /// slot's payload and bumps its generation, so its handle reads as invalid.
     pub fn alloc(&mut self, payload: T) -> Result<RequestHandle, Status> {
+        self.alloc_in(payload, RequestState::Pending)
+    }
+
+    /// [`alloc`](Self::alloc) of a request starting in `state`.
+    #[inline]
+    fn alloc_in(&mut self, payload: T, state: RequestState) -> Result<RequestHandle, Status> {
         let index = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -216,15 +222,16 @@ impl<T> RequestTable<T> {
             }
         };
         let slot = &mut self.slots[index];
-        slot.state = Some(RequestState::Pending);
+        slot.state = Some(state);
         slot.payload = Some(payload);
         Ok(RequestHandle::new(index, slot.generation))
     }
 
     /// Starts a request that is already complete with `status` and `size` bytes: an `_i`
     /// call that failed at once still hands out a request reporting its error (the MCA
-    /// reference implementation's reading, `MCAPI_COMPAT=mca`). It is tested, waited on and
-    /// reclaimed as any completed request.
+    /// reference implementation's reading, `MCAPI_COMPAT=mca`), and one that finished within
+    /// the call hands out one reporting its success. It is tested, waited on and reclaimed as
+    /// any completed request.
     ///
     /// # Errors
     /// `MCAPI_ERR_PARAMETER` for `MCAPI_PENDING` (a complete request has a final status);
@@ -238,9 +245,7 @@ impl<T> RequestTable<T> {
         if status == Status::MCAPI_PENDING {
             return Err(Status::MCAPI_ERR_PARAMETER);
         }
-        let handle = self.alloc(payload)?;
-        self.complete(handle, status, size)?;
-        Ok(handle)
+        self.alloc_in(payload, RequestState::Completed { status, size })
     }
 
     /// The state of a live request.
@@ -357,6 +362,46 @@ impl<T> RequestTable<T> {
         }
         slot.waiter = true;
         Ok(())
+    }
+
+    /// [`begin_wait`](Self::begin_wait) and [`take_completed`](Self::take_completed) in
+    /// one look: a request that completed (or was cancelled) is taken at once, as a wait
+    /// would take it, without registering the waiter; a pending one gets the waiter
+    /// (`Ok(None)`).
+    ///
+    /// # Errors
+    /// As [`begin_wait`](Self::begin_wait), then as
+    /// [`take_completed`](Self::take_completed).
+    pub fn begin_wait_or_take(
+        &mut self,
+        handle: RequestHandle,
+    ) -> Result<Option<Completion<T>>, Status> {
+        let i = self.index(handle)?;
+        let slot = &mut self.slots[i];
+        if slot.waiter {
+            return Err(Status::MCAPI_ERR_WAIT_PENDING);
+        }
+        match slot.state.expect("live slot has a state") {
+            RequestState::Pending => {
+                slot.waiter = true;
+                Ok(None)
+            }
+            RequestState::Completed { status, size }
+            | RequestState::CompletedReported { status, size } => {
+                let payload = self
+                    .release_slot(i)
+                    .expect("completed slot has its payload");
+                Ok(Some(Completion {
+                    status,
+                    size,
+                    payload,
+                }))
+            }
+            RequestState::Cancelled => {
+                self.release_slot(i);
+                Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+            }
+        }
     }
 
     /// Unregisters the waiter without releasing the request: a wait that timed

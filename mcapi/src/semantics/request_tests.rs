@@ -369,3 +369,30 @@ fn alloc_completed_refuses_pending_and_a_full_table() {
         Err(MCAPI_ERR_REQUEST_LIMIT)
     );
 }
+
+#[test]
+fn begin_wait_or_take_takes_what_is_done_and_registers_on_the_rest() {
+    let mut t = RequestTable::new(4);
+    // Complete from the start (an injected packet): taken at once, released.
+    let done = t.alloc_completed("injected", MCAPI_SUCCESS, 8).unwrap();
+    let c = t.begin_wait_or_take(done).unwrap().unwrap();
+    assert_eq!(
+        (c.status, c.size, c.payload),
+        (MCAPI_SUCCESS, 8, "injected")
+    );
+    assert_eq!(t.begin_wait_or_take(done), Err(MCAPI_ERR_REQUEST_INVALID));
+    // Pending: the caller becomes its waiter, and a second one is refused.
+    let h = t.alloc("pending").unwrap();
+    assert_eq!(t.begin_wait_or_take(h), Ok(None));
+    assert_eq!(t.begin_wait_or_take(h), Err(MCAPI_ERR_WAIT_PENDING));
+    t.complete(h, MCAPI_SUCCESS, 4).unwrap();
+    // Even complete, it is that waiter's to take.
+    assert_eq!(t.begin_wait_or_take(h), Err(MCAPI_ERR_WAIT_PENDING));
+    assert_eq!(t.take_completed(h).unwrap().unwrap().size, 4);
+    // Cancelled: the tombstone is consumed.
+    let k = t.alloc("cancelled").unwrap();
+    t.cancel(k).unwrap();
+    assert_eq!(t.begin_wait_or_take(k), Err(MCAPI_ERR_REQUEST_CANCELLED));
+    assert_eq!(t.begin_wait_or_take(k), Err(MCAPI_ERR_REQUEST_INVALID));
+    assert!(t.is_empty());
+}

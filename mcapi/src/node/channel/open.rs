@@ -153,11 +153,17 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
-            Direction::Receive => SideData::Recv(RecvData {
-                pool: hub.pool().clone(),
-                state: RecvSide::new(ChannelKind::Scalar, Posting::Hub, 8, 0, capacity),
-                local: None,
-            }),
+            // Each credit return is a syscall on the connection-based providers the hub
+            // serves: they go back in half pools.
+            Direction::Receive => {
+                let mut state = RecvSide::new(ChannelKind::Scalar, Posting::Hub, 8, 0, capacity);
+                state.hold_back_credits();
+                SideData::Recv(RecvData {
+                    pool: hub.pool().clone(),
+                    state,
+                    local: None,
+                })
+            }
         };
         Ok(SideIo {
             ep: Some(hub.endpoint().clone()),

@@ -71,7 +71,8 @@ impl DoneFlags {
 
 /// Requests a side completed under its lock, until `flush_completed` records them in the
 /// node's request table with no side lock held (under one, the state lock is taken only by
-/// the zero-copy send's wait: docs/design.md, lock discipline).
+/// the zero-copy send's wait and `pktchan_send_i`'s request allocation: docs/design.md, lock
+/// discipline).
 /// Its capacity is kept, so a steady stream of completions allocates nothing.
 pub(super) struct Outbox {
     slot: usize,

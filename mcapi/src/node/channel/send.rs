@@ -5,7 +5,7 @@ use super::handle::ChannelHandle;
 use super::limits::CTX_ZERO_COPY;
 use super::req::ChanReq;
 use super::side::Side;
-use super::side_io::{post_staged, Inject};
+use super::side_io::{post_staged, Injectable};
 use super::table::SideSet;
 use super::waiting::ChannelWait;
 use crate::node::common::{lock, Result};
@@ -214,11 +214,8 @@ impl Node {
 
     fn send_i(&self, handle: ChannelHandle, src: Source<'_>) -> Result<RequestHandle> {
         let len = src.len();
-        let req = {
-            let mut st = self.inner.live_state()?;
-            st.requests.alloc(Req::Chan(ChanReq::Send { handle }))?
-        };
-        let queued = (|| {
+        let request = || Req::Chan(ChanReq::Send { handle });
+        let sent = (|| {
             let mut g = self
                 .inner
                 .side(handle, ChannelKind::Packet, Direction::Send)?;
@@ -231,35 +228,57 @@ impl Node {
                 return Err(status);
             }
             let payload = side.max_payload;
-            let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            let mut io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
             let unregistered = io.ep.as_ref().is_some_and(|ep| ep.sends_unregistered());
             let zero_copy = match (&src, &io.data) {
                 (Source::User(_), SideData::Send(s)) => len > s.inject_size && unregistered,
                 (_, SideData::Send(_)) => false,
                 _ => return Err(Status::MCAPI_ERR_CHAN_INVALID),
             };
+            // The request is allocated under the side lock (the state lock after it, as
+            // the lock discipline allows): complete already when the packet is injected,
+            // so the call takes the state lock once.
+            let mut req = None;
             if !zero_copy && side.local.is_none() {
-                let mut tried = io.inject_now(src.bytes());
-                if tried == Inject::NoCredit {
+                if io.injectable(len) == Injectable::NoCredit {
                     // Returned credits wait in the CQ, which a sender reads only when it
                     // must: read now rather than stage the packet and send it later.
                     side.progress();
                     if let Some(status) = side.peer_gone {
                         return Err(status);
                     }
-                    let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
-                    tried = io.inject_now(src.bytes());
+                    io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
                 }
-                if tried == Inject::Sent {
-                    return Ok(true);
+                if io.injectable(len) == Injectable::Now {
+                    let mut st = self.inner.live_state()?;
+                    let done =
+                        st.requests
+                            .alloc_completed(request(), Status::MCAPI_SUCCESS, len)?;
+                    drop(st);
+                    if io.inject_now(src.bytes()) {
+                        return Ok(done);
+                    }
+                    // The provider refused it: pending, the queued way (no other thread
+                    // knows the request; the slot it frees is taken again at once).
+                    let mut st = lock(&self.inner.state);
+                    _ = st.requests.release(done);
+                    req = Some(st.requests.alloc(request())?);
                 }
             }
-            let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
+            let req = match req {
+                Some(r) => r,
+                None => self.inner.live_state()?.requests.alloc(request())?,
+            };
             let out = match src {
                 Source::User(buf) if zero_copy => Outgoing::User(buf),
-                src => io
-                    .stage(src.bytes(), payload)
-                    .ok_or(Status::MCAPI_ERR_MEM_LIMIT)?,
+                src => match io.stage(src.bytes(), payload) {
+                    Some(out) => out,
+                    None => {
+                        // The call fails: the request never reaches the application.
+                        _ = lock(&self.inner.state).requests.release(req);
+                        return Err(Status::MCAPI_ERR_MEM_LIMIT);
+                    }
+                },
             };
             // A send side (checked above).
             if let SideData::Send(s) = &mut io.data {
@@ -274,24 +293,9 @@ impl Node {
             } else if io.has_queued_send() {
                 side.progress();
             }
-            Ok(false)
+            Ok(req)
         })();
-        match queued {
-            // Injected: complete already (no other thread knows the request yet).
-            Ok(true) => lock(&self.inner.state).requests.complete_if_pending(
-                req,
-                Status::MCAPI_SUCCESS,
-                len,
-            ),
-            Ok(false) => {}
-            Err(e) => {
-                // The call fails: the request never reaches the application (allocated
-                // above, so releasing it cannot fail).
-                _ = lock(&self.inner.state).requests.release(req);
-                return Err(e);
-            }
-        }
         self.inner.flush_completed();
-        Ok(req)
+        sent
     }
 }

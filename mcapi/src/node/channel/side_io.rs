@@ -16,15 +16,16 @@ use mcapi_ofi::{
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What [`SideIo::inject_now`] did with a packet.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Inject {
-    /// Injected: the request is complete.
-    Sent,
+/// Whether a `pktchan_send_i` packet would be injected now ([`SideIo::injectable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Injectable {
+    /// Small enough, nothing queued before it, a credit at hand: only the provider may
+    /// still refuse it.
+    Now,
     /// Small enough, nothing queued before it, but no credit at hand.
     NoCredit,
     /// It goes the staged or zero-copy way.
-    Queue,
+    No,
 }
 
 /// The fabric part of an open side.
@@ -325,20 +326,36 @@ impl SideIo {
         }
     }
 
+    /// Whether [`SideIo::inject_now`] would inject a packet of `len` bytes, taking nothing:
+    /// its request is then allocated complete before the inject.
+    #[inline]
+    pub(super) fn injectable(&self, len: usize) -> Injectable {
+        let (SideData::Send(s), Some(_)) = (&self.data, &self.ep) else {
+            return Injectable::No;
+        };
+        if s.local || len > s.inject_size || s.state.has_queued() {
+            Injectable::No
+        } else if s.state.has_credit() {
+            Injectable::Now
+        } else {
+            Injectable::NoCredit
+        }
+    }
+
     /// Injects a `pktchan_send_i` packet now if it can go as a raw inject would: small
     /// enough, a credit at hand and nothing queued before it (FIFO). The provider copies it,
-    /// so it takes no staging buffer and leaves no send completion to read. Otherwise it
+    /// so it takes no staging buffer and leaves no send completion to read. `false`: it
     /// must be staged and queued (a refused inject gives its credit back).
     #[inline]
-    pub(super) fn inject_now(&mut self, data: &[u8]) -> Inject {
-        let (SideData::Send(s), Some(ep)) = (&mut self.data, &self.ep) else {
-            return Inject::Queue;
-        };
-        if s.local || data.len() > s.inject_size || s.state.has_queued() {
-            return Inject::Queue;
+    pub(super) fn inject_now(&mut self, data: &[u8]) -> bool {
+        if self.injectable(data.len()) != Injectable::Now {
+            return false;
         }
+        let (SideData::Send(s), Some(ep)) = (&mut self.data, &self.ep) else {
+            return false;
+        };
         if !s.state.take_credit() {
-            return Inject::NoCredit;
+            return false;
         }
         let r = ep.inject_data(data, u64::from(s.state.seq()), self.dest);
         // Anything but success goes the queued way, which retries it and reports a failure.
@@ -347,10 +364,10 @@ impl SideIo {
         } else {
             Posted::Again
         };
-        match s.state.posted(outcome, Status::MCAPI_ERR_TRANSMISSION) {
-            Ok(true) => Inject::Sent,
-            _ => Inject::Queue,
-        }
+        matches!(
+            s.state.posted(outcome, Status::MCAPI_ERR_TRANSMISSION),
+            Ok(true)
+        )
     }
 
     /// Copies a `pktchan_send_i` packet into a free staging buffer of this send side;
