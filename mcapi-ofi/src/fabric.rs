@@ -92,9 +92,10 @@ impl Domain {
 
     /// Whether peers' remote reads of this domain's memory are made by the reading peer's
     /// own process, so the provider here never reads registered memory on their behalf:
-    /// shm, whose reads are cross-memory attach (`process_vm_readv`) by the reader.
+    /// shm where it can use cross-memory attach (`process_vm_readv` by the reader; where
+    /// it cannot, this side's progress copies the data into bounce buffers instead).
     pub fn reads_made_by_reader(&self) -> bool {
-        self.info().provider() == "shm"
+        self.info().provider() == "shm" && crate::raw::cross_memory_attach_allowed()
     }
 
     /// Lets peers read `data` in place (registered for remote reads: no copy) while `f` runs;

@@ -61,10 +61,18 @@ pub(super) struct Fab {
 /// Whether rendezvous reads may go straight into a blocking receive's buffer: the read
 /// cannot be abandoned (the provider may write the buffer until it completes), so only
 /// where every read ends, successfully or with an error completion when its sender is
-/// gone (measured: shm reads inside `fi_read`; tcp;ofi_rxm and sockets flush reads at a
-/// disconnect), and unregistered memory may be read into (no `FI_MR_LOCAL`).
-fn reads_in_place(provider: &str, ep: &Endpoint, rma: bool) -> bool {
-    rma && ep.sends_unregistered() && matches!(provider, "shm" | "tcp;ofi_rxm" | "sockets")
+/// gone (measured: shm with cross-memory attach reads inside `fi_read`; tcp;ofi_rxm and
+/// sockets flush reads at a disconnect), and unregistered memory may be read into (no
+/// `FI_MR_LOCAL`).
+fn reads_in_place(provider: &str, domain: &Domain, ep: &Endpoint, rma: bool) -> bool {
+    let every_read_ends = match provider {
+        // Without cross-memory attach shm reads through its peer's progress, and a dead
+        // peer's read never ends.
+        "shm" => domain.reads_made_by_reader(),
+        "tcp;ofi_rxm" | "sockets" => true,
+        _ => false,
+    };
+    rma && ep.sends_unregistered() && every_read_ends
 }
 
 /// The eager/rendezvous threshold under ofi_rxm (tcp, verbs): rxm's own eager buffer.
@@ -163,7 +171,7 @@ pub(super) fn open_fabric(
                 } else {
                     config.max_msg_size.clamp(1, EAGER_SLOT)
                 },
-                reads_in_place: reads_in_place(info.provider(), &ep, rma),
+                reads_in_place: reads_in_place(info.provider(), &domain, &ep, rma),
                 sends_in_place: rma && domain.reads_made_by_reader(),
                 ep,
                 cq,

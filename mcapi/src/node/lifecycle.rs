@@ -156,6 +156,7 @@ impl Node {
             delivered: HashMap::default(),
             rndv: Default::default(),
             receiving_in_place: None,
+            waiting_receives: Default::default(),
             app_progress: false,
             in_place_read: None,
             finalized: false,

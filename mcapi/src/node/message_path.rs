@@ -630,7 +630,7 @@ impl NodeInner {
             Err(_) => false,
         };
         if accepted {
-            let for_receive = st.receiving_in_place == Some(port)
+            let for_receive = st.waiting_receives.on(port)
                 && st
                     .endpoints
                     .get(&port)

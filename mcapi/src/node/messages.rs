@@ -496,15 +496,26 @@ impl Node {
         let mut deadline = Deadline::new(timeout);
         let mut backoff = self.inner.backoff();
         let mut rndv_seen = st.rndv.events();
+        let leave = |st: &mut State| {
+            if in_place.is_some() {
+                st.waiting_receives.leave(port);
+            }
+        };
+        if in_place.is_some() {
+            st.waiting_receives.enter(port);
+        }
         loop {
             st.receiving_in_place = in_place;
             self.inner.progress(&mut st);
             let taken = self.inner.take_message(&mut st, port, buf);
             st.receiving_in_place = None;
-            if let Some(n) = taken? {
+            let taken = taken.inspect_err(|_| leave(&mut st))?;
+            if let Some(n) = taken {
+                leave(&mut st);
                 return Ok(n);
             }
             if let Some(read) = st.in_place_read.take() {
+                leave(&mut st);
                 drop(st);
                 return self.read_in_place(read, buf);
             }
@@ -515,7 +526,12 @@ impl Node {
             }
             drop(st);
             self.progress_busy_sides(&SideSet::default(), &mut backoff);
-            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
+            if let Err(e) = backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs()) {
+                if let Ok(mut st) = self.inner.live_state() {
+                    leave(&mut st);
+                }
+                return Err(e);
+            }
             st = self.inner.live_state()?;
         }
     }

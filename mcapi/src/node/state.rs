@@ -62,6 +62,10 @@ pub(super) struct State {
     /// a rendezvous message that arrives at the head of its queue is not read ahead, the
     /// receive reads it into its own buffer next.
     pub(super) receiving_in_place: Option<u32>,
+    /// Blocking receives waiting, by endpoint: a rendezvous message that arrives at the
+    /// head of such an endpoint's queue is left for them to read in place, whoever reads
+    /// the CQ (another thread, the background thread).
+    pub(super) waiting_receives: WaitingReceives,
     /// An application call is reading the CQ (not the background thread).
     pub(super) app_progress: bool,
     /// The message that receive took off its queue to read in place (handed over by
@@ -237,5 +241,35 @@ impl Remote {
             return true;
         }
         self.window.try_take()
+    }
+}
+
+/// Counts of blocked receives by endpoint port, folded onto 64 counters (no lookup on the
+/// receive path; two ports sharing a counter only cost a message its read-ahead).
+pub(super) struct WaitingReceives([u16; 64]);
+
+impl Default for WaitingReceives {
+    fn default() -> WaitingReceives {
+        WaitingReceives([0; 64])
+    }
+}
+
+impl WaitingReceives {
+    #[inline(always)]
+    pub(super) fn enter(&mut self, port: u32) {
+        let c = &mut self.0[port as usize % 64];
+        *c = c.saturating_add(1);
+    }
+
+    #[inline(always)]
+    pub(super) fn leave(&mut self, port: u32) {
+        let c = &mut self.0[port as usize % 64];
+        *c = c.saturating_sub(1);
+    }
+
+    /// Whether a blocking receive may be waiting on `port`.
+    #[inline(always)]
+    pub(super) fn on(&self, port: u32) -> bool {
+        self.0[port as usize % 64] > 0
     }
 }

@@ -3,7 +3,7 @@
 //! Each side runs one MCAPI node (server node 0, client node 1, domain 0). What moves
 //! between them depends on the benchmark ([`Layer`]):
 //!
-//! - messages ([`msg::MsgTransport`]): one message endpoint per node, blocking
+//! - messages ([`msg::MsgTransport`]): a receiving and a sending message endpoint per node, blocking
 //!   `msg_send`/`msg_recv`;
 //! - packets ([`channel::PktTransport`]): two unidirectional packet channels (client to
 //!   server, server to client), blocking `pktchan_send` or windowed `pktchan_send_i`,

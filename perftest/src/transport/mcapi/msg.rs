@@ -1,7 +1,9 @@
-//! MCAPI messages: one message endpoint per node (port [`PORT`]), and the benchmark
-//! messages are MCAPI messages at priority 0: blocking `msg_send` (which copies or injects
-//! the payload and blocks while the receiver has no free buffer: credit flow control) and
-//! blocking `msg_recv` (which copies the message out of its receive slot).
+//! MCAPI messages: each node receives on one message endpoint (port [`PORT`]) and sends from
+//! another ([`SEND_PORT`]), and the benchmark messages are MCAPI messages at priority 0:
+//! blocking `msg_send` (which injects or copies the payload, or for a rendezvous message
+//! on shm lets the receiver read it in place, and blocks while the receiver has no free
+//! buffer: credit flow control) and blocking `msg_recv` (which copies the message out of
+//! its receive slot, or reads a rendezvous message straight into its buffer).
 
 use super::{failed, OwnedNode, DOMAIN, WAIT};
 use crate::error::{Error, Result};
@@ -9,8 +11,12 @@ use crate::transport::{Kind, Transport};
 use ::mcapi::{EndpointId, Node, Status, MAX_MSG_SIZE};
 use std::time::Duration;
 
-/// The port of each side's message endpoint.
+/// The port of each side's receiving message endpoint.
 pub const PORT: u32 = 1;
+/// The port each side sends from: an endpoint without a timeout, MCAPI's default (a send
+/// with a timeout stages a large message, one without may be read in place; the receiving
+/// endpoint's timeout lets the pattern look at the peer between calls).
+const SEND_PORT: u32 = 2;
 /// Priority of the benchmark messages (0 is the highest).
 const PRIORITY: u32 = 0;
 
@@ -19,6 +25,8 @@ const PRIORITY: u32 = 0;
 pub struct MsgTransport {
     node: OwnedNode,
     local: EndpointId,
+    /// Where messages are sent from (no timeout).
+    sender: EndpointId,
     remote: Option<EndpointId>,
     provider: String,
     /// Payload of every message sent (read only).
@@ -42,6 +50,9 @@ impl MsgTransport {
     /// The endpoint could not be created.
     pub fn open(n: OwnedNode) -> Result<MsgTransport> {
         let local = create_endpoint(&n, PORT)?;
+        let sender = n
+            .endpoint_create(SEND_PORT)
+            .map_err(|s| failed(&format!("endpoint_create on port {SEND_PORT}"), s))?;
         // Buffers start at the eager size and grow to the largest message seen (in the
         // warmup): 16 MiB buffers from the start made eager messages on shm 3x slower.
         let pattern = pattern(INITIAL_BUF);
@@ -49,6 +60,7 @@ impl MsgTransport {
             provider: n.provider().to_owned(),
             node: n,
             local,
+            sender,
             remote: None,
             send_buf: pattern,
             recv_buf: vec![0; INITIAL_BUF],
@@ -111,7 +123,7 @@ impl Transport for MsgTransport {
         }
         match self
             .node
-            .msg_send(self.local, to, &self.send_buf[..len], PRIORITY)
+            .msg_send(self.sender, to, &self.send_buf[..len], PRIORITY)
         {
             Ok(()) => Ok(true),
             Err(Status::MCAPI_TIMEOUT) => Ok(false),
