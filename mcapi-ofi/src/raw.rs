@@ -1393,7 +1393,10 @@ mod tests {
     /// The probe agrees with a direct attempt on this process (the only peer a test has).
     #[test]
     fn cross_memory_attach_probe_runs() {
-        eprintln!("cross-memory attach allowed: {}", super::cross_memory_attach_allowed());
+        eprintln!(
+            "cross-memory attach allowed: {}",
+            super::cross_memory_attach_allowed()
+        );
     }
 
     use super::finish;
