@@ -381,27 +381,11 @@ impl<T> RequestTable<T> {
         if slot.waiter {
             return Err(Status::MCAPI_ERR_WAIT_PENDING);
         }
-        match slot.state.expect("live slot has a state") {
-            RequestState::Pending => {
-                slot.waiter = true;
-                Ok(None)
-            }
-            RequestState::Completed { status, size }
-            | RequestState::CompletedReported { status, size } => {
-                let payload = self
-                    .release_slot(i)
-                    .expect("completed slot has its payload");
-                Ok(Some(Completion {
-                    status,
-                    size,
-                    payload,
-                }))
-            }
-            RequestState::Cancelled => {
-                self.release_slot(i);
-                Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
-            }
+        if slot.state == Some(RequestState::Pending) {
+            slot.waiter = true;
+            return Ok(None);
         }
+        self.take_completed(handle)
     }
 
     /// Unregisters the waiter without releasing the request: a wait that timed
