@@ -230,7 +230,7 @@ impl NodeInner {
     /// application does not call in, still reads ahead (so a sender waiting for its read
     /// in place goes on).
     fn reads_wait_for_receives(&self, st: &State) -> bool {
-        st.app_progress && self.fab.sends_in_place
+        !st.in_background && self.fab.sends_in_place
     }
 
     /// Takes chunks for the message in `slot` and posts its reads. Without chunks (the pool

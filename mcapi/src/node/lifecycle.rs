@@ -157,7 +157,7 @@ impl Node {
             rndv: Default::default(),
             receiving_in_place: None,
             waiting_receives: Default::default(),
-            app_progress: false,
+            in_background: false,
             in_place_read: None,
             finalized: false,
         };

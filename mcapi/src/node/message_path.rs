@@ -630,15 +630,8 @@ impl NodeInner {
             Err(_) => false,
         };
         if accepted {
-            let for_receive = st.waiting_receives.on(port)
-                && st
-                    .endpoints
-                    .get(&port)
-                    .and_then(|e| e.queue.peek())
-                    .map(|h| h.slot)
-                    == Some(slot);
-            if arrived.rndv && !for_receive {
-                self.prefetch(st, slot, tag.peer, port);
+            if arrived.rndv {
+                self.rendezvous_arrived(st, slot, tag.peer, port);
             }
         } else {
             // A duplicate or a number far ahead: a protocol violation (credits bound what a
@@ -651,6 +644,21 @@ impl NodeInner {
             _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
             self.repost_slot(st, slot, port);
             self.settle_credits(st, port);
+        }
+    }
+
+    /// A rendezvous message arrived in `slot`: read ahead, unless it is at the head of a
+    /// queue that blocking receives wait on (the next of them reads it in place).
+    #[cold]
+    fn rendezvous_arrived(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
+        let for_receive = st.waiting_receives.on(port)
+            && st
+                .endpoints
+                .get(&port)
+                .and_then(|e| e.queue.peek())
+                .is_some_and(|h| h.slot == slot);
+        if !for_receive {
+            self.prefetch(st, slot, peer, port);
         }
     }
 

@@ -17,9 +17,7 @@ impl NodeInner {
         let n = self.app_progress.load(Ordering::Relaxed);
         self.app_progress
             .store(n.wrapping_add(1), Ordering::Relaxed);
-        st.app_progress = true;
         self.progress_counting(st);
-        st.app_progress = false;
     }
 
     /// As `progress`, returning how many completions were handled.
@@ -165,7 +163,10 @@ fn progress_in_background(node: Weak<NodeInner>) {
             node.staged_out.store(false, Ordering::Relaxed);
         }
         seen_app_progress = app;
-        let busy = node.progress_counting(&mut st) > 0 || staged || busy_reading;
+        st.in_background = true;
+        let handled = node.progress_counting(&mut st);
+        st.in_background = false;
+        let busy = handled > 0 || staged || busy_reading;
         drop(st);
         let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;
         node.flush_completed();

@@ -66,8 +66,8 @@ pub(super) struct State {
     /// head of such an endpoint's queue is left for them to read in place, whoever reads
     /// the CQ (another thread, the background thread).
     pub(super) waiting_receives: WaitingReceives,
-    /// An application call is reading the CQ (not the background thread).
-    pub(super) app_progress: bool,
+    /// The background thread is reading the CQ (not an application call).
+    pub(super) in_background: bool,
     /// The message that receive took off its queue to read in place (handed over by
     /// `take_message`, which found it at the head).
     pub(super) in_place_read: Option<super::message_path::InPlace>,
