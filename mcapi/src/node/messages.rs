@@ -16,7 +16,6 @@ use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
-use mcapi_ofi::flags;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -297,9 +296,8 @@ impl Node {
                 return Err(Status::MCAPI_ERR_GENERAL);
             };
             let id = st.rndv.expose(peer);
-            let virt = fab.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0;
             let desc = Descriptor {
-                addr: if virt { data.as_ptr() as u64 } else { 0 },
+                addr: self.inner.remote_address(data.as_ptr() as usize),
                 key: mr_key,
                 len: data.len() as u64,
                 id,

@@ -185,6 +185,12 @@ impl Rendezvous {
     /// Records an application's buffer exposed for peer `peer` to read in place, and returns
     /// its id (for the descriptor).
     pub(super) fn expose(&mut self, peer: u16) -> u64 {
+        self.record(None, peer, 0)
+    }
+
+    /// Records data for peer `peer` (in `region`, or the application's buffer: `None`) under
+    /// a fresh id, which it returns: the slot's index, its generation above.
+    fn record(&mut self, region: Option<MemoryRegion>, peer: u16, len: usize) -> u64 {
         self.generation = self.generation.wrapping_add(1);
         let i = match self.free_ids.pop() {
             Some(i) => i,
@@ -193,10 +199,11 @@ impl Rendezvous {
                 self.staged.len() as u32 - 1
             }
         };
+        self.staged_bytes += len;
         self.staged[i as usize] = Some(Staged {
-            region: None,
+            region,
             peer,
-            len: 0,
+            len,
             generation: self.generation,
             ended: None,
         });
@@ -274,40 +281,31 @@ impl NodeInner {
             r.cache.push(region);
             return Err(ofi_status(e));
         }
-        r.generation = r.generation.wrapping_add(1);
-        let i = match r.free_ids.pop() {
-            Some(i) => i,
-            None => {
-                r.staged.push(None);
-                r.staged.len() as u32 - 1
-            }
-        };
-        let id = u64::from(r.generation) << 32 | u64::from(i);
+        let (addr, key) = (self.remote_address(region.addr()), region.key());
+        let id = r.record(Some(region), peer, data.len());
         let desc = Descriptor {
-            addr: if self.fab.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0 {
-                region.addr() as u64
-            } else {
-                0
-            },
-            key: region.key(),
+            addr,
+            key,
             len: data.len() as u64,
             id,
         };
-        r.staged_bytes += data.len();
         self.staged_out
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        r.staged[i as usize] = Some(Staged {
-            region: Some(region),
-            peer,
-            len: data.len(),
-            generation: r.generation,
-            ended: None,
-        });
         Ok(Some(Msg::Staged {
             desc: desc.encode(),
             id,
             len: data.len(),
         }))
+    }
+
+    /// How a peer addresses this node's registered memory at `addr` in an RMA read: by
+    /// its virtual address with `FI_MR_VIRT_ADDR`, else by its offset in the region (0).
+    pub(super) fn remote_address(&self, addr: usize) -> u64 {
+        if self.fab.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0 {
+            addr as u64
+        } else {
+            0
+        }
     }
 
     /// A receiver is done with staged message `id` (`RndvDone` from peer `from`).
