@@ -324,7 +324,7 @@ impl NodeInner {
         out: &mut [u8],
     ) -> Result<Option<usize>> {
         if st.receiving_in_place == Some(port) {
-            if let Some(read) = self.take_for_in_place(st, port, out.len()) {
+            if let Some(read) = self.take_for_in_place(st, head, taken) {
                 // The blocking receive reads it into its own buffer, without the lock.
                 st.in_place_read = Some(read);
                 return Ok(None);
@@ -350,38 +350,30 @@ impl NodeInner {
         outcome
     }
 
-    /// For a blocking receive on `port` with room for `room` bytes: takes the message at the
-    /// head of the queue off it if it is a rendezvous message that fits and that nothing
-    /// reads yet, to be read straight into the receive's buffer ([`InPlace`]). `None`: the
-    /// provider cannot, or the head is another kind of message (taken as usual).
-    fn take_for_in_place(&self, st: &mut State, port: u32, room: usize) -> Option<InPlace> {
-        if !self.fab.reads_in_place {
-            return None;
-        }
-        let ep = st.endpoints.get_mut(&port)?;
-        let head = *ep.queue.peek()?;
+    /// For a blocking receive that found rendezvous message `head` at the head of its
+    /// queue (its slot to go back as `taken`): takes it off the queue if nothing reads it
+    /// yet, to be read straight into the receive's buffer ([`InPlace`]). `None`: the
+    /// provider cannot, or its reads are under way (taken as usual).
+    fn take_for_in_place(
+        &self,
+        st: &mut State,
+        head: Arrived,
+        taken: TakenSlot,
+    ) -> Option<InPlace> {
         let len = head.len as usize;
-        if !head.rndv
-            || len > room
+        if !self.fab.reads_in_place
             || len > self.fab.max_msg
             || !st.rndv.fetches.not_started(head.slot)
         {
             return None;
         }
-        ep.queue.pop();
-        let taken = TakenSlot {
-            port,
-            generation: ep.generation,
-            slot: head.slot,
-            peer: head.peer,
-        };
+        st.endpoints.get_mut(&taken.port)?.queue.pop();
         st.rndv.fetches.undefer(head.slot);
         let peer = &st.peers[head.peer as usize];
-        let run = peer.life.incarnation().unwrap_or(0);
         Some(InPlace {
             desc: self.descriptor_in(head.slot),
             src: peer.addr,
-            alive: st.run_alive((head.peer, run)),
+            alive: peer.is_alive(),
             taken,
             len,
         })

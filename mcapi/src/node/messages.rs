@@ -290,10 +290,13 @@ impl Node {
                 remote.next_seq = seq;
             }
         };
+        // The lock is held from the credit taken to the descriptor sent (so no other send
+        // takes a later sequence number meanwhile); the guard moves into the closure, and
+        // stays here if the registration fails first (the closure then never runs).
         let mut st = Some(st);
         let exposed = fab.domain.expose_for_reads(data, |mr_key| {
             let Some(mut st) = st.take() else {
-                return Err(Status::MCAPI_ERR_GENERAL);
+                return Err(Status::MCAPI_ERR_GENERAL); // never: the closure runs once
             };
             let id = st.rndv.expose(peer);
             let desc = Descriptor {
