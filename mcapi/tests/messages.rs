@@ -1772,3 +1772,59 @@ fn a_same_node_16_mib_message_in_one_thread() {
     assert!(buf == big);
     a.finalize().unwrap();
 }
+
+/// A receive request waited on with its buffer (`msg_recv_i` + `wait`) reads a rendezvous
+/// message straight into that buffer where the provider allows (as a blocking `msg_recv`
+/// does): content intact, no read ahead held, the request released; the request behind
+/// it on the same endpoint gets the next message, and a cancelled one consumes none.
+#[test]
+fn a_waited_receive_request_reads_its_rendezvous_message_in_place() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "recv-i-in-place");
+        let a = Node::initialize(0, 65, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 66, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a.endpoint_get(0, 66, 1, None).unwrap();
+        let len = 3 << 20;
+        let first = b.msg_recv_i(rx).unwrap();
+        let second = b.msg_recv_i(rx).unwrap();
+        let cancelled = b.msg_recv_i(rx).unwrap();
+        b.cancel(cancelled).unwrap();
+        let (before, _) = b.reads_in_place(rx).unwrap();
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; len];
+                let n = b.wait(first, Some(&mut buf), Some(Duration::from_secs(60)));
+                (n, buf)
+            })
+        };
+        await_true("the waiter blocks", || b.reads_in_place(rx).unwrap().1);
+        a.msg_send(tx, to, &pattern(len, 70), 1).unwrap();
+        let (n, buf) = waiter.join().unwrap();
+        assert_eq!(n, Ok(len), "{prov}");
+        assert!(buf == pattern(len, 70), "{prov}: content read in place");
+        let (after, _) = b.reads_in_place(rx).unwrap();
+        let in_place = usize::from(b.sends_in_place() || prov != "shm");
+        assert_eq!(after - before, in_place as u64, "{prov}: read in place");
+        assert_eq!(b.fetched_messages(), Ok(0), "{prov}: nothing read ahead");
+        assert_eq!(b.test(first, None), Err(Status::MCAPI_ERR_REQUEST_INVALID));
+        // The second request gets the next message (eager here), by test.
+        a.msg_send(tx, to, b"next", 0).unwrap();
+        let mut small = [0u8; 8];
+        await_true("the second message", || {
+            b.test(second, Some(&mut small)) == Ok(Some(4))
+        });
+        assert_eq!(&small[..4], b"next");
+        assert_eq!(
+            b.msg_available(rx),
+            Ok(0),
+            "{prov}: the cancelled one took none"
+        );
+        assert_eq!(a.staged_messages(), Ok(0), "{prov}: nothing stays staged");
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}

@@ -159,6 +159,8 @@ impl Node {
             waiting_receives: Default::default(),
             in_background: false,
             in_place_read: None,
+            reading_into: Vec::new(),
+            read_in_place: 0,
             finalized: false,
         };
         let busy_every_poll = fab.provider.contains("ofi_rxm");

@@ -397,6 +397,7 @@ impl NodeInner {
             self.flush_outbox(st);
         }
         if read_ok {
+            st.read_in_place += 1;
             Ok(read.len)
         } else {
             Err(Status::MCAPI_ERR_TRANSMISSION)

@@ -60,6 +60,18 @@ impl Node {
         Ok(self.inner.live_state()?.rndv.fetches.held())
     }
 
+    /// Rendezvous messages this node read straight into a receive's buffer, and whether a
+    /// receive blocks on local endpoint `endpoint` now (tests: which path a message took).
+    ///
+    /// # Errors
+    /// `MCAPI_ERR_NODE_NOTINIT` after `finalize`, `MCAPI_ERR_ENDP_INVALID`.
+    #[doc(hidden)]
+    pub fn reads_in_place(&self, endpoint: EndpointId) -> Result<(u64, bool)> {
+        let port = self.local_port(endpoint)?;
+        let st = self.inner.live_state()?;
+        Ok((st.read_in_place, st.waiting_receives.on(port)))
+    }
+
     /// `mcapi_msg_send`: sends `data` from local endpoint `from` to `to` with `priority`,
     /// blocking while the receiver's buffers are full (up to `from`'s timeout).
     ///
@@ -542,7 +554,7 @@ impl Node {
     /// may write `buf` until then.
     #[cold]
     #[inline(never)]
-    fn read_in_place(&self, read: InPlace, buf: &mut [u8]) -> Result<usize> {
+    pub(super) fn read_in_place(&self, read: InPlace, buf: &mut [u8]) -> Result<usize> {
         let mut read_ok = false;
         if read.alive {
             let mut backoff = self.inner.backoff();

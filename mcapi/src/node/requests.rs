@@ -143,7 +143,7 @@ impl Node {
     pub fn wait_outcome(
         &self,
         request: RequestHandle,
-        mut buf: Option<&mut [u8]>,
+        buf: Option<&mut [u8]>,
         timeout: Option<Duration>,
     ) -> Result<Result<usize>> {
         // A request that completed already is taken at once, without driving anything
@@ -152,6 +152,32 @@ impl Node {
         if let Some(done) = taken(st.requests.begin_wait_or_take(request))? {
             return Ok(done);
         }
+        // A receive that waits with its buffer reads a rendezvous message in place: one
+        // arriving at the head of its queue meanwhile is not read ahead (as for `msg_recv`).
+        let waited_port = match st.requests.get(request) {
+            Ok(&Req::Recv { port }) if buf.is_some() && self.inner.fab.reads_in_place => {
+                st.waiting_receives.enter(port);
+                Some(port)
+            }
+            _ => None,
+        };
+        let outcome = self.wait_for(st, request, buf, timeout);
+        if let Some(port) = waited_port {
+            if let Ok(mut st) = self.inner.live_state() {
+                st.waiting_receives.leave(port);
+            }
+        }
+        outcome
+    }
+
+    /// The loop of [`Node::wait_outcome`] (the wait begun).
+    fn wait_for<'n>(
+        &'n self,
+        mut st: MutexGuard<'n, State>,
+        request: RequestHandle,
+        mut buf: Option<&mut [u8]>,
+        timeout: Option<Duration>,
+    ) -> Result<Result<usize>> {
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
         let look_once = timeout == Some(Duration::ZERO);
         let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
@@ -203,8 +229,55 @@ impl Node {
         if node_progress {
             self.inner.progress(&mut st);
         }
-        self.inner.try_complete(&mut st, request, buf)?;
+        let mut st = self.complete_waited(st, request, buf)?;
         taken(st.requests.take_completed(request))
+    }
+
+    /// [`NodeInner::try_complete`] for a waiter, which may block: a rendezvous message at
+    /// the head of the receive's queue that nothing reads yet is read straight into `buf`
+    /// (where the provider allows, as a blocking `msg_recv` does), without the state lock
+    /// meanwhile, and the request completes with the read.
+    fn complete_waited<'n>(
+        &'n self,
+        mut st: MutexGuard<'n, State>,
+        request: RequestHandle,
+        buf: Option<&mut [u8]>,
+    ) -> Result<MutexGuard<'n, State>> {
+        let port = match st.requests.get(request) {
+            Ok(&Req::Recv { port }) if self.inner.fab.reads_in_place => port,
+            _ => {
+                self.inner.try_complete(&mut st, request, buf)?;
+                return Ok(st);
+            }
+        };
+        let Some(buf) = buf else {
+            self.inner.try_complete(&mut st, request, None)?;
+            return Ok(st);
+        };
+        st.receiving_in_place = Some(port);
+        let tried = self.inner.try_complete(&mut st, request, Some(&mut *buf));
+        st.receiving_in_place = None;
+        tried?;
+        let Some(read) = st.in_place_read.take() else {
+            return Ok(st);
+        };
+        // The message is off its queue and the request still first on its endpoint (the
+        // receives behind it wait): nothing may cancel it now.
+        st.reading_into.push(request);
+        drop(st);
+        let (status, size) = match self.read_in_place(read, buf) {
+            Ok(n) => (Status::MCAPI_SUCCESS, n),
+            Err(e) => (e, 0),
+        };
+        let mut st = self.inner.live_state()?;
+        st.reading_into.retain(|&h| h != request);
+        st.requests.complete(request, status, size)?;
+        if let Some(ep) = st.endpoints.get_mut(&port) {
+            if ep.pending_recvs.front() == Some(&request) {
+                ep.pending_recvs.pop_front();
+            }
+        }
+        Ok(st)
     }
 
     /// `mcapi_wait_any`: waits until one of `requests` completes; returns its index and
@@ -256,7 +329,7 @@ impl Node {
                     break;
                 }
                 if let Some(buf) = buf.as_deref_mut() {
-                    self.inner.try_complete(&mut st, r, Some(buf))?;
+                    st = self.complete_waited(st, r, Some(buf))?;
                     if st.requests.find_ready(&requests[i..=i])?.is_some() {
                         ready = Some(i);
                     }
@@ -284,7 +357,8 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_REQUEST_INVALID`, also for a channel send or receive that can no longer be
-    /// withdrawn (posted to the fabric, or served a packet) and for a channel open already
+    /// withdrawn (posted to the fabric, or served a packet), a message receive whose waiter
+    /// is reading its rendezvous message in place, and for a channel open already
     /// announced to the other side (which may have completed its own open against it): it
     /// completes as usual.
     pub fn cancel(&self, request: RequestHandle) -> Result<()> {
@@ -304,6 +378,10 @@ impl Node {
         }
         let mut st = self.inner.live_state()?;
         let pending = matches!(st.requests.state(request)?, RequestState::Pending);
+        if st.reading_into.contains(&request) {
+            // Its message is being read into its buffer: it completes with the read.
+            return Err(Status::MCAPI_ERR_REQUEST_INVALID);
+        }
         let payload = st.requests.cancel(request)?;
         if !pending {
             return Ok(());

@@ -71,6 +71,11 @@ pub(super) struct State {
     /// The message that receive took off its queue to read in place (handed over by
     /// `take_message`, which found it at the head).
     pub(super) in_place_read: Option<super::message_path::InPlace>,
+    /// Receive requests whose waiters are reading their message in place (its queue no
+    /// longer has it): they cannot be cancelled.
+    pub(super) reading_into: Vec<RequestHandle>,
+    /// Rendezvous messages read straight into a receive's buffer (tests).
+    pub(super) read_in_place: u64,
     pub(super) finalized: bool,
 }
 
