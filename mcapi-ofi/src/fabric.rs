@@ -116,4 +116,19 @@ impl Domain {
         }
         crate::raw::expose_for_reads(&self.inner.fid, data, f)
     }
+
+    /// Lets peers read `buf` in place until the result is dropped (as
+    /// [`Domain::expose_for_reads`] does for the length of a call): for a send that
+    /// completes later, when the peers say they are done.
+    ///
+    /// # Errors
+    /// As [`Domain::expose_for_reads`].
+    pub fn expose_send_buffer(&self, buf: crate::SendBuffer) -> Result<crate::ExposedBuffer> {
+        if !self.reads_made_by_reader() {
+            return Err(crate::Error::InvalidArgument(
+                "the provider serves remote reads itself",
+            ));
+        }
+        crate::raw::expose_send_buffer(self, buf)
+    }
 }

@@ -86,7 +86,7 @@ pub use error::{Error, Result};
 pub use fabric::{Domain, Fabric};
 pub use info::{available_providers, flags, libfabric_version, Attributes, Hints, Info, Progress};
 pub use mr::{Buf, MemoryRegion};
-pub use raw::SendBuffer;
+pub use raw::{ExposedBuffer, SendBuffer};
 
 /// The raw bindings, for what this layer does not cover.
 pub use ofi_sys as ffi;

@@ -798,10 +798,22 @@ pub(crate) fn expose_for_reads<R>(
     data: &[u8],
     f: impl FnOnce(u64) -> R,
 ) -> Result<R> {
+    // `data` is valid for its length while borrowed, which outlasts the registration
+    // (closed below, before this function returns).
+    let (mr, key) = register_for_reads(domain, data)?;
+    let r = f(key);
+    drop(mr);
+    Ok(r)
+}
+
+/// Registers `data` for remote reads only, returning the registration and its key.
+/// Registering memory makes the provider read nothing of it by itself; the callers only
+/// use it where remote reads are made by the reader's process, and keep the memory valid
+/// until the registration is closed.
+fn register_for_reads(domain: &DomainFid, data: &[u8]) -> Result<(MrFid, u64)> {
     let mut p = ptr::null_mut();
-    // SAFETY: `data` is valid for its length while borrowed, which outlasts the registration
-    // (closed below, before this function returns); registering memory makes the provider
-    // read nothing of it by itself.
+    // SAFETY: `data` is valid for its length now; the registration only records where it
+    // is (see above for how long it stays valid).
     let ret = unsafe {
         sys::fi_mr_reg(
             domain.as_ptr(),
@@ -818,9 +830,62 @@ pub(crate) fn expose_for_reads<R>(
     let mr = MrFid(opened("fi_mr_reg", ret, p)?);
     // SAFETY: the registration is open.
     let key = unsafe { sys::fi_mr_key(mr.as_ptr()) };
-    let r = f(key);
-    drop(mr);
-    Ok(r)
+    Ok((mr, key))
+}
+
+/// A [`SendBuffer`] registered for peers to read in place
+/// ([`crate::Domain::expose_send_buffer`]) until this is dropped: the registration is
+/// closed first, then the buffer (and the domain reference) let go.
+pub struct ExposedBuffer {
+    // Declared first: closed before the buffer is let go.
+    _mr: MrFid,
+    key: u64,
+    buf: SendBuffer,
+    _domain: crate::Domain,
+}
+
+impl ExposedBuffer {
+    /// The key peers read it with.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Where it is in this process (the address peers name with `FI_MR_VIRT_ADDR`).
+    pub fn addr(&self) -> usize {
+        self.buf.as_slice().as_ptr() as usize
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+impl core::fmt::Debug for ExposedBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ExposedBuffer")
+            .field("buf", &self.buf)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// `Domain::expose_send_buffer`: registers `buf` for remote reads until the result is
+/// dropped. `SendBuffer`'s contract keeps the memory valid and unmodified while it exists,
+/// which the result does until after the registration is closed.
+pub(crate) fn expose_send_buffer(domain: &crate::Domain, buf: SendBuffer) -> Result<ExposedBuffer> {
+    let (mr, key) = register_for_reads(&domain.inner.fid, buf.as_slice())?;
+    Ok(ExposedBuffer {
+        _mr: mr,
+        key,
+        buf,
+        _domain: domain.clone(),
+    })
 }
 
 /// `Endpoint::read_in_place`: reads into `out`, memory the provider neither owns nor has

@@ -1,7 +1,7 @@
 //! MCAPI messages between nodes over real providers (shm and tcp), one test at a time.
 
 use mcapi::config::{Compat, Config};
-use mcapi::{EndpointId, Node, Status};
+use mcapi::{EndpointId, Node, SendBuffer, Status};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -1856,6 +1856,59 @@ fn a_waited_receive_request_reads_its_rendezvous_message_in_place() {
             "{prov}: read in place by test"
         );
         await_true("nothing stays staged", || a.staged_messages() == Ok(0));
+        assert_eq!(b.fetched_messages(), Ok(0), "{prov}: no read held");
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
+/// `msg_send_i_zero_copy` lends its buffer where sends go in place (shm): each request
+/// completes once the receiver has read the message (read ahead or taken), with priorities
+/// and per-sender FIFO order kept across lent and eager messages; elsewhere messages are
+/// copied and the requests complete as they go. Nothing stays staged or read.
+#[test]
+fn zero_copy_msg_send_i_keeps_content_priorities_and_order() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "send-i-lent");
+        let a = Node::initialize(0, 67, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 68, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a.endpoint_get(0, 68, 1, None).unwrap();
+        let big = 4 << 20;
+        // Five lent 4 MiB messages (more than the receiver reads ahead) and two eager ones.
+        let sizes = [big, 8, big, big, big + 3, big, 100];
+        let prios = [1u32, 0, 0, 2, 1, 1, 2];
+        let bufs: Vec<&'static [u8]> = (0..sizes.len())
+            .map(|i| &*Box::leak(pattern(sizes[i], 80 + i as u32).into_boxed_slice()))
+            .collect();
+        let reqs: Vec<_> = (0..sizes.len())
+            .map(|i| {
+                a.msg_send_i_zero_copy(tx, to, SendBuffer::from_static(bufs[i]), prios[i])
+                    .unwrap()
+            })
+            .collect();
+        await_available(&b, rx, sizes.len(), prov);
+        // More than the receiver reads ahead: where buffers are lent, a send still waits.
+        let waiting = reqs.iter().filter(|&&r| a.test(r, None) == Ok(None)).count();
+        assert_eq!(waiting > 0, a.sends_in_place(), "{prov}: {waiting} sends wait");
+        let mut expect: Vec<usize> = (0..sizes.len()).collect();
+        expect.sort_by_key(|&i| prios[i]);
+        let mut buf = vec![0u8; big + 8];
+        for &i in &expect {
+            let n = b.msg_recv(rx, &mut buf).unwrap();
+            assert_eq!(n, sizes[i], "{prov}: message {i} out of order");
+            assert!(buf[..n] == *bufs[i], "{prov}: message {i} content");
+        }
+        for (i, r) in reqs.into_iter().enumerate() {
+            assert_eq!(
+                a.wait(r, None, Some(Duration::from_secs(30))),
+                Ok(sizes[i]),
+                "{prov}: send {i}"
+            );
+        }
+        assert_eq!(a.staged_messages(), Ok(0), "{prov}: nothing stays lent");
         assert_eq!(b.fetched_messages(), Ok(0), "{prov}: no read held");
         a.finalize().unwrap();
         b.finalize().unwrap();

@@ -6,7 +6,7 @@ mod common;
 
 use common::{config, Peer};
 use libtest_mimic::{Failed, Trial};
-use mcapi::{Node, Status};
+use mcapi::{Node, SendBuffer, Status};
 use std::time::{Duration, Instant};
 
 const MESSAGES: u32 = 3000;
@@ -291,7 +291,10 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
 /// Blocking sends without a timeout to a receiver that takes nothing: where sends go in
 /// place, the first is read ahead by the receiver's node and returns, the second waits for a
 /// read until the receiver is killed and then ends with MCAPI_ERR_TRANSMISSION; elsewhere
-/// both are staged and return at once. Nothing stays exposed or staged.
+/// both are staged and return at once. A `msg_send_i_zero_copy` between them lends its
+/// buffer where sends go in place (its request cannot be cancelled once sent, and ends with
+/// MCAPI_ERR_TRANSMISSION too); elsewhere it is copied and completes. Nothing stays exposed
+/// or staged.
 fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
     let job = format!("bigplace-{prov}-{}", std::process::id());
     let a = Node::initialize(0, 52, config(prov, &job))?;
@@ -302,6 +305,11 @@ fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
     let big = pattern(mcapi::MAX_MSG_SIZE, 6);
     // (No timeout on `tx`: sends go in place where the provider allows.)
     a.msg_send(tx, to, &big, 0)?;
+    let lent_buf: &'static [u8] = Box::leak(pattern(mcapi::MAX_MSG_SIZE, 7).into_boxed_slice());
+    let lent = a.msg_send_i_zero_copy(tx, to, SendBuffer::from_static(lent_buf), 0)?;
+    if a.sends_in_place() && a.cancel(lent) != Err(Status::MCAPI_ERR_REQUEST_INVALID) {
+        return Err("a lent buffer's send was cancelled after it left".into());
+    }
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));
         child.kill().map_err(|e| format!("{e:?}"))
@@ -310,6 +318,14 @@ fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
     let second = a.msg_send(tx, to, &big, 0);
     let blocked = start.elapsed();
     killer.join().map_err(|_| "the killer thread panicked")??;
+    let lent_end = a.wait(lent, None, Some(Duration::from_secs(30)));
+    match (a.sends_in_place(), lent_end) {
+        (true, Err(Status::MCAPI_ERR_TRANSMISSION)) => {}
+        (false, Ok(n)) if n == lent_buf.len() => {}
+        (in_place, other) => {
+            return Err(format!("in place: {in_place}, the lent send: {other:?}").into())
+        }
+    }
     match (a.sends_in_place(), second) {
         (true, Err(Status::MCAPI_ERR_TRANSMISSION)) if blocked >= Duration::from_millis(900) => {}
         (false, Ok(())) => {}

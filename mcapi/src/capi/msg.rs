@@ -5,6 +5,7 @@ use super::{
     mcapi_uint_t, put, request, required, started_status, RequestOut, StatusOut,
 };
 use crate::semantics::Status;
+use mcapi_ofi::SendBuffer;
 use std::ffi::c_void;
 
 /// The C buffer of a send as a slice: NULL is allowed for an empty message only.
@@ -20,12 +21,14 @@ unsafe fn send_data<'a>(buffer: *const c_void, size: usize) -> Result<&'a [u8], 
     }
 }
 
-/// `mcapi_msg_send_i` (4.3.1): the message is copied at once (the buffer is free when this
-/// returns); `MCAPI_SUCCESS` if it already went out, else `MCAPI_PENDING`.
+/// `mcapi_msg_send_i` (4.3.1): a rendezvous message on shm is read by its receiver
+/// straight from `buffer` (`Node::msg_send_i_zero_copy`), the request completing once the
+/// receiver is done with it; any other message is copied at once. `MCAPI_SUCCESS` if it
+/// is done already, else `MCAPI_PENDING`.
 ///
 /// # Safety
-/// `buffer` is NULL or readable for `buffer_size` bytes; `request` and `status` are NULL
-/// or writable.
+/// `buffer` is NULL or readable for `buffer_size` bytes, and stays valid and unmodified
+/// until the request completes (spec 3.5.4); `request` and `status` are NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcapi_msg_send_i(
     send_endpoint: mcapi_endpoint_t,
@@ -42,11 +45,17 @@ pub unsafe extern "C" fn mcapi_msg_send_i(
     let request_out = unsafe { RequestOut::new(request) };
     status.call_i(request_out, || {
         required(request)?;
-        // SAFETY: per this function's contract; used only during this call.
-        let data = unsafe { send_data(buffer, buffer_size)? };
+        if buffer.is_null() && buffer_size > 0 {
+            return Err(Status::MCAPI_ERR_PARAMETER);
+        }
+        // SAFETY: by this function's contract (spec 3.5.4) `buffer` is readable for
+        // `buffer_size` bytes and stays valid and unmodified until the request completes,
+        // and mcapi completes a send from it only once its receiver is done reading it (or
+        // is gone); a NULL `buffer` comes with size 0.
+        let buf = unsafe { SendBuffer::from_raw(buffer.cast::<u8>(), buffer_size) };
         let (from, to) = (endpoint(send_endpoint)?, endpoint(receive_endpoint)?);
         let node = current_node()?;
-        let handle = node.msg_send_i(from, to, data, priority)?;
+        let handle = node.msg_send_i_zero_copy(from, to, buf, priority)?;
         // SAFETY: non-NULL and writable by the contract.
         unsafe { put(request, handle.as_raw()) };
         Ok(started_status(node.test(handle, None)))

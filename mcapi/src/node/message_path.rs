@@ -189,8 +189,11 @@ impl NodeInner {
             };
             match posted {
                 Ok(()) => {
-                    st.requests
-                        .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
+                    // A lent buffer's send completes when its receiver is done with it.
+                    if rndv == NO_STAGING || !st.rndv.is_lent(rndv) {
+                        st.requests
+                            .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
+                    }
                     st.pending_sends.remove(i);
                 }
                 Err(e) if e.is_again() => {

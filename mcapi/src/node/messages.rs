@@ -16,6 +16,7 @@ use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
+use mcapi_ofi::SendBuffer;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -613,6 +614,72 @@ impl Node {
         } else {
             self.inner.advance_sends(&mut st);
         }
+        Ok(h)
+    }
+
+    /// `mcapi_msg_send_i` without a copy where the provider allows: a rendezvous message
+    /// (above [`Node::eager_max`]) to another node, on a provider whose reads the reader's
+    /// process makes ([`Node::sends_in_place`]: shm), is read by its receiver straight from
+    /// `buf`, and the request completes once the receiver is done with it (read, or
+    /// discarded with its endpoint; `MCAPI_ERR_TRANSMISSION` once the receiver is gone):
+    /// `buf` is the application's again then. Such a send cannot be cancelled once its
+    /// descriptor has left (`MCAPI_ERR_REQUEST_INVALID`). Any other message is copied, as
+    /// by [`Node::msg_send_i`]. Priorities and per-sender FIFO order are those of every
+    /// other send.
+    ///
+    /// # Errors
+    /// As [`Node::msg_send_i`].
+    pub fn msg_send_i_zero_copy(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        buf: SendBuffer,
+        priority: u32,
+    ) -> Result<RequestHandle> {
+        let lend = buf.len() > self.inner.fab.eager_max
+            && buf.len() <= self.inner.fab.max_msg
+            && self.inner.fab.sends_in_place
+            && (to.domain(), to.node()) != (self.inner.domain_id, self.inner.node_id);
+        if !lend {
+            return self.msg_send_i(from, to, buf.as_slice(), priority);
+        }
+        self.sending_endpoint(&*self.inner.live_state()?, from)?;
+        if priority >= NUM_PRIORITIES {
+            return Err(Status::MCAPI_ERR_PRIORITY);
+        }
+        let peer = self.remote_peer(to, None)?;
+        let len = buf.len();
+        let exposed = self
+            .inner
+            .fab
+            .domain
+            .expose_send_buffer(buf)
+            .map_err(ofi_status)?;
+        let desc = Descriptor {
+            addr: self.inner.remote_address(exposed.addr()),
+            key: exposed.key(),
+            len: len as u64,
+            id: 0,
+        };
+        let mut st = self.inner.live_state()?;
+        let id = st.rndv.lend(peer, exposed);
+        let msg = Msg::Staged {
+            desc: Descriptor { id, ..desc }.encode(),
+            id,
+            len,
+        };
+        let h = match self
+            .inner
+            .queue_send(&mut st, (peer, to.port()), priority as u8, msg)
+        {
+            Ok(h) => h,
+            Err(e) => {
+                st.rndv.release(id, None);
+                return Err(e);
+            }
+        };
+        st.rndv.attach(id, h);
+        self.inner.progress(&mut st);
         Ok(h)
     }
 

@@ -264,7 +264,10 @@ impl NodeInner {
     /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
         // What we staged for it will never be read.
-        st.rndv.forget_peer(index);
+        for h in st.rndv.forget_peer(index) {
+            st.requests
+                .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+        }
         forget_sequence(st, index);
         unbind_unopened(st, index);
         let ports: Vec<u32> = st.endpoints.keys().copied().collect();

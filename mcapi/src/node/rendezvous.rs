@@ -12,9 +12,10 @@ use super::common::{ofi_status, Result};
 use super::credit_plane::control_tag;
 use super::inner::NodeInner;
 use super::state::{State, LOCAL_PEER};
+use crate::semantics::request::RequestHandle;
 use crate::semantics::wire::Kind;
 use crate::semantics::Status;
-use mcapi_ofi::{flags, MemoryRegion};
+use mcapi_ofi::{flags, ExposedBuffer, MemoryRegion};
 use std::time::{Duration, Instant};
 
 /// Bytes of a descriptor: remote address, key, length, the sender's staging id.
@@ -92,10 +93,20 @@ impl Msg<'_> {
 /// "No staging": the `rndv` field of an eager `Req::Send`.
 pub(super) const NO_STAGING: u64 = u64::MAX;
 
+/// Where a rendezvous message's data is.
+enum Data {
+    /// Copied into a staging region.
+    Staged(MemoryRegion),
+    /// The application's buffer, exposed by a blocking `msg_send` that waits for its end
+    /// ([`Rendezvous::take_exposed`]).
+    Caller,
+    /// An application's buffer lent by `msg_send_i_zero_copy`, and that send's request
+    /// (once queued), which completes when the receiver is done with it.
+    Lent(ExposedBuffer, Option<RequestHandle>),
+}
+
 struct Staged {
-    /// Where the data is: a staging region, or (`None`) the application's own buffer, which
-    /// a blocking `msg_send` exposed and waits on ([`Rendezvous::take_exposed`]).
-    region: Option<MemoryRegion>,
+    data: Data,
     peer: u16,
     len: usize,
     generation: u32,
@@ -144,7 +155,16 @@ impl Rendezvous {
 
     /// The staged message `id`'s region, if it is still staged.
     pub(super) fn region(&self, id: u64) -> Option<&MemoryRegion> {
-        self.get(id).and_then(|s| s.region.as_ref())
+        match &self.get(id)?.data {
+            Data::Staged(region) => Some(region),
+            Data::Caller | Data::Lent(..) => None,
+        }
+    }
+
+    /// Whether `id` is an application's buffer lent by `msg_send_i_zero_copy`.
+    pub(super) fn is_lent(&self, id: u64) -> bool {
+        self.get(id)
+            .is_some_and(|s| matches!(s.data, Data::Lent(..)))
     }
 
     fn get(&self, id: u64) -> Option<&Staged> {
@@ -153,44 +173,71 @@ impl Rendezvous {
     }
 
     /// Frees staged message `id` (an id already freed, or of an earlier use of its slot, is
-    /// ignored); `from`: the peer that says so (`None`: this node).
-    pub(super) fn release(&mut self, id: u64, from: Option<u16>) {
-        let Some(s) = self.get(id) else { return };
+    /// ignored); `from`: the peer that says so (`None`: this node). A lent buffer's request
+    /// and length are returned, for the caller to complete.
+    pub(super) fn release(&mut self, id: u64, from: Option<u16>) -> Option<(RequestHandle, usize)> {
+        let s = self.get(id)?;
         if from.is_some_and(|p| p != s.peer) {
-            return;
+            return None;
         }
         let i = id as u32;
         if let Some(s) = self.staged[i as usize]
             .as_mut()
-            .filter(|s| s.region.is_none())
+            .filter(|s| matches!(s.data, Data::Caller))
         {
             // An exposed buffer: its sender, waiting, takes the news (and frees the id).
             s.ended.get_or_insert(from.is_some());
             self.released = self.released.wrapping_add(1);
-            return;
+            return None;
         }
-        let Some(s) = self.staged[i as usize].take() else {
-            return;
-        };
+        let s = self.staged[i as usize].take()?;
         self.released = self.released.wrapping_add(1);
         self.free_ids.push(i);
         self.staged_bytes -= s.len;
-        let Some(region) = s.region else { return };
-        let cached: usize = self.cache.iter().map(MemoryRegion::len).sum();
-        if cached + region.len() <= STAGING_BUDGET && self.cache.len() < STAGING_CACHE {
-            self.cache.push(region);
+        match s.data {
+            Data::Staged(region) => {
+                let cached: usize = self.cache.iter().map(MemoryRegion::len).sum();
+                if cached + region.len() <= STAGING_BUDGET && self.cache.len() < STAGING_CACHE {
+                    self.cache.push(region);
+                }
+                None
+            }
+            // The registration closes here, before the request completes.
+            Data::Lent(buf, request) => request.map(|h| (h, buf.len())),
+            Data::Caller => None,
         }
     }
 
     /// Records an application's buffer exposed for peer `peer` to read in place, and returns
     /// its id (for the descriptor).
     pub(super) fn expose(&mut self, peer: u16) -> u64 {
-        self.record(None, peer, 0)
+        self.record(Data::Caller, peer, 0)
     }
 
-    /// Records data for peer `peer` (in `region`, or the application's buffer: `None`) under
-    /// a fresh id, which it returns: the slot's index, its generation above.
-    fn record(&mut self, region: Option<MemoryRegion>, peer: u16, len: usize) -> u64 {
+    /// Records `buf`, lent by `msg_send_i_zero_copy` and exposed for peer `peer` to read in
+    /// place, and returns its id; [`Rendezvous::attach`] names its request once queued.
+    pub(super) fn lend(&mut self, peer: u16, buf: ExposedBuffer) -> u64 {
+        self.record(Data::Lent(buf, None), peer, 0)
+    }
+
+    /// Request `h` completes when lent buffer `id` is released.
+    pub(super) fn attach(&mut self, id: u64, h: RequestHandle) {
+        let i = id as u32 as usize;
+        if let Some(Staged {
+            data: Data::Lent(_, request),
+            generation,
+            ..
+        }) = self.staged.get_mut(i).and_then(Option::as_mut)
+        {
+            if *generation == (id >> 32) as u32 {
+                *request = Some(h);
+            }
+        }
+    }
+
+    /// Records data for peer `peer` under a fresh id, which it returns: the slot's index,
+    /// its generation above.
+    fn record(&mut self, data: Data, peer: u16, len: usize) -> u64 {
         self.generation = self.generation.wrapping_add(1);
         let i = match self.free_ids.pop() {
             Some(i) => i,
@@ -201,7 +248,7 @@ impl Rendezvous {
         };
         self.staged_bytes += len;
         self.staged[i as usize] = Some(Staged {
-            region,
+            data,
             peer,
             len,
             generation: self.generation,
@@ -222,8 +269,9 @@ impl Rendezvous {
         Some(ended)
     }
 
-    /// Frees what peer `peer` was sent and will never read (its run is gone).
-    pub(super) fn forget_peer(&mut self, peer: u16) {
+    /// Frees what peer `peer` was sent and will never read (its run is gone); returns the
+    /// requests of lent buffers among them, for the caller to fail.
+    pub(super) fn forget_peer(&mut self, peer: u16) -> Vec<RequestHandle> {
         let ids: Vec<u64> = self
             .staged
             .iter()
@@ -233,9 +281,9 @@ impl Rendezvous {
                 Some(u64::from(s.generation) << 32 | i as u64)
             })
             .collect();
-        for id in ids {
-            self.release(id, None);
-        }
+        ids.into_iter()
+            .filter_map(|id| self.release(id, None).map(|(h, _)| h))
+            .collect()
     }
 }
 
@@ -282,7 +330,7 @@ impl NodeInner {
             return Err(ofi_status(e));
         }
         let (addr, key) = (self.remote_address(region.addr()), region.key());
-        let id = r.record(Some(region), peer, data.len());
+        let id = r.record(Data::Staged(region), peer, data.len());
         let desc = Descriptor {
             addr,
             key,
@@ -308,9 +356,13 @@ impl NodeInner {
         }
     }
 
-    /// A receiver is done with staged message `id` (`RndvDone` from peer `from`).
+    /// A receiver is done with staged message `id` (`RndvDone` from peer `from`); a lent
+    /// buffer's send completes.
     pub(super) fn rndv_done(&self, st: &mut State, from: u16, id: u64) {
-        st.rndv.release(id, Some(from));
+        if let Some((h, len)) = st.rndv.release(id, Some(from)) {
+            st.requests
+                .complete_if_pending(h, Status::MCAPI_SUCCESS, len);
+        }
         if from == LOCAL_PEER {
             log::debug!("a rendezvous release from this node");
         }

@@ -386,8 +386,15 @@ impl Node {
         }
         let mut st = self.inner.live_state()?;
         let pending = matches!(st.requests.state(request)?, RequestState::Pending);
-        if st.reading_into.contains(&request) {
-            // Its message is being read into its buffer: it completes with the read.
+        let lent_out = match st.requests.get(request) {
+            // A lent buffer whose descriptor left: its receiver may be reading it.
+            Ok(&Req::Send { rndv, .. }) => {
+                st.rndv.is_lent(rndv) && !st.pending_sends.contains(&request)
+            }
+            _ => false,
+        };
+        if pending && (lent_out || st.reading_into.contains(&request)) {
+            // It completes with the read of its message.
             return Err(Status::MCAPI_ERR_REQUEST_INVALID);
         }
         let payload = st.requests.cancel(request)?;
