@@ -1891,8 +1891,15 @@ fn zero_copy_msg_send_i_keeps_content_priorities_and_order() {
             .collect();
         await_available(&b, rx, sizes.len(), prov);
         // More than the receiver reads ahead: where buffers are lent, a send still waits.
-        let waiting = reqs.iter().filter(|&&r| a.test(r, None) == Ok(None)).count();
-        assert_eq!(waiting > 0, a.sends_in_place(), "{prov}: {waiting} sends wait");
+        let waiting = reqs
+            .iter()
+            .filter(|&&r| a.test(r, None) == Ok(None))
+            .count();
+        assert_eq!(
+            waiting > 0,
+            a.sends_in_place(),
+            "{prov}: {waiting} sends wait"
+        );
         let mut expect: Vec<usize> = (0..sizes.len()).collect();
         expect.sort_by_key(|&i| prios[i]);
         let mut buf = vec![0u8; big + 8];

@@ -245,10 +245,12 @@ pub struct Opts {
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub window: u64,
 
-    /// pkt-bw: MCAPI sends with blocking pktchan_send (zero copy where the provider allows,
-    /// each send waits for its completion) instead of pktchan_send_i (zero copy above the
-    /// inject size where the provider allows, completing with the send; else copied into the
-    /// channel's staging buffers, completing once posted)
+    /// msg-bw, pkt-bw: MCAPI sends with blocking msg_send / pktchan_send (zero copy where the
+    /// provider allows, each send waits for its completion) instead of windows of
+    /// msg_send_i_zero_copy (on shm above the eager size lent to the receiver, completing
+    /// once it has read the message; else copied, completing once posted) / pktchan_send_i
+    /// (zero copy above the inject size where the provider allows, completing with the
+    /// send; else copied into the channel's staging buffers, completing once posted)
     #[arg(long)]
     pub blocking_sends: bool,
 

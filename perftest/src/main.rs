@@ -127,8 +127,10 @@ fn check_opts(test: cli::Test, opts: &cli::Opts) -> Result<(), String> {
     if opts.same_node && test != cli::Test::MsgLat {
         return Err(format!("--same-node applies to msg-lat, not to {test}"));
     }
-    if opts.blocking_sends && test != cli::Test::PktBw {
-        return Err(format!("--blocking-sends applies to pkt-bw, not to {test}"));
+    if opts.blocking_sends && !matches!(test, cli::Test::PktBw | cli::Test::MsgBw) {
+        return Err(format!(
+            "--blocking-sends applies to msg-bw and pkt-bw, not to {test}"
+        ));
     }
     Ok(())
 }

@@ -257,11 +257,13 @@ impl Report {
         s
     }
 
-    /// How MCAPI sends in pkt-bw.
+    /// How MCAPI sends in msg-bw and pkt-bw.
     fn mcapi_send(&self) -> Option<&'static str> {
         match (self.test, self.plan.blocking_sends) {
             (Test::PktBw, false) => Some("pktchan_send_i"),
             (Test::PktBw, true) => Some("pktchan_send"),
+            (Test::MsgBw, false) => Some("msg_send_i_zero_copy"),
+            (Test::MsgBw, true) => Some("msg_send"),
             _ => None,
         }
     }

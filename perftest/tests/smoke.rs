@@ -210,7 +210,27 @@ fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
         check_line(v, "msg-bw", libfabric_name, size, false, true);
         assert_eq!(v["window"], 32);
         assert_eq!(v["mcapi_protocol"], protocol, "{v}");
+        assert_eq!(v["mcapi_send"], "msg_send_i_zero_copy", "{v}");
     }
+    // The same with blocking sends.
+    let lines = json_run(&[
+        "msg-bw",
+        "--local",
+        "-p",
+        provider,
+        "-S",
+        "128k",
+        "-I",
+        "500",
+        "--blocking-sends",
+        "--json",
+        "--oob-port",
+        port,
+    ]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    check_line(&lines[0], "msg-bw", libfabric_name, 128 << 10, false, true);
+    assert_eq!(lines[0]["mcapi_send"], "msg_send", "{}", lines[0]);
+    assert_eq!(lines[0]["iterations_done"], 500, "{}", lines[0]);
 }
 
 #[test]
@@ -368,7 +388,7 @@ fn scalar_sizes_and_misplaced_options_are_refused() {
     for args in [
         &["scl-lat", "--local", "-S", "64"][..],
         &["scl-rate", "--local", "-S", "8,16"][..],
-        &["msg-bw", "--local", "--blocking-sends"][..],
+        &["msg-lat", "--local", "--blocking-sends"][..],
     ] {
         let out = perftest(args);
         let stderr = text(&out.stderr);

@@ -81,10 +81,11 @@ fn reads_in_place(provider: &str, domain: &Domain, ep: &Endpoint, rma: bool) -> 
 /// streaming (above 16 KiB rxm sends an eager message by a rendezvous of its own).
 const RXM_EAGER_MAX: usize = 16 << 10;
 
-/// The eager/rendezvous threshold on shm: with reads in place (one copy, by the receiver)
-/// a rendezvous beats the eager path's three copies from 32 KiB on, in latency and in
-/// streaming; at 16 KiB the two are even (docs/performance.md, "Large messages").
-const SHM_EAGER_MAX: usize = 16 << 10;
+/// The eager/rendezvous threshold on shm: with reads and sends in place (one copy, by the
+/// receiver) a rendezvous beats the eager path's three copies from 16 KiB on, in latency
+/// and in windows of `msg_send_i`; at 8 KiB eager wins (docs/performance.md, "Large
+/// messages").
+const SHM_EAGER_MAX: usize = 8 << 10;
 
 /// The eager/rendezvous threshold of `provider` unless configured (`MCAPI_EAGER_MAX`),
 /// chosen by measurement (docs/performance.md, "Large messages"); providers not measured

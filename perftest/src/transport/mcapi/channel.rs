@@ -16,12 +16,11 @@
 //!   Acknowledgements are scalars too.
 
 use super::msg::create_endpoint;
-use super::{failed, OwnedNode, CLIENT_NODE, DOMAIN};
+use super::{failed, send_pattern, OwnedNode, SendWindow, CLIENT_NODE, DOMAIN};
 use crate::error::{Error, Result};
 use crate::transport::{Kind, Transport};
 use ::mcapi::attributes::EndpointAttribute;
 use ::mcapi::{ChannelHandle, EndpointId, RequestHandle, SendBuffer, Status, MAX_PKT_SIZE};
-use std::collections::VecDeque;
 use std::time::Duration;
 
 /// The port of each node's sending channel endpoint.
@@ -172,38 +171,14 @@ impl ChannelPair {
     }
 }
 
-/// The payload of packets of up to `len` bytes: one buffer for the whole run (leaked once,
-/// grown, i.e. leaked again, only if a larger one is asked for), since zero-copy sends read
-/// it until their requests complete. Page-aligned like the raw baseline's registered send
-/// buffer: malloc puts a large block 16 bytes into a page, so a 64 KiB packet would span 17
-/// pages, and shm's copy between processes pins and copies page by page.
-fn send_pattern(len: usize) -> &'static [u8] {
-    const PAGE: usize = 4096;
-    static BUF: std::sync::Mutex<&'static [u8]> = std::sync::Mutex::new(&[]);
-    let mut b = BUF.lock().unwrap_or_else(|p| p.into_inner());
-    if b.len() < len {
-        let block = Box::leak(vec![0u8; len + PAGE].into_boxed_slice());
-        let start = block.as_ptr().align_offset(PAGE).min(PAGE);
-        let buf = &mut block[start..start + len];
-        for (i, x) in buf.iter_mut().enumerate() {
-            *x = (i % 251) as u8;
-        }
-        *b = buf;
-    }
-    *b
-}
-
 /// Packet channels as the benchmark's transport.
 pub struct PktTransport {
     pub(super) chan: ChannelPair,
     /// Payload of every packet sent (read only, never freed: zero-copy `pktchan_send_i`
     /// sends from it).
     send_buf: &'static [u8],
-    /// Sends with `pktchan_send_i` (else blocking `pktchan_send`).
-    windowed: bool,
-    /// `pktchan_send_i` requests not yet seen complete, oldest first (at most `window`).
-    in_flight: VecDeque<RequestHandle>,
-    window: usize,
+    /// Windowed `pktchan_send_i` sends (else blocking `pktchan_send`).
+    window: Option<SendWindow>,
 }
 
 impl PktTransport {
@@ -225,30 +200,8 @@ impl PktTransport {
         Ok(PktTransport {
             chan,
             send_buf: send_pattern(tx),
-            windowed,
-            in_flight: VecDeque::with_capacity(window),
-            window: window.max(1),
+            window: windowed.then(|| SendWindow::new(window)),
         })
-    }
-
-    /// Completes the oldest outstanding `pktchan_send_i` requests that are done, until at
-    /// most `keep` are outstanding (in order: stops at the first still pending). `wait` with
-    /// a zero timeout, not `test`: `wait` frees the request's slot at once, while one that
-    /// `test` saw complete stays in mcapi's request table until an allocation reclaims it.
-    fn reap(&mut self, keep: usize) -> Result<()> {
-        while self.in_flight.len() > keep {
-            let Some(&req) = self.in_flight.front() else {
-                break;
-            };
-            match self.chan.node.wait(req, None, Some(Duration::ZERO)) {
-                Ok(_) => {
-                    self.in_flight.pop_front();
-                }
-                Err(Status::MCAPI_TIMEOUT) => break,
-                Err(s) => return Err(failed("pktchan_send_i", s)),
-            }
-        }
-        Ok(())
     }
 }
 
@@ -268,31 +221,26 @@ impl Transport for PktTransport {
     #[inline]
     fn try_send(&mut self, len: usize) -> Result<bool> {
         let (tx, _) = self.chan.handles()?;
-        if !self.windowed {
-            return match self.chan.node.pktchan_send(tx, &self.send_buf[..len]) {
+        let node = &self.chan.node;
+        let Some(window) = self.window.as_mut() else {
+            return match node.pktchan_send(tx, &self.send_buf[..len]) {
                 Ok(()) => Ok(true),
                 Err(Status::MCAPI_TIMEOUT) => Ok(false),
                 Err(s) => Err(failed(&format!("pktchan_send of {len} bytes"), s)),
             };
-        }
-        if self.in_flight.len() >= self.window {
-            // Only the oldest: a send reaps one, as a fabtests window does, so the reaping
-            // is spread over the window instead of all done between two windows, while
-            // the receiver has nothing to work on.
-            self.reap(self.window - 1)?;
-            if self.in_flight.len() >= self.window {
-                return Ok(false);
-            }
+        };
+        if !window.room(node, "pktchan_send_i")? {
+            return Ok(false);
         }
         let buf = SendBuffer::from_static(&self.send_buf[..len]);
-        match self.chan.node.pktchan_send_i_zero_copy(tx, buf) {
+        match node.pktchan_send_i_zero_copy(tx, buf) {
             Ok(req) => {
-                self.in_flight.push_back(req);
+                window.in_flight.push_back(req);
                 Ok(true)
             }
             // Every staging buffer or request is taken: some must complete first.
             Err(Status::MCAPI_ERR_MEM_LIMIT | Status::MCAPI_ERR_REQUEST_LIMIT) => {
-                self.reap(0)?;
+                window.reap(node, 0, "pktchan_send_i")?;
                 Ok(false)
             }
             Err(s) => Err(failed(&format!("pktchan_send_i of {len} bytes"), s)),
@@ -317,11 +265,13 @@ impl Transport for PktTransport {
 
     fn pending_sends(&self) -> usize {
         // Blocking pktchan_send returns once the provider is done with the data.
-        self.in_flight.len()
+        self.window.as_ref().map_or(0, |w| w.in_flight.len())
     }
 
     fn progress(&mut self) -> Result<()> {
-        self.reap(0)?;
+        if let Some(window) = self.window.as_mut() {
+            window.reap(&self.chan.node, 0, "pktchan_send_i")?;
+        }
         let (_, rx) = self.chan.handles()?;
         self.chan
             .node

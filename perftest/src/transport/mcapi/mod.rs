@@ -3,8 +3,8 @@
 //! Each side runs one MCAPI node (server node 0, client node 1, domain 0). What moves
 //! between them depends on the benchmark ([`Layer`]):
 //!
-//! - messages ([`msg::MsgTransport`]): a receiving and a sending message endpoint per node, blocking
-//!   `msg_send`/`msg_recv`;
+//! - messages ([`msg::MsgTransport`]): a receiving and a sending message endpoint per node,
+//!   blocking `msg_send` or windowed `msg_send_i_zero_copy`, blocking `msg_recv`;
 //! - packets ([`channel::PktTransport`]): two unidirectional packet channels (client to
 //!   server, server to client), blocking `pktchan_send` or windowed `pktchan_send_i`,
 //!   `pktchan_recv` and `pktchan_release`;
@@ -36,7 +36,8 @@ use crate::oob::Oob;
 use crate::pattern::{self, Plan};
 use crate::stats::Measurement;
 use ::mcapi::config::{Bootstrap, Config, Topology};
-use ::mcapi::{Node, Status};
+use ::mcapi::{Node, RequestHandle, Status};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -105,6 +106,73 @@ pub fn config(
     Ok(c)
 }
 
+/// The payload of messages and packets of up to `len` bytes: one buffer for the whole run (leaked once,
+/// grown, i.e. leaked again, only if a larger one is asked for), since zero-copy sends read
+/// it until their requests complete. Page-aligned like the raw baseline's registered send
+/// buffer: malloc puts a large block 16 bytes into a page, so a 64 KiB message would span 17
+/// pages, and shm's copy between processes pins and copies page by page.
+pub(super) fn send_pattern(len: usize) -> &'static [u8] {
+    const PAGE: usize = 4096;
+    static BUF: std::sync::Mutex<&'static [u8]> = std::sync::Mutex::new(&[]);
+    let mut b = BUF.lock().unwrap_or_else(|p| p.into_inner());
+    if b.len() < len {
+        let block = Box::leak(vec![0u8; len + PAGE].into_boxed_slice());
+        let start = block.as_ptr().align_offset(PAGE).min(PAGE);
+        let buf = &mut block[start..start + len];
+        for (i, x) in buf.iter_mut().enumerate() {
+            *x = (i % 251) as u8;
+        }
+        *b = buf;
+    }
+    *b
+}
+
+/// The outstanding requests of a sender's windowed non-blocking sends (`pktchan_send_i`,
+/// `msg_send_i_zero_copy`), oldest first, at most `window`.
+struct SendWindow {
+    in_flight: VecDeque<RequestHandle>,
+    window: usize,
+}
+
+impl SendWindow {
+    fn new(window: usize) -> SendWindow {
+        SendWindow {
+            in_flight: VecDeque::with_capacity(window),
+            window: window.max(1),
+        }
+    }
+
+    /// Whether another send may go: with a full window the oldest request is reaped if it
+    /// completed (one per send, as a fabtests window does, so the reaping is spread over
+    /// the window instead of all done between two windows while the receiver idles).
+    fn room(&mut self, node: &Node, what: &str) -> Result<bool> {
+        if self.in_flight.len() >= self.window {
+            self.reap(node, self.window - 1, what)?;
+        }
+        Ok(self.in_flight.len() < self.window)
+    }
+
+    /// Completes the oldest outstanding requests that are done, until at most `keep` are
+    /// outstanding (in order: stops at the first still pending). `wait` with a zero
+    /// timeout, not `test`: `wait` frees the request's slot at once, while one that `test`
+    /// saw complete stays in mcapi's request table until an allocation reclaims it.
+    fn reap(&mut self, node: &Node, keep: usize, what: &str) -> Result<()> {
+        while self.in_flight.len() > keep {
+            let Some(&req) = self.in_flight.front() else {
+                break;
+            };
+            match node.wait(req, None, Some(Duration::ZERO)) {
+                Ok(_) => {
+                    self.in_flight.pop_front();
+                }
+                Err(Status::MCAPI_TIMEOUT) => break,
+                Err(s) => return Err(failed(what, s)),
+            }
+        }
+        Ok(())
+    }
+}
+
 fn failed(what: &str, s: Status) -> Error {
     Error::failed(format!("MCAPI {what}: {s} ({})", s.name()))
 }
@@ -155,7 +223,11 @@ impl McapiLayer {
         let n = OwnedNode::start(node, config)?;
         let client = node == CLIENT_NODE;
         let layer = match plan.test.layer() {
-            Layer::Messages => msg::MsgTransport::open(n).map(McapiLayer::Msg),
+            Layer::Messages => {
+                let windowed = client && plan.test == Test::MsgBw && !plan.blocking_sends;
+                msg::MsgTransport::open(n, windowed.then_some(plan.window as usize))
+                    .map(McapiLayer::Msg)
+            }
             Layer::Packets => {
                 // pkt-bw returns only acknowledgements: its reverse channel's pool stays small.
                 let back = match plan.test {

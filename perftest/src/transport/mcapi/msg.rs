@@ -1,14 +1,17 @@
 //! MCAPI messages: each node receives on one message endpoint (port [`PORT`]) and sends from
-//! another ([`SEND_PORT`]), and the benchmark messages are MCAPI messages at priority 0:
-//! blocking `msg_send` (which injects or copies the payload, or for a rendezvous message
-//! on shm lets the receiver read it in place, and blocks while the receiver has no free
-//! buffer: credit flow control) and blocking `msg_recv` (which copies the message out of
-//! its receive slot, or reads a rendezvous message straight into its buffer).
+//! another ([`SEND_PORT`]), and the benchmark messages are MCAPI messages at priority 0.
+//! Sends are blocking `msg_send` (which injects or copies the payload, or for a rendezvous
+//! message on shm lets the receiver read it in place, and blocks while the receiver has no
+//! free buffer: credit flow control) or, for the sender of msg-bw's windows, windows of
+//! `msg_send_i_zero_copy` (copied as by `msg_send_i`, or on shm above the eager size lent
+//! to the receiver, completing once it has read it), reaped in order. Receives are blocking
+//! `msg_recv` (which copies the message out of its receive slot, or reads a rendezvous
+//! message straight into its buffer). Both buffers are page-aligned, as the raw baseline's.
 
-use super::{failed, OwnedNode, DOMAIN, WAIT};
+use super::{failed, send_pattern, OwnedNode, SendWindow, DOMAIN, WAIT};
 use crate::error::{Error, Result};
 use crate::transport::{Kind, Transport};
-use ::mcapi::{EndpointId, Node, Status, MAX_MSG_SIZE};
+use ::mcapi::{EndpointId, Node, SendBuffer, Status, MAX_MSG_SIZE};
 use std::time::Duration;
 
 /// The port of each side's receiving message endpoint.
@@ -19,6 +22,8 @@ pub const PORT: u32 = 1;
 const SEND_PORT: u32 = 2;
 /// Priority of the benchmark messages (0 is the highest).
 const PRIORITY: u32 = 0;
+/// Page size the buffers are aligned to.
+const PAGE: usize = 4096;
 
 /// One side's MCAPI node and message endpoint, connected to the peer's endpoint on the same
 /// port.
@@ -29,42 +34,55 @@ pub struct MsgTransport {
     sender: EndpointId,
     remote: Option<EndpointId>,
     provider: String,
-    /// Payload of every message sent (read only).
-    send_buf: Vec<u8>,
-    /// Where every message is received (contents ignored).
-    recv_buf: Vec<u8>,
+    /// Payload of every message sent (read only, for the whole run: lent sends read it
+    /// until their requests complete).
+    send_buf: &'static [u8],
+    /// Windowed `msg_send_i_zero_copy` sends (else blocking `msg_send`).
+    window: Option<SendWindow>,
+    /// Where every message is received (contents ignored): `recv_len` bytes from
+    /// `recv_at`, the first page boundary of `recv_block`.
+    recv_block: Vec<u8>,
+    recv_at: usize,
+    recv_len: usize,
 }
 
 /// Size of the send and receive buffers until a larger message comes.
 const INITIAL_BUF: usize = 64 * 1024;
 
-/// `len` bytes of the payload pattern.
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i % 251) as u8).collect()
-}
-
 impl MsgTransport {
-    /// Creates the node's message endpoint on [`PORT`].
+    /// Creates the node's message endpoint on [`PORT`] and its sending one; `window`: sends
+    /// are windows of `msg_send_i_zero_copy`, at most that many outstanding.
     ///
     /// # Errors
     /// The endpoint could not be created.
-    pub fn open(n: OwnedNode) -> Result<MsgTransport> {
+    pub fn open(n: OwnedNode, window: Option<usize>) -> Result<MsgTransport> {
         let local = create_endpoint(&n, PORT)?;
         let sender = n
             .endpoint_create(SEND_PORT)
             .map_err(|s| failed(&format!("endpoint_create on port {SEND_PORT}"), s))?;
-        // Buffers start at the eager size and grow to the largest message seen (in the
-        // warmup): 16 MiB buffers from the start made eager messages on shm 3x slower.
-        let pattern = pattern(INITIAL_BUF);
-        Ok(MsgTransport {
+        let mut t = MsgTransport {
             provider: n.provider().to_owned(),
             node: n,
             local,
             sender,
             remote: None,
-            send_buf: pattern,
-            recv_buf: vec![0; INITIAL_BUF],
-        })
+            send_buf: send_pattern(INITIAL_BUF),
+            window: window.map(SendWindow::new),
+            recv_block: Vec::new(),
+            recv_at: 0,
+            recv_len: 0,
+        };
+        // Buffers start at the eager size and grow to the largest message seen (in the
+        // warmup): 16 MiB buffers from the start made eager messages on shm 3x slower.
+        t.grow_recv(INITIAL_BUF);
+        Ok(t)
+    }
+
+    /// A page-aligned receive buffer of `len` bytes.
+    fn grow_recv(&mut self, len: usize) {
+        self.recv_block = vec![0; len + PAGE];
+        self.recv_at = self.recv_block.as_ptr().align_offset(PAGE).min(PAGE);
+        self.recv_len = len;
     }
 
     pub fn provider(&self) -> &str {
@@ -119,26 +137,42 @@ impl Transport for MsgTransport {
             ));
         };
         if len > self.send_buf.len() {
-            self.send_buf = pattern(len.min(MAX_MSG_SIZE));
+            self.send_buf = send_pattern(len.min(MAX_MSG_SIZE));
         }
-        match self
-            .node
-            .msg_send(self.sender, to, &self.send_buf[..len], PRIORITY)
-        {
-            Ok(()) => Ok(true),
-            Err(Status::MCAPI_TIMEOUT) => Ok(false),
-            Err(s) => Err(failed(&format!("msg_send of {len} bytes"), s)),
+        let node = &self.node;
+        let Some(window) = self.window.as_mut() else {
+            return match node.msg_send(self.sender, to, &self.send_buf[..len], PRIORITY) {
+                Ok(()) => Ok(true),
+                Err(Status::MCAPI_TIMEOUT) => Ok(false),
+                Err(s) => Err(failed(&format!("msg_send of {len} bytes"), s)),
+            };
+        };
+        if !window.room(node, "msg_send_i")? {
+            return Ok(false);
+        }
+        let buf = SendBuffer::from_static(&self.send_buf[..len]);
+        match node.msg_send_i_zero_copy(self.sender, to, buf, PRIORITY) {
+            Ok(req) => {
+                window.in_flight.push_back(req);
+                Ok(true)
+            }
+            // Every send slot or request is taken: some must complete first.
+            Err(Status::MCAPI_ERR_MEM_LIMIT | Status::MCAPI_ERR_REQUEST_LIMIT) => {
+                window.reap(node, 0, "msg_send_i")?;
+                Ok(false)
+            }
+            Err(s) => Err(failed(&format!("msg_send_i of {len} bytes"), s)),
         }
     }
 
     #[inline]
     fn try_recv(&mut self) -> Result<Option<usize>> {
-        match self.node.msg_recv(self.local, &mut self.recv_buf) {
+        let buf = &mut self.recv_block[self.recv_at..self.recv_at + self.recv_len];
+        match self.node.msg_recv(self.local, buf) {
             Ok(n) => Ok(Some(n)),
             // The message stays queued: take it with a larger buffer.
-            Err(Status::MCAPI_ERR_MSG_TRUNCATED) if self.recv_buf.len() < MAX_MSG_SIZE => {
-                let grown = (self.recv_buf.len() * 2).min(MAX_MSG_SIZE);
-                self.recv_buf.resize(grown, 0);
+            Err(Status::MCAPI_ERR_MSG_TRUNCATED) if self.recv_len < MAX_MSG_SIZE => {
+                self.grow_recv((self.recv_len * 2).min(MAX_MSG_SIZE));
                 self.try_recv()
             }
             Err(Status::MCAPI_TIMEOUT) => Ok(None),
@@ -147,11 +181,14 @@ impl Transport for MsgTransport {
     }
 
     fn pending_sends(&self) -> usize {
-        // msg_send returns once the payload is copied or injected.
-        0
+        // A blocking msg_send returns once the payload is copied or injected (or read).
+        self.window.as_ref().map_or(0, |w| w.in_flight.len())
     }
 
     fn progress(&mut self) -> Result<()> {
+        if let Some(window) = self.window.as_mut() {
+            window.reap(&self.node, 0, "msg_send_i")?;
+        }
         self.node
             .msg_available(self.local)
             .map(|_| ())
