@@ -247,8 +247,9 @@ pub struct Opts {
 
     /// msg-bw, pkt-bw: MCAPI sends with blocking msg_send / pktchan_send (zero copy where the
     /// provider allows, each send waits for its completion) instead of windows of
-    /// msg_send_i_zero_copy (on shm above the eager size lent to the receiver, completing
-    /// once it has read the message; else copied, completing once posted) / pktchan_send_i
+    /// msg_send_i_zero_copy above the eager size (on shm lent to the receiver, completing
+    /// once it has read the message; else staged, completing once posted; eager messages go
+    /// by msg_send, which returns once they are injected or copied) / pktchan_send_i
     /// (zero copy above the inject size where the provider allows, completing with the
     /// send; else copied into the channel's staging buffers, completing once posted)
     #[arg(long)]

@@ -2,9 +2,9 @@
 //! another ([`SEND_PORT`]), and the benchmark messages are MCAPI messages at priority 0.
 //! Sends are blocking `msg_send` (which injects or copies the payload, or for a rendezvous
 //! message on shm lets the receiver read it in place, and blocks while the receiver has no
-//! free buffer: credit flow control) or, for the sender of msg-bw's windows, windows of
-//! `msg_send_i_zero_copy` (copied as by `msg_send_i`, or on shm above the eager size lent
-//! to the receiver, completing once it has read it), reaped in order. Receives are blocking
+//! free buffer: credit flow control) or, for the sender of msg-bw's windows of rendezvous
+//! messages, windows of `msg_send_i_zero_copy` (on shm lent to the receiver, completing
+//! once it has read the message; elsewhere staged as by `msg_send_i`), reaped in order. Receives are blocking
 //! `msg_recv` (which copies the message out of its receive slot, or reads a rendezvous
 //! message straight into its buffer). Both buffers are page-aligned, as the raw baseline's.
 
@@ -140,7 +140,10 @@ impl Transport for MsgTransport {
             self.send_buf = send_pattern(len.min(MAX_MSG_SIZE));
         }
         let node = &self.node;
-        let Some(window) = self.window.as_mut() else {
+        // Eager messages go by blocking `msg_send`, which injects or copies them and returns
+        // at once (a request per message would only add its allocation and reaping).
+        let window = self.window.as_mut().filter(|_| len > node.eager_max());
+        let Some(window) = window else {
             return match node.msg_send(self.sender, to, &self.send_buf[..len], PRIORITY) {
                 Ok(()) => Ok(true),
                 Err(Status::MCAPI_TIMEOUT) => Ok(false),
