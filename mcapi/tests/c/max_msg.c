@@ -4,7 +4,9 @@
  * MCAPI_NODE_ATTR_EAGER_MAX (extensions) of this node and of another node.
  *
  *   max_msg small    node <0,1>: max 1 MiB, eager 4 KiB; sends 1 MiB (rendezvous), 2 KiB
- *                    (eager) and 1 MiB + 1 (refused) to the big node
+ *                    (eager), 1 MiB + 1 (refused) and, by mcapi_msg_send_i, 512 KiB from
+ *                    a buffer it frees only once the request completed (on shm the
+ *                    receiver reads it in place) to the big node
  *   max_msg big      node <0,2>: defaults; reads the small node's attributes, receives
  *   max_msg params   bad parameter blocks: mcapi_initialize refuses them, changes nothing
  */
@@ -17,6 +19,7 @@
 #define WAIT_MS 30000
 #define SMALL_MAX (1u << 20)
 #define SMALL_EAGER 4096u
+#define LENT (512u << 10)
 
 static mcapi_uint_t node_attribute(mcapi_node_t node, mcapi_uint_t attribute) {
     mcapi_status_t status;
@@ -93,7 +96,18 @@ static void small(void) {
     fill(data, 2048, 9);
     mcapi_msg_send(me, big, data, 2048, 1, &status); /* eager */
     EXPECT_OK(status);
+    /* Non-blocking: the buffer is the request's until it completes (spec 3.5.4). */
+    unsigned char* lent = malloc(LENT);
+    EXPECT(lent != NULL);
+    fill(lent, LENT, 11);
+    mcapi_request_t request;
+    mcapi_msg_send_i(me, big, lent, LENT, 1, &request, &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
     size_t size = 0;
+    mcapi_wait(&request, &size, WAIT_MS, &status);
+    EXPECT_OK(status);
+    EXPECT(size == LENT);
+    free(lent);
     char reply[8];
     mcapi_msg_recv(me, reply, sizeof reply, &size, &status);
     EXPECT_OK(status);
@@ -130,6 +144,10 @@ static void big_node(void) {
     EXPECT_OK(status);
     EXPECT(size == 2048);
     check_content(data, size, 9);
+    mcapi_msg_recv(me, data, SMALL_MAX, &size, &status);
+    EXPECT_OK(status);
+    EXPECT(size == LENT);
+    check_content(data, size, 11);
     free(data);
     mcapi_msg_send(me, small_ep, "ok", 3, 1, &status);
     EXPECT_OK(status);
