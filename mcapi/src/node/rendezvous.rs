@@ -196,10 +196,12 @@ impl Rendezvous {
         self.staged_bytes -= s.len;
         match s.data {
             Data::Staged(region) => {
-                let cached: usize = self.cache.iter().map(MemoryRegion::len).sum();
-                if cached + region.len() <= STAGING_BUDGET && self.cache.len() < STAGING_CACHE {
-                    self.cache.push(region);
-                }
+                keep_largest(
+                    &mut self.cache,
+                    region,
+                    MemoryRegion::len,
+                    (STAGING_CACHE, STAGING_BUDGET),
+                );
                 None
             }
             // The registration closes here, before the request completes.
@@ -428,3 +430,77 @@ impl NodeInner {
 
 /// How long `finalize` waits for receivers to read this node's staged messages.
 pub(super) const FINALIZE_DRAIN: Duration = Duration::from_secs(10);
+
+/// Keeps `item` in `cache` (at most `max_items` items of `max_bytes` in all, by `len`),
+/// giving up smaller items to make room: the cache follows the sizes in use, so a run that
+/// moves from many small messages to larger ones does not allocate a region per message
+/// while the small ones hold every place. An item no larger than every one it would
+/// displace is dropped instead.
+fn keep_largest<T>(
+    cache: &mut Vec<T>,
+    item: T,
+    len: impl Fn(&T) -> usize,
+    (max_items, max_bytes): (usize, usize),
+) {
+    let size = len(&item);
+    if size > max_bytes || max_items == 0 {
+        return;
+    }
+    let mut cached: usize = cache.iter().map(&len).sum();
+    while cache.len() >= max_items || cached + size > max_bytes {
+        // (Never empty here: an empty cache has room for an item within the bounds.)
+        let Some((i, smallest)) = cache
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, len(c)))
+            .min_by_key(|&(_, n)| n)
+        else {
+            return;
+        };
+        if smallest >= size {
+            return;
+        }
+        cached -= smallest;
+        cache.swap_remove(i);
+    }
+    cache.push(item);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_largest;
+
+    fn keep(cache: &mut Vec<usize>, item: usize) {
+        keep_largest(cache, item, |&n| n, (3, 100));
+    }
+
+    #[test]
+    fn the_staging_cache_follows_the_sizes_in_use() {
+        let mut cache = Vec::new();
+        for _ in 0..4 {
+            keep(&mut cache, 10);
+        }
+        assert_eq!(cache, [10, 10, 10], "at most 3 items");
+        // Larger regions displace the smallest, one for one.
+        keep(&mut cache, 30);
+        keep(&mut cache, 30);
+        let mut sorted = cache.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [10, 30, 30]);
+        // No larger than any: dropped.
+        keep(&mut cache, 10);
+        sorted = cache.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [10, 30, 30]);
+        // The byte bound: 60 displaces what it must (10 and one 30) to stay within 100.
+        keep(&mut cache, 60);
+        sorted = cache.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [30, 60]);
+        // Above the bound alone: never kept, nothing given up.
+        keep(&mut cache, 101);
+        sorted = cache.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [30, 60]);
+    }
+}
