@@ -229,22 +229,10 @@ impl Transport for PktTransport {
                 Err(s) => Err(failed(&format!("pktchan_send of {len} bytes"), s)),
             };
         };
-        if !window.room(node, "pktchan_send_i")? {
-            return Ok(false);
-        }
         let buf = SendBuffer::from_static(&self.send_buf[..len]);
-        match node.pktchan_send_i_zero_copy(tx, buf) {
-            Ok(req) => {
-                window.in_flight.push_back(req);
-                Ok(true)
-            }
-            // Every staging buffer or request is taken: some must complete first.
-            Err(Status::MCAPI_ERR_MEM_LIMIT | Status::MCAPI_ERR_REQUEST_LIMIT) => {
-                window.reap(node, 0, "pktchan_send_i")?;
-                Ok(false)
-            }
-            Err(s) => Err(failed(&format!("pktchan_send_i of {len} bytes"), s)),
-        }
+        window.send(node, "pktchan_send_i", len, || {
+            node.pktchan_send_i_zero_copy(tx, buf)
+        })
     }
 
     #[inline]

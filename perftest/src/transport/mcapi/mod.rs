@@ -142,14 +142,37 @@ impl SendWindow {
         }
     }
 
-    /// Whether another send may go: with a full window the oldest request is reaped if it
-    /// completed (one per send, as a fabtests window does, so the reaping is spread over
-    /// the window instead of all done between two windows while the receiver idles).
-    fn room(&mut self, node: &Node, what: &str) -> Result<bool> {
+    /// Posts one send of `len` bytes with `post` (`what` names it) if the window has room,
+    /// keeping its request: `Ok(false)` when it has none, or when the node's send buffers or
+    /// requests are all taken (the completed ones are reaped first). With a full window the
+    /// oldest request is reaped if it completed: one per send, as a fabtests window does,
+    /// so the reaping is spread over the window instead of all done between two windows
+    /// while the receiver idles.
+    fn send(
+        &mut self,
+        node: &Node,
+        what: &str,
+        len: usize,
+        post: impl FnOnce() -> std::result::Result<RequestHandle, Status>,
+    ) -> Result<bool> {
         if self.in_flight.len() >= self.window {
             self.reap(node, self.window - 1, what)?;
+            if self.in_flight.len() >= self.window {
+                return Ok(false);
+            }
         }
-        Ok(self.in_flight.len() < self.window)
+        match post() {
+            Ok(req) => {
+                self.in_flight.push_back(req);
+                Ok(true)
+            }
+            // Every staging buffer, send slot or request is taken: some must complete first.
+            Err(Status::MCAPI_ERR_MEM_LIMIT | Status::MCAPI_ERR_REQUEST_LIMIT) => {
+                self.reap(node, 0, what)?;
+                Ok(false)
+            }
+            Err(s) => Err(failed(&format!("{what} of {len} bytes"), s)),
+        }
     }
 
     /// Completes the oldest outstanding requests that are done, until at most `keep` are

@@ -150,22 +150,10 @@ impl Transport for MsgTransport {
                 Err(s) => Err(failed(&format!("msg_send of {len} bytes"), s)),
             };
         };
-        if !window.room(node, "msg_send_i")? {
-            return Ok(false);
-        }
         let buf = SendBuffer::from_static(&self.send_buf[..len]);
-        match node.msg_send_i_zero_copy(self.sender, to, buf, PRIORITY) {
-            Ok(req) => {
-                window.in_flight.push_back(req);
-                Ok(true)
-            }
-            // Every send slot or request is taken: some must complete first.
-            Err(Status::MCAPI_ERR_MEM_LIMIT | Status::MCAPI_ERR_REQUEST_LIMIT) => {
-                window.reap(node, 0, "msg_send_i")?;
-                Ok(false)
-            }
-            Err(s) => Err(failed(&format!("msg_send_i of {len} bytes"), s)),
-        }
+        window.send(node, "msg_send_i", len, || {
+            node.msg_send_i_zero_copy(self.sender, to, buf, PRIORITY)
+        })
     }
 
     #[inline]
