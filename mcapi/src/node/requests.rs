@@ -168,21 +168,16 @@ impl Node {
             }
             _ => None,
         };
-        let outcome = self.wait_for(st, request, buf, timeout);
-        if let Some(port) = waited_port {
-            if let Ok(mut st) = self.inner.live_state() {
-                st.waiting_receives.leave(port);
-            }
-        }
-        outcome
+        self.wait_for(st, request, (buf, waited_port), timeout)
     }
 
-    /// The loop of [`Node::wait_outcome`] (the wait begun).
+    /// The loop of [`Node::wait_outcome`] (the wait begun; a receive counted as waiting on
+    /// `waited_port` stops counting when the wait ends).
     fn wait_for<'n>(
         &'n self,
         mut st: MutexGuard<'n, State>,
         request: RequestHandle,
-        mut buf: Option<&mut [u8]>,
+        (mut buf, waited_port): (Option<&mut [u8]>, Option<u32>),
         timeout: Option<Duration>,
     ) -> Result<Result<usize>> {
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
@@ -191,7 +186,7 @@ impl Node {
         let mut backoff = self.inner.backoff();
         let mut own_side = None;
         loop {
-            let outcome = match self.look(st, request, buf.as_deref_mut()) {
+            let outcome = match self.look(st, request, buf.as_deref_mut(), waited_port) {
                 Ok(Some(done)) => return Ok(done),
                 Ok(None) if look_once => Err(Status::MCAPI_TIMEOUT),
                 Ok(None) => {
@@ -206,6 +201,9 @@ impl Node {
                 // one is released already).
                 if let Ok(mut st) = self.inner.live_state() {
                     let _ = st.requests.end_wait(request);
+                    if let Some(port) = waited_port {
+                        st.waiting_receives.leave(port);
+                    }
                 }
                 return Err(e);
             }
@@ -217,14 +215,23 @@ impl Node {
     /// taken (released) without driving anything, so a sender reaping its completed sends
     /// reads no CQ; otherwise what it waits for is driven and it is looked at again.
     /// `Ok(None)`: still pending; `Ok(Some(outcome))`: finished and released (a cancelled
-    /// request's outcome is `MCAPI_ERR_REQUEST_CANCELLED`).
+    /// request's outcome is `MCAPI_ERR_REQUEST_CANCELLED`). A receive counted as waiting on
+    /// `waited_port` stops counting when it finished.
     fn look(
         &self,
         mut st: MutexGuard<'_, State>,
         request: RequestHandle,
         buf: Option<&mut [u8]>,
+        waited_port: Option<u32>,
     ) -> Result<Option<Result<usize>>> {
-        if let Some(done) = taken(st.requests.take_completed(request))? {
+        let finished = |st: &mut State| {
+            let done = taken(st.requests.take_completed(request));
+            if let (Ok(Some(_)), Some(port)) = (&done, waited_port) {
+                st.waiting_receives.leave(port);
+            }
+            done
+        };
+        if let Some(done) = finished(&mut st)? {
             return Ok(Some(done));
         }
         let payload = st.requests.get(request)?;
@@ -237,7 +244,7 @@ impl Node {
             self.inner.progress(&mut st);
         }
         let mut st = self.complete_waited(st, request, buf)?;
-        taken(st.requests.take_completed(request))
+        finished(&mut st)
     }
 
     /// [`NodeInner::try_complete`] for a waiter, which may block (or a test where the read
