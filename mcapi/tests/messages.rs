@@ -1807,7 +1807,10 @@ fn a_waited_receive_request_reads_its_rendezvous_message_in_place() {
         assert_eq!(n, Ok(len), "{prov}");
         assert!(buf == pattern(len, 70), "{prov}: content read in place");
         let (after, waiting) = b.reads_in_place(rx).unwrap();
-        assert!(!waiting, "{prov}: the finished wait still counts as waiting");
+        assert!(
+            !waiting,
+            "{prov}: the finished wait still counts as waiting"
+        );
         let in_place = usize::from(b.sends_in_place() || prov != "shm");
         assert_eq!(after - before, in_place as u64, "{prov}: read in place");
         assert_eq!(b.fetched_messages(), Ok(0), "{prov}: nothing read ahead");

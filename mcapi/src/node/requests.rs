@@ -248,26 +248,22 @@ impl Node {
     }
 
     /// [`NodeInner::try_complete`] for a waiter, which may block (or a test where the read
-    /// is the caller's own copy, shm): a rendezvous message at
-    /// the head of the receive's queue that nothing reads yet is read straight into `buf`
-    /// (where the provider allows, as a blocking `msg_recv` does), without the state lock
-    /// meanwhile, and the request completes with the read.
+    /// is the caller's own copy, shm): a rendezvous message at the head of the receive's
+    /// queue that nothing reads yet is read straight into `buf` (where the provider allows,
+    /// as a blocking `msg_recv` does), without the state lock meanwhile, and the request
+    /// completes with the read.
     fn complete_waited<'n>(
         &'n self,
         mut st: MutexGuard<'n, State>,
         request: RequestHandle,
         buf: Option<&mut [u8]>,
     ) -> Result<MutexGuard<'n, State>> {
-        let port = match st.requests.get(request) {
-            Ok(&Req::Recv { port }) if self.inner.fab.reads_in_place => port,
-            _ => {
+        let (port, buf) = match (st.requests.get(request), buf) {
+            (Ok(&Req::Recv { port }), Some(buf)) if self.inner.fab.reads_in_place => (port, buf),
+            (_, buf) => {
                 self.inner.try_complete(&mut st, request, buf)?;
                 return Ok(st);
             }
-        };
-        let Some(buf) = buf else {
-            self.inner.try_complete(&mut st, request, None)?;
-            return Ok(st);
         };
         st.receiving_in_place = Some(port);
         let tried = self.inner.try_complete(&mut st, request, Some(&mut *buf));
