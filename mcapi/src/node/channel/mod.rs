@@ -8,7 +8,7 @@
 //! the node's state lock:
 //!
 //! - the receive side posts its pool, `NUM_RECV_BUFFERS` buffers: on shm each a plain
-//!   receive of one max-size packet, elsewhere `max payload + POOL_SLACK` bytes posted as an
+//!   receive of one max-size packet, elsewhere `max payload + pool_slack` bytes posted as an
 //!   `FI_MULTI_RECV` receive that small packets share; `pktchan_recv` hands out a pointer
 //!   into the pool, and a buffer is posted again once the provider has released it and every
 //!   packet in it has been released by the application ([`PoolBuffers`]; on shm by the next

@@ -4,7 +4,7 @@ use super::data::{LocalRecv, RecvData, SendData, SideData};
 use super::endpoint::PeerOpen;
 use super::handle::ChannelHandle;
 use super::hub::{self, HubItem};
-use super::limits::{CTX_CREDIT, POOL_SLACK, SCALAR_SLOT};
+use super::limits::{pool_slack, CTX_CREDIT, SCALAR_SLOT};
 use super::side::Side;
 use super::side_io::{HubSide, SideIo};
 use crate::node::common::Result;
@@ -91,7 +91,9 @@ impl NodeInner {
                 let (buffer_size, posting) = match kind {
                     ChannelKind::Scalar if local => (SCALAR_SLOT, Posting::Hub),
                     ChannelKind::Scalar => (SCALAR_SLOT, Posting::Plain),
-                    ChannelKind::Packet if multi_recv => (payload + POOL_SLACK, Posting::MultiRecv),
+                    ChannelKind::Packet if multi_recv => {
+                        (payload + pool_slack(payload), Posting::MultiRecv)
+                    }
                     ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
                 let pool = MemoryRegion::with_slots(domain, n.max(1), buffer_size)?;
