@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::fabric::Domain;
 use crate::info::Attributes;
 use crate::mr::{Buf, Op};
-use crate::raw::{self, EpFid, SendBuffer};
+use crate::raw::{self, EpFid, RecvBuffer, SendBuffer};
 use std::sync::Arc;
 
 /// Options for [`Endpoint::open`].
@@ -266,6 +266,38 @@ impl Endpoint {
             return Err(crate::Error::InvalidArgument("provider needs FI_MR_LOCAL"));
         }
         raw::send_from(&self.inner.fid, buf, cq_data, dest.0, context)
+    }
+
+    /// Posts an RMA read (`fi_read`) of `len` bytes of the peer's registered memory at
+    /// `remote_addr` with `key` into `buf` at offset `at`, straight into the application's
+    /// memory (no registration, no copy), and returns at once; the completion, with
+    /// `context`, comes through the CQ. [`RecvBuffer`]'s contract keeps the memory to the
+    /// provider until then.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (nothing posted) where the provider needs `FI_MR_LOCAL`, or for a
+    /// range outside `buf`; otherwise as [`Endpoint::inject_tagged`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_to(
+        &self,
+        buf: &RecvBuffer,
+        at: usize,
+        len: usize,
+        src: FiAddr,
+        remote_addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        if !self.sends_unregistered() {
+            return Err(crate::Error::InvalidArgument("provider needs FI_MR_LOCAL"));
+        }
+        raw::read_to(
+            &self.inner.fid,
+            buf,
+            (at, len),
+            (src.0, remote_addr, key),
+            context,
+        )
     }
 
     /// Whether this is the endpoint's only handle.

@@ -48,8 +48,9 @@
 //! [`ffi`]. [`MemoryRegion::sink`] makes memory that safe code can never copy, which any
 //! number of receives may share (e.g. a benchmark's).
 //!
-//! Rust's own memory posted for a send ([`SendBuffer`]) is the other way in: `unsafe` to make
-//! from a pointer, with a stated contract, or safe from `'static` data nobody writes.
+//! Rust's own memory posted for a send ([`SendBuffer`]) or an RMA read ([`RecvBuffer`]) is
+//! the other way in: `unsafe` to make from a pointer, with a stated contract, or safe from
+//! `'static` memory (nobody writes a send's; nobody else ever reaches a read's).
 //!
 //! # Thread safety
 //! Domains are opened with `FI_THREAD_SAFE`: every handle is `Send + Sync` and operations
@@ -86,7 +87,7 @@ pub use error::{Error, Result};
 pub use fabric::{Domain, Fabric};
 pub use info::{available_providers, flags, libfabric_version, Attributes, Hints, Info, Progress};
 pub use mr::{Buf, MemoryRegion};
-pub use raw::{ExposedBuffer, SendBuffer};
+pub use raw::{ExposedBuffer, RecvBuffer, SendBuffer};
 
 /// The raw bindings, for what this layer does not cover.
 pub use ofi_sys as ffi;

@@ -720,6 +720,108 @@ impl core::fmt::Debug for SendBuffer {
     }
 }
 
+/// Application memory that RMA reads ([`crate::Endpoint::read_to`]) write in place, without a
+/// registration, and that nothing else touches until every read into it completed.
+///
+/// Made by [`RecvBuffer::from_static`] (safe: `'static` memory given up for good, e.g. a
+/// leaked `Box`) or [`RecvBuffer::from_raw`] (the caller promises it, as a C API's contract
+/// does). [`RecvBuffer::as_mut_slice`] gives the memory to its owner between reads.
+pub struct RecvBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a RecvBuffer is the only way to its memory while it exists (its constructor's
+// contract); moving it to another thread moves that access along.
+unsafe impl Send for RecvBuffer {}
+
+impl RecvBuffer {
+    /// Names `len` writable bytes at `ptr` (NULL allowed when `len` is 0).
+    ///
+    /// # Safety
+    /// The memory is valid for reads and writes of `len` bytes, and nothing but this
+    /// `RecvBuffer` accesses it while it exists and, for every read posted into it, until
+    /// that read's completion was read from the CQ or its endpoint was closed (every handle
+    /// dropped).
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> RecvBuffer {
+        RecvBuffer {
+            ptr: NonNull::new(ptr)
+                .filter(|_| len > 0)
+                .unwrap_or(NonNull::dangling()),
+            len,
+        }
+    }
+
+    /// Names memory given up for the rest of the program.
+    pub fn from_static(data: &'static mut [u8]) -> RecvBuffer {
+        // SAFETY: `data` is borrowed mutably for 'static: nothing else reaches it, ever.
+        unsafe { RecvBuffer::from_raw(data.as_mut_ptr(), data.len()) }
+    }
+
+    /// Length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, for a caller that knows no read into them is in flight (the borrow of
+    /// `self` keeps new ones from being posted meanwhile).
+    #[inline(always)]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: by the constructor's contract the memory is valid and reached only through
+        // this RecvBuffer (a dangling pointer only when len is 0); its reads in flight are
+        // the caller's to have waited for.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl core::fmt::Debug for RecvBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RecvBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// `Endpoint::read_to`: posts an RMA read of `len` bytes into `buf` at `at` (in bounds, the
+/// caller checked) with no memory descriptor (allowed without `FI_MR_LOCAL`, which the
+/// caller checked); returns at once.
+pub(crate) fn read_to(
+    ep: &EpFid,
+    buf: &RecvBuffer,
+    (at, len): (usize, usize),
+    (src, addr, key): (u64, u64, u64),
+    context: u64,
+) -> Result<()> {
+    let context = crate::mr::plain_context(context)?;
+    if at.checked_add(len).is_none_or(|end| end > buf.len) {
+        return Err(Error::InvalidArgument("read beyond the receive buffer"));
+    }
+    // SAFETY: the endpoint is open (`ep` is borrowed from its owner); `at..at + len` lies in
+    // `buf`, whose contract keeps the memory valid and untouched by anything else until this
+    // read's completion was read or the endpoint closed, as long as the provider may write it.
+    let ret = unsafe {
+        sys::fi_read(
+            ep.as_ptr(),
+            buf.ptr.as_ptr().add(at).cast(),
+            len,
+            ptr::null_mut(),
+            src,
+            addr,
+            key,
+            ctx(context),
+        )
+    };
+    check("fi_read", ret)
+}
+
 /// `Endpoint::send_from`: posts a send with remote CQ data from application memory
 /// (`desc` NULL, allowed without `FI_MR_LOCAL`, which the caller checked); returns at once.
 #[inline]

@@ -54,7 +54,7 @@ mod node;
 pub mod semantics;
 mod sync;
 
-pub use mcapi_ofi::SendBuffer;
+pub use mcapi_ofi::{RecvBuffer, SendBuffer};
 pub use node::{
     ChannelHandle, Node, Packet, MAX_ENDPOINTS, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES,
 };

@@ -1866,6 +1866,86 @@ fn a_waited_receive_request_reads_its_rendezvous_message_in_place() {
     }
 }
 
+/// Receive requests posted with their buffers (`msg_recv_i_into`, as C's `mcapi_msg_recv_i`)
+/// get rendezvous messages read straight into those buffers as they arrive, in FIFO order,
+/// without a read ahead or a copy (where the provider allows), whether waited on, tested or
+/// never looked at until their messages are in; an eager message is copied into its
+/// request's buffer; a buffer too small leaves the message queued (`MSG_TRUNCATED`); a
+/// request cancelled before its message came consumes none.
+#[test]
+fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "recv-i-posted");
+        let a = Node::initialize(0, 69, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 70, cfg).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let to = a.endpoint_get(0, 70, 1, None).unwrap();
+        let len = (3 << 20) + 5;
+        let mut buffers: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; len]).collect();
+        let mut small = vec![0u8; 16];
+        let post = |buf: &mut Vec<u8>| {
+            // SAFETY: each buffer outlives its request's completion (waited on below, or
+            // cancelled before anything was read into it) and is not touched meanwhile.
+            let posted = unsafe { mcapi::RecvBuffer::from_raw(buf.as_mut_ptr(), buf.len()) };
+            b.msg_recv_i_into(rx, posted).unwrap()
+        };
+        let cancelled = post(&mut buffers[3]);
+        b.cancel(cancelled).unwrap();
+        let requests: Vec<_> = buffers[..3].iter_mut().map(post).collect();
+        let eager = post(&mut small);
+        let (before, _) = b.reads_in_place(rx).unwrap();
+        let sender = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                for seed in 90..93 {
+                    a.msg_send(tx, to, &pattern(len, seed), 2)?;
+                }
+                a.msg_send(tx, to, b"tail", 2)
+            })
+        };
+        // The last request is waited on first: every message goes to its own request
+        // whatever order they are looked at in.
+        let wait = Some(Duration::from_secs(60));
+        assert_eq!(b.wait(eager, None, wait), Ok(4), "{prov}");
+        assert_eq!(b.wait(requests[1], None, wait), Ok(len), "{prov}");
+        await_true("the first request", || {
+            b.test(requests[0], None) == Ok(Some(len))
+        });
+        assert_eq!(b.wait_any(&requests[2..], wait), Ok((0, len)), "{prov}");
+        assert_eq!(sender.join().unwrap(), Ok(()));
+        assert_eq!(&small[..4], b"tail");
+        for (i, buf) in buffers[..3].iter().enumerate() {
+            assert!(*buf == pattern(len, 90 + i as u32), "{prov}: message {i}");
+        }
+        assert!(buffers[3].iter().all(|&x| x == 0), "{prov}: cancelled");
+        let (after, _) = b.reads_in_place(rx).unwrap();
+        let in_place = u64::from(b.sends_in_place() || prov != "shm");
+        assert_eq!(
+            after - before,
+            3 * in_place,
+            "{prov}: read into the posted buffers"
+        );
+        assert_eq!(b.fetched_messages(), Ok(0), "{prov}: nothing read ahead");
+        assert_eq!(b.msg_available(rx), Ok(0), "{prov}");
+        // Too small a buffer: the message stays queued for a receive that fits.
+        let short = post(&mut small);
+        a.msg_send(tx, to, &pattern(len, 95), 1).unwrap();
+        let mut outcome = Ok(None);
+        await_true("the short request ends", || {
+            outcome = b.test(short, None);
+            outcome != Ok(None)
+        });
+        assert_eq!(outcome, Err(Status::MCAPI_ERR_MSG_TRUNCATED), "{prov}");
+        let mut whole = vec![0u8; len];
+        assert_eq!(b.msg_recv(rx, &mut whole), Ok(len), "{prov}");
+        assert!(whole == pattern(len, 95), "{prov}: the message left queued");
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
+
 /// `msg_send_i_zero_copy` lends its buffer where sends go in place (shm): each request
 /// completes once the receiver has read the message (read ahead or taken), with priorities
 /// and per-sender FIFO order kept across lent and eager messages; elsewhere messages are

@@ -5,7 +5,7 @@ use super::{
     mcapi_uint_t, put, request, required, started_status, RequestOut, StatusOut,
 };
 use crate::semantics::Status;
-use mcapi_ofi::SendBuffer;
+use mcapi_ofi::{RecvBuffer, SendBuffer};
 use std::ffi::c_void;
 
 /// The C buffer of a send as a slice: NULL is allowed for an empty message only.
@@ -112,10 +112,14 @@ pub unsafe extern "C" fn mcapi_msg_recv_i(
             return Err(Status::MCAPI_ERR_PARAMETER);
         }
         let node = current_node()?;
-        let handle = node.msg_recv_i(endpoint(receive_endpoint)?)?;
+        // SAFETY: the contract keeps the buffer writable, and C away from it, until the
+        // request completes or is cancelled; the request owns it until then (a read into it
+        // ends before the request completes, and none starts once it is cancelled).
+        let buf = unsafe { RecvBuffer::from_raw(buffer.cast(), buffer_size) };
+        let handle = node.msg_recv_i_into(endpoint(receive_endpoint)?, buf)?;
         // SAFETY: non-NULL and writable by the contract.
         unsafe { put(request, handle.as_raw()) };
-        request::remember_buffer(&node, handle, buffer.cast(), buffer_size);
+        request::remember_message(&node, handle);
         // SAFETY: the buffer was just registered under this function's contract.
         Ok(started_status(unsafe { request::test_now(&node, handle) }))
     })

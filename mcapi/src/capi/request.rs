@@ -1,14 +1,13 @@
 //! Spec 4.6: `mcapi_test`, `mcapi_wait`, `mcapi_wait_any`, `mcapi_cancel`, and where the
 //! receive requests of C put what they receive.
 //!
-//! The Rust API takes a receive request's message when the request is tested or waited on,
-//! into the buffer given then, and a `pktchan_recv_i` request's packet address from
-//! [`Node::received_packet`] once it completed. C gives the buffer (`mcapi_msg_recv_i`) or
-//! the `void**` for the packet address (`mcapi_pktchan_recv_i`) to the `_i` call instead, so
-//! this module remembers it per request and hands it to whichever call completes the
-//! request. A `wait`/`wait_any` checks it out while it blocks (a concurrent `test` then
-//! reports the request pending, a second waiter gets `MCAPI_ERR_WAIT_PENDING`), so it is
-//! never used by two calls at once.
+//! A message receive request holds the buffer `mcapi_msg_recv_i` gave it
+//! ([`Node::msg_recv_i_into`]); a `pktchan_recv_i` request's packet address comes from
+//! [`Node::received_packet`] once it completed, and C gives the `void**` for it to the `_i`
+//! call, so this module remembers that per request and hands it to whichever call completes
+//! the request. A `wait`/`wait_any` checks a receive request out while it blocks (a
+//! concurrent `test` then reports it pending, a second waiter gets
+//! `MCAPI_ERR_WAIT_PENDING`), so no two calls complete it at once.
 
 use super::{
     boolean, current_node, mcapi_boolean_t, mcapi_request_t, mcapi_status_t, mcapi_timeout_t,
@@ -24,31 +23,13 @@ use std::sync::{Mutex, MutexGuard};
 /// Where a C receive request puts what it receives.
 #[derive(Clone, Copy)]
 enum Target {
-    /// `mcapi_msg_recv_i`: the message is copied into these `len` bytes.
-    Message { address: usize, len: usize },
+    /// `mcapi_msg_recv_i`: the message goes into the buffer the request holds.
+    Message,
     /// `mcapi_pktchan_recv_i`: the packet's address is written to this `void**`.
     Packet { out: usize },
 }
 
 impl Target {
-    /// A message buffer as a slice; `None` for a packet target.
-    ///
-    /// # Safety
-    /// The C caller of `mcapi_msg_recv_i` keeps the buffer writable until the request
-    /// completes or is cancelled, and nothing else uses this slice meanwhile (the checkout
-    /// or the registry lock guarantees that).
-    unsafe fn slice<'a>(self) -> Option<&'a mut [u8]> {
-        match self {
-            Target::Message { len: 0, .. } => Some(&mut []),
-            Target::Message { address, len } => {
-                // SAFETY: non-NULL (`mcapi_msg_recv_i` refuses NULL with a size) and writable
-                // for `len` bytes by the contract above.
-                Some(unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) })
-            }
-            Target::Packet { .. } => None,
-        }
-    }
-
     /// After the request completed successfully: a packet target gets the address of the
     /// packet (the message of a message target is in its buffer already).
     ///
@@ -96,10 +77,9 @@ fn remember(node: &Node, request: RequestHandle, target: Target) {
     targets().insert(key(node, request), entry);
 }
 
-/// Remembers where message receive request `request` puts its message.
-pub(super) fn remember_buffer(node: &Node, request: RequestHandle, buffer: *mut u8, len: usize) {
-    let address = buffer as usize;
-    remember(node, request, Target::Message { address, len });
+/// Remembers message receive request `request` (for the checkout of its waits).
+pub(super) fn remember_message(node: &Node, request: RequestHandle) {
+    remember(node, request, Target::Message);
 }
 
 /// Remembers where packet receive request `request` writes its packet's address.
@@ -132,9 +112,8 @@ pub(super) unsafe fn test_now(
         return Ok(None);
     }
     let target = entry.target;
-    // SAFETY: per this function's contract; the registry lock, held until the end, keeps
-    // every other call away from this target.
-    let result = node.test(request, unsafe { target.slice() });
+    // The registry lock, held until the end, keeps every other call away from this target.
+    let result = node.test(request, None);
     if !matches!(result, Ok(None)) {
         table.remove(&key);
     }
@@ -179,15 +158,6 @@ fn check_in(keys: &[Key], finished: impl Fn(usize) -> bool) {
             b.checked_out = false;
         }
     }
-}
-
-/// A checked-out target's message buffer as a slice (`None` for none or a packet target).
-///
-/// # Safety
-/// As [`Target::slice`]; the checkout keeps other calls away.
-unsafe fn checked_out_slice<'a>(target: Option<Target>) -> Option<&'a mut [u8]> {
-    // SAFETY: per this function's contract.
-    target.and_then(|t| unsafe { t.slice() })
 }
 
 /// Whether a wait's error leaves the request pending (so its target stays registered).
@@ -281,12 +251,7 @@ pub unsafe extern "C" fn mcapi_wait(
         };
         let keys = [key(&node, handle)];
         let target = check_out(&keys)?.pop().flatten();
-        // SAFETY: checked out, and writable per this function's contract.
-        let result = node.wait_outcome(
-            handle,
-            unsafe { checked_out_slice(target) },
-            timeout(timeout_ms),
-        );
+        let result = node.wait_outcome(handle, None, timeout(timeout_ms));
         check_in(&keys, |_| !matches!(result, Err(e) if still_pending(e)));
         let n = match result? {
             Ok(n) => n,
@@ -341,12 +306,7 @@ pub unsafe extern "C" fn mcapi_wait_any(
         let node = current_node()?;
         let keys: Vec<Key> = handles.iter().map(|&h| key(&node, h)).collect();
         let checked_out = check_out(&keys)?;
-        let mut slices: Vec<Option<&mut [u8]>> = checked_out
-            .iter()
-            // SAFETY: checked out, and writable per this function's contract.
-            .map(|&t| unsafe { checked_out_slice(t) })
-            .collect();
-        let result = node.wait_any_into(&handles, &mut slices, timeout(timeout_ms));
+        let result = node.wait_any_into(&handles, &mut [], timeout(timeout_ms));
         let finished = match &result {
             Ok((index, _)) => Some(*index),
             Err(_) => None,

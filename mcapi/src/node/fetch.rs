@@ -18,7 +18,8 @@
 use super::common::{ofi_status, MAX_MSG_SIZE};
 use super::inner::NodeInner;
 use super::peers::PeerInput;
-use super::state::State;
+use super::state::{Req, State, TakenSlot, LOCAL_SLOT};
+use crate::semantics::request::RequestHandle;
 use crate::semantics::wire::Context;
 use crate::semantics::Status;
 use mcapi_ofi::MemoryRegion;
@@ -78,6 +79,9 @@ struct Fetch {
     generation: u16,
     /// Its endpoint was deleted: nobody takes it; freed when its reads end.
     orphan: bool,
+    /// Read into the buffer of this receive request (posted with it) instead of chunks;
+    /// the receive slot goes back when the reads end.
+    into: Option<(RequestHandle, TakenSlot)>,
 }
 
 impl Fetch {
@@ -179,6 +183,10 @@ impl Fetches {
         if self.state_of(f.slot) == index {
             self.set_slot(f.slot, NO_FETCH);
         }
+        if f.into.is_some() {
+            // Read into a receive's own buffer: no chunks.
+            return;
+        }
         for &c in &f.chunks[..f.n as usize] {
             match abandoned {
                 None => self.free_chunks.push(c),
@@ -216,7 +224,7 @@ impl NodeInner {
             && st.rndv.fetches.room_for(len)
             && !self.reads_wait_for_receives(st)
         {
-            self.start_fetch(st, slot, peer, port);
+            self.start_fetch(st, slot, peer, port, None);
         } else {
             st.rndv.fetches.set_slot(slot, DEFERRED);
             st.rndv.fetches.deferred.push_back((slot, peer, port));
@@ -236,13 +244,22 @@ impl NodeInner {
     /// Takes chunks for the message in `slot` and posts its reads. Without chunks (the pool
     /// could not be made, or a receive holds the reserve) it is deferred; a message that
     /// cannot be read (a bad length, a sender gone) is recorded as failed, for the receive
-    /// that takes it to report.
-    fn start_fetch(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
+    /// that takes it to report. With `into`, the message is off its queue and read into
+    /// that request's posted buffer instead (no chunks), and the request completes with the
+    /// reads' end.
+    fn start_fetch(
+        &self,
+        st: &mut State,
+        slot: u32,
+        peer: u16,
+        port: u32,
+        into: Option<(RequestHandle, TakenSlot)>,
+    ) {
         let desc = self.descriptor_in(slot);
         let len = desc.len as usize;
         let n = len.div_ceil(CHUNK);
         let f = &mut st.rndv.fetches;
-        if f.chunks.is_empty() {
+        if f.chunks.is_empty() && into.is_none() {
             match MemoryRegion::with_slots(&self.fab.domain, POOL_CHUNKS, CHUNK) {
                 Ok(pool) => {
                     f.chunks = (0..POOL_CHUNKS)
@@ -257,7 +274,7 @@ impl NodeInner {
             }
         }
         let usable = n <= MAX_CHUNKS && len <= self.fab.max_msg;
-        if usable && f.free_chunks.len() < n {
+        if usable && into.is_none() && f.free_chunks.len() < n {
             f.set_slot(slot, DEFERRED);
             f.deferred.push_front((slot, peer, port));
             return;
@@ -287,16 +304,21 @@ impl NodeInner {
             id: desc.id,
             generation: f.generation,
             orphan: false,
+            into,
         };
         if usable {
-            for c in &mut fetch.chunks[..n] {
-                *c = f.free_chunks.pop().unwrap_or_default();
+            if into.is_none() {
+                for c in &mut fetch.chunks[..n] {
+                    *c = f.free_chunks.pop().unwrap_or_default();
+                }
             }
             fetch.n = n as u8;
         }
         fetch.failed |= !st.run_alive((peer, fetch.run));
         let f = &mut st.rndv.fetches;
-        f.set_slot(slot, index);
+        if into.is_none() {
+            f.set_slot(slot, index);
+        }
         f.reading += 1;
         if fetch.failed {
             // Nothing to read: it ends at once.
@@ -332,11 +354,25 @@ impl NodeInner {
             let k = f.posted as usize;
             let at = k * CHUNK;
             let len = (f.len - at).min(CHUNK);
-            let chunk = &chunks[f.chunks[k] as usize];
-            let posted = chunk.region.slice(chunk.offset, len).and_then(|buf| {
-                let ctx = Context::Read(index).encode();
-                self.fab.ep.read(buf, dest, f.addr + at as u64, f.key, ctx)
-            });
+            let ctx = Context::Read(index).encode();
+            let remote = f.addr + at as u64;
+            let posted = match f.into {
+                Some((request, _)) => match st.requests.get(request) {
+                    Ok(Req::Recv {
+                        posted: Some(buf), ..
+                    }) => self.fab.ep.read_to(buf, at, len, dest, remote, f.key, ctx),
+                    _ => Err(mcapi_ofi::Error::InvalidArgument(
+                        "the request has no buffer",
+                    )),
+                },
+                None => {
+                    let chunk = &chunks[f.chunks[k] as usize];
+                    chunk
+                        .region
+                        .slice(chunk.offset, len)
+                        .and_then(|buf| self.fab.ep.read(buf, dest, remote, f.key, ctx))
+                }
+            };
             match posted {
                 Ok(()) => {
                     f.posted += 1;
@@ -381,7 +417,7 @@ impl NodeInner {
                 return;
             }
             st.rndv.fetches.deferred.pop_front();
-            self.start_fetch(st, slot, peer, port);
+            self.start_fetch(st, slot, peer, port, None);
             if st.rndv.fetches.state_of(slot) == DEFERRED {
                 return;
             }
@@ -420,12 +456,76 @@ impl NodeInner {
             return;
         };
         let (peer, port, id, orphan) = (f.peer, f.port, f.id, f.orphan);
+        let (into, read) = (f.into, (!f.failed).then_some(f.len));
         st.rndv.fetches.reading -= 1;
         st.rndv.fetches.ended = st.rndv.fetches.ended.wrapping_add(1);
         self.send_rndv_done(st, peer, port, id);
         if orphan {
             st.rndv.fetches.free(index, None);
         }
+        if let Some((request, taken)) = into {
+            // The provider is done with the request's buffer: it completes, and the
+            // descriptor's slot goes back (with the sender's credit) as a taken message's.
+            st.rndv.fetches.free(index, None);
+            st.reading_into.retain(|&h| h != request);
+            let (status, size) = match read {
+                Some(len) => (Status::MCAPI_SUCCESS, len),
+                None => (Status::MCAPI_ERR_TRANSMISSION, 0),
+            };
+            st.requests.complete_if_pending(request, status, size);
+            if read.is_some() {
+                st.read_in_place += 1;
+            }
+            if st.taken.is_some() {
+                self.repost_taken(st);
+            }
+            st.taken = Some(taken);
+        }
+    }
+
+    /// Reads rendezvous messages at the head of `port`'s queue, not read yet, straight into
+    /// the buffers of its oldest receive requests where those were posted with one large
+    /// enough (and the provider reads into unregistered memory): each such message leaves
+    /// its queue, its request leaves the receives pending and completes when the reads end.
+    /// Returns the receive slot of the last message so bound.
+    pub(super) fn bind_posted(&self, st: &mut State, port: u32) -> Option<u32> {
+        let mut bound = None;
+        if !self.fab.reads_in_place {
+            return None;
+        }
+        loop {
+            let ep = st.endpoints.get(&port)?;
+            let (Some(&request), Some(head)) = (ep.pending_recvs.front(), ep.queue.peek()) else {
+                break;
+            };
+            let head = *head;
+            let len = head.len as usize;
+            let fits = matches!(st.requests.get(request),
+                Ok(Req::Recv { posted: Some(buf), .. }) if buf.len() >= len);
+            if !fits
+                || !head.rndv
+                || head.slot & LOCAL_SLOT != 0
+                || len > self.fab.max_msg
+                || !st.rndv.fetches.not_started(head.slot)
+                || st.reading_into.contains(&request)
+            {
+                break;
+            }
+            let ep = st.endpoints.get_mut(&port)?;
+            ep.queue.pop();
+            ep.pending_recvs.pop_front();
+            let taken = TakenSlot {
+                port,
+                generation: ep.generation,
+                slot: head.slot,
+                peer: head.peer,
+            };
+            st.rndv.fetches.undefer(head.slot);
+            st.reading_into.push(request);
+            self.start_fetch(st, head.slot, head.peer, port, Some((request, taken)));
+            bound = Some(head.slot);
+        }
+        bound
     }
 
     /// The receive that takes the rendezvous message in `slot` (of peer `peer`, for
@@ -442,7 +542,7 @@ impl NodeInner {
         let mut index = st.rndv.fetches.state_of(slot);
         if index == DEFERRED || index == NO_FETCH {
             st.rndv.fetches.undefer(slot);
-            self.start_fetch(st, slot, peer, port);
+            self.start_fetch(st, slot, peer, port, None);
             index = st.rndv.fetches.state_of(slot);
             if index == DEFERRED {
                 // Another receive holds the reserve, or the pool could not be made.

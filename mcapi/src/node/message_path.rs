@@ -216,15 +216,16 @@ impl NodeInner {
 
     /// Completes a pending receive request if it is the oldest on its endpoint and a
     /// message is queued; a buffer too small completes it with `MCAPI_ERR_MSG_TRUNCATED`
-    /// and leaves the message queued.
+    /// and leaves the message queued. A request posted with a buffer uses it when `buf` is
+    /// `None`, and has a rendezvous message read into it rather than staged.
     pub(super) fn try_complete(
         &self,
         st: &mut State,
         request: RequestHandle,
         buf: Option<&mut [u8]>,
     ) -> Result<()> {
-        let port = match (st.requests.state(request)?, st.requests.get(request)) {
-            (RequestState::Pending, Ok(&Req::Recv { port })) => port,
+        let (port, posted) = match (st.requests.state(request)?, st.requests.get(request)) {
+            (RequestState::Pending, Ok(Req::Recv { port, posted })) => (*port, posted.is_some()),
             _ => return Ok(()),
         };
         let Some(ep) = st.endpoints.get(&port) else {
@@ -232,11 +233,26 @@ impl NodeInner {
                 .complete(request, Status::MCAPI_ERR_ENDP_INVALID, 0)?;
             return Ok(());
         };
-        if ep.pending_recvs.front() != Some(&request) {
+        if ep.pending_recvs.front() != Some(&request) || st.reading_into.contains(&request) {
+            // Not its turn, or a waiter reads its message into it right now.
             return Ok(());
         }
-        let buf = buf.ok_or(Status::MCAPI_ERR_PARAMETER)?;
-        let outcome = match self.take_message(st, port, buf) {
+        if posted && self.bind_posted(st, port).is_some() {
+            // Its message is being read into its buffer: it completes with the read.
+            return Ok(());
+        }
+        let mut own = None;
+        let buf = match buf {
+            Some(buf) => buf,
+            None => own
+                .insert(st.take_posted(request).ok_or(Status::MCAPI_ERR_PARAMETER)?)
+                .as_mut_slice(),
+        };
+        let taken = self.take_message(st, port, buf);
+        if let Some(own) = own {
+            st.restore_posted(request, own);
+        }
+        let outcome = match taken {
             Ok(Some(n)) => Some((Status::MCAPI_SUCCESS, n)),
             Ok(None) => None,
             Err(Status::MCAPI_ERR_MSG_TRUNCATED) => Some((Status::MCAPI_ERR_MSG_TRUNCATED, 0)),
@@ -647,6 +663,9 @@ impl NodeInner {
     /// queue that blocking receives wait on (the next of them reads it in place).
     #[cold]
     fn rendezvous_arrived(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
+        if self.bind_posted(st, port) == Some(slot) {
+            return;
+        }
         let for_receive = st.waiting_receives.on(port)
             && st
                 .endpoints

@@ -16,7 +16,7 @@ use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
-use mcapi_ofi::SendBuffer;
+use mcapi_ofi::{RecvBuffer, SendBuffer};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -748,14 +748,40 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_REQUEST_LIMIT`.
     pub fn msg_recv_i(&self, endpoint: EndpointId) -> Result<RequestHandle> {
+        self.recv_request(endpoint, None)
+    }
+
+    /// `mcapi_msg_recv_i` with its buffer given now (as the C call does): besides what
+    /// [`Node::msg_recv_i`] does, a rendezvous message this request is the first to get is
+    /// read straight into `buf` as soon as it arrives, without a copy, while the application
+    /// goes on (where the provider reads into unregistered memory). Test or wait on it with
+    /// no buffer (or `buf`'s own memory): the message is in `buf` when it completes. Once
+    /// such a read started the request cannot be cancelled (`MCAPI_ERR_REQUEST_INVALID`);
+    /// it completes with the read (`MCAPI_ERR_TRANSMISSION` if the read fails).
+    ///
+    /// # Errors
+    /// As [`Node::msg_recv_i`].
+    pub fn msg_recv_i_into(&self, endpoint: EndpointId, buf: RecvBuffer) -> Result<RequestHandle> {
+        self.recv_request(endpoint, Some(buf))
+    }
+
+    fn recv_request(
+        &self,
+        endpoint: EndpointId,
+        posted: Option<RecvBuffer>,
+    ) -> Result<RequestHandle> {
         let port = self.local_port(endpoint)?;
         let mut st = self.inner.live_state()?;
         if !st.endpoints.contains_key(&port) {
             return Err(Status::MCAPI_ERR_ENDP_INVALID);
         }
-        let h = st.requests.alloc(Req::Recv { port })?;
+        let bind = posted.is_some();
+        let h = st.requests.alloc(Req::Recv { port, posted })?;
         if let Some(ep) = st.endpoints.get_mut(&port) {
             ep.pending_recvs.push_back(h);
+        }
+        if bind {
+            self.inner.bind_posted(&mut st, port);
         }
         Ok(h)
     }

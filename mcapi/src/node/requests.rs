@@ -7,6 +7,7 @@ use super::Node;
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::Status;
+use mcapi_ofi::RecvBuffer;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -162,13 +163,46 @@ impl Node {
         // A receive that waits with its buffer reads a rendezvous message in place: one
         // arriving at the head of its queue meanwhile is not read ahead (as for `msg_recv`).
         let waited_port = match st.requests.get(request) {
-            Ok(&Req::Recv { port }) if buf.is_some() && self.inner.fab.reads_in_place => {
+            Ok(&Req::Recv { port, ref posted })
+                if (buf.is_some() || posted.is_some()) && self.inner.fab.reads_in_place =>
+            {
                 st.waiting_receives.enter(port);
                 Some(port)
             }
             _ => None,
         };
-        self.wait_for(st, request, (buf, waited_port), timeout)
+        self.wait_for(st, request, (buf, waited_port), timeout, &mut None)
+    }
+
+    /// [`Node::wait`] for a receive posted with its buffer ([`Node::msg_recv_i_into`]):
+    /// returns the message's size and the buffer, holding the message, to be read or
+    /// posted again.
+    ///
+    /// # Errors
+    /// As [`Node::wait`]; `MCAPI_ERR_PARAMETER` for a request that holds no buffer (it
+    /// stays valid). A receive that failed (`MCAPI_ERR_MSG_TRUNCATED`...) is released and
+    /// its buffer dropped.
+    pub fn wait_into(
+        &self,
+        request: RequestHandle,
+        timeout: Option<Duration>,
+    ) -> Result<(usize, RecvBuffer)> {
+        let mut st = self.inner.live_state()?;
+        let port = match st.requests.get(request)? {
+            &Req::Recv {
+                port,
+                posted: Some(_),
+            } => port,
+            _ => return Err(Status::MCAPI_ERR_PARAMETER),
+        };
+        st.requests.begin_wait(request)?;
+        if self.inner.fab.reads_in_place {
+            st.waiting_receives.enter(port);
+        }
+        let waited_port = self.inner.fab.reads_in_place.then_some(port);
+        let mut back = None;
+        let size = self.wait_for(st, request, (None, waited_port), timeout, &mut back)??;
+        Ok((size, back.ok_or(Status::MCAPI_ERR_GENERAL)?))
     }
 
     /// The loop of [`Node::wait_outcome`] (the wait begun; a receive counted as waiting on
@@ -179,6 +213,7 @@ impl Node {
         request: RequestHandle,
         (mut buf, waited_port): (Option<&mut [u8]>, Option<u32>),
         timeout: Option<Duration>,
+        back: &mut Option<RecvBuffer>,
     ) -> Result<Result<usize>> {
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
         let look_once = timeout == Some(Duration::ZERO);
@@ -186,7 +221,7 @@ impl Node {
         let mut backoff = self.inner.backoff();
         let mut own_side = None;
         loop {
-            let outcome = match self.look(st, request, buf.as_deref_mut(), waited_port) {
+            let outcome = match self.look(st, request, buf.as_deref_mut(), waited_port, back) {
                 Ok(Some(done)) => return Ok(done),
                 Ok(None) if look_once => Err(Status::MCAPI_TIMEOUT),
                 Ok(None) => {
@@ -216,16 +251,26 @@ impl Node {
     /// reads no CQ; otherwise what it waits for is driven and it is looked at again.
     /// `Ok(None)`: still pending; `Ok(Some(outcome))`: finished and released (a cancelled
     /// request's outcome is `MCAPI_ERR_REQUEST_CANCELLED`). A receive counted as waiting on
-    /// `waited_port` stops counting when it finished.
+    /// `waited_port` stops counting when it finished; one posted with its buffer hands it
+    /// `back` when it finished successfully.
     fn look(
         &self,
         mut st: MutexGuard<'_, State>,
         request: RequestHandle,
         buf: Option<&mut [u8]>,
         waited_port: Option<u32>,
+        back: &mut Option<RecvBuffer>,
     ) -> Result<Option<Result<usize>>> {
-        let finished = |st: &mut State| {
-            let done = taken(st.requests.take_completed(request));
+        let mut finished = |st: &mut State| {
+            let mut took = st.requests.take_completed(request);
+            if let Ok(Some(done)) = &mut took {
+                if let Req::Recv { posted, .. } = &mut done.payload {
+                    *back = posted
+                        .take()
+                        .filter(|_| done.status == Status::MCAPI_SUCCESS);
+                }
+            }
+            let done = taken(took);
             if let (Ok(Some(_)), Some(port)) = (&done, waited_port) {
                 st.waiting_receives.leave(port);
             }
@@ -258,8 +303,25 @@ impl Node {
         request: RequestHandle,
         buf: Option<&mut [u8]>,
     ) -> Result<MutexGuard<'n, State>> {
+        if buf.is_none() {
+            if let Some(mut own) = st.take_posted(request) {
+                // Posted with its buffer: waited on with it.
+                let done = self.complete_waited(st, request, Some(own.as_mut_slice()));
+                let mut st = match done {
+                    Ok(st) => st,
+                    Err(e) => {
+                        self.inner.live_state()?.restore_posted(request, own);
+                        return Err(e);
+                    }
+                };
+                st.restore_posted(request, own);
+                return Ok(st);
+            }
+        }
         let (port, buf) = match (st.requests.get(request), buf) {
-            (Ok(&Req::Recv { port }), Some(buf)) if self.inner.fab.reads_in_place => (port, buf),
+            (Ok(&Req::Recv { port, .. }), Some(buf)) if self.inner.fab.reads_in_place => {
+                (port, buf)
+            }
             (_, buf) => {
                 self.inner.try_complete(&mut st, request, buf)?;
                 return Ok(st);
@@ -335,12 +397,20 @@ impl Node {
             let mut ready = st.requests.find_ready(requests)?;
             // Receives take their message only until one request is done: a receive that
             // is not reported must not have consumed one.
-            for (i, (&r, buf)) in requests.iter().zip(buffers.iter_mut()).enumerate() {
+            for (i, &r) in requests.iter().enumerate() {
                 if ready.is_some() {
                     break;
                 }
-                if let Some(buf) = buf.as_deref_mut() {
-                    st = self.complete_waited(st, r, Some(buf))?;
+                let buf = buffers.get_mut(i).and_then(|b| b.as_deref_mut());
+                let posted = matches!(
+                    st.requests.get(r),
+                    Ok(Req::Recv {
+                        posted: Some(_),
+                        ..
+                    })
+                );
+                if buf.is_some() || posted {
+                    st = self.complete_waited(st, r, buf)?;
                     if st.requests.find_ready(&requests[i..=i])?.is_some() {
                         ready = Some(i);
                     }
@@ -405,7 +475,7 @@ impl Node {
             return Ok(());
         }
         match payload {
-            Req::Recv { port } => {
+            Req::Recv { port, .. } => {
                 if let Some(ep) = st.endpoints.get_mut(&port) {
                     ep.pending_recvs.retain(|&h| h != request);
                 }

@@ -71,8 +71,8 @@ pub(super) struct State {
     /// The message that receive took off its queue to read in place (handed over by
     /// `take_message`, which found it at the head).
     pub(super) in_place_read: Option<super::message_path::InPlace>,
-    /// Receive requests whose waiters are reading their message in place (its queue no
-    /// longer has it): they cannot be cancelled.
+    /// Receive requests whose message is being read in place (by their waiter, or into the
+    /// buffer they were posted with; its queue no longer has it): they cannot be cancelled.
     pub(super) reading_into: Vec<RequestHandle>,
     /// Rendezvous messages read straight into a receive's buffer (tests).
     pub(super) read_in_place: u64,
@@ -136,8 +136,13 @@ pub(super) enum Req {
         /// [`NO_STAGING`](super::rendezvous::NO_STAGING).
         rndv: u64,
     },
-    /// A receive on local endpoint `port`; it takes a message when tested or waited on.
-    Recv { port: u32 },
+    /// A receive on local endpoint `port`; it takes a message when tested or waited on, or,
+    /// posted with a buffer (`posted`), a rendezvous message is read straight into that
+    /// buffer as it arrives (`NodeInner::bind_posted`).
+    Recv {
+        port: u32,
+        posted: Option<mcapi_ofi::RecvBuffer>,
+    },
     /// An endpoint lookup; it completes once the endpoint exists.
     Get { id: EndpointId },
     /// A channel operation.
@@ -145,6 +150,24 @@ pub(super) enum Req {
     /// Nothing under way: an `_i` call that failed at once, completed with its error
     /// (`MCAPI_COMPAT=mca`, [`Node::failed_request`](super::Node::failed_request)).
     Failed,
+}
+
+impl State {
+    /// Takes the buffer receive request `h` was posted with out of it, for a receive that
+    /// copies or reads into it now ([`State::restore_posted`] puts it back).
+    pub(super) fn take_posted(&mut self, h: RequestHandle) -> Option<mcapi_ofi::RecvBuffer> {
+        match self.requests.get_mut(h) {
+            Ok(Req::Recv { posted, .. }) => posted.take(),
+            _ => None,
+        }
+    }
+
+    /// Gives request `h` back the buffer [`State::take_posted`] took.
+    pub(super) fn restore_posted(&mut self, h: RequestHandle, buf: mcapi_ofi::RecvBuffer) {
+        if let Ok(Req::Recv { posted, .. }) = self.requests.get_mut(h) {
+            *posted = Some(buf);
+        }
+    }
 }
 
 pub(super) struct Peer {

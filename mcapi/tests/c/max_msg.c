@@ -8,6 +8,8 @@
  *                    a buffer it frees only once the request completed (on shm the
  *                    receiver reads it in place) to the big node
  *   max_msg big      node <0,2>: defaults; reads the small node's attributes, receives
+ *                    by mcapi_msg_recv_i posted before the messages come (mcapi_wait, a
+ *                    mcapi_test loop, mcapi_wait_any)
  *   max_msg params   bad parameter blocks: mcapi_initialize refuses them, changes nothing
  */
 #include "check.h"
@@ -128,26 +130,38 @@ static void big_node(void) {
     EXPECT(eager >= 1 && eager <= 65536);
     mcapi_endpoint_t me = mcapi_endpoint_create(PORT, &status);
     EXPECT_OK(status);
+    /* Receives posted with their buffers (a rendezvous message goes straight into its
+       request's buffer as it arrives), completed by wait, a test loop and wait_any. */
+    unsigned char* data = malloc(SMALL_MAX);
+    unsigned char* eager_data = malloc(2048);
+    EXPECT(data != NULL && eager_data != NULL);
+    mcapi_request_t first, second, third;
+    mcapi_msg_recv_i(me, data, SMALL_MAX, &first, &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_msg_recv_i(me, eager_data, 2048, &second, &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
     mcapi_endpoint_t small_ep = remote_endpoint(SMALL_NODE);
     /* Another node's values, asked over its control plane. */
     EXPECT(node_attribute(SMALL_NODE, MCAPI_NODE_ATTR_MAX_MSG_SIZE) == SMALL_MAX);
     EXPECT(node_attribute(SMALL_NODE, MCAPI_NODE_ATTR_EAGER_MAX) == SMALL_EAGER);
 
-    unsigned char* data = malloc(SMALL_MAX);
-    EXPECT(data != NULL);
     size_t size = 0;
-    mcapi_msg_recv(me, data, SMALL_MAX, &size, &status);
+    mcapi_wait(&first, &size, WAIT_MS, &status);
     EXPECT_OK(status);
     EXPECT(size == SMALL_MAX);
     check_content(data, size, 7);
-    mcapi_msg_recv(me, data, SMALL_MAX, &size, &status);
+    while (!mcapi_test(&second, &size, &status)) EXPECT_STATUS(status, MCAPI_PENDING);
     EXPECT_OK(status);
     EXPECT(size == 2048);
-    check_content(data, size, 9);
-    mcapi_msg_recv(me, data, SMALL_MAX, &size, &status);
+    check_content(eager_data, size, 9);
+    mcapi_msg_recv_i(me, data, SMALL_MAX, &third, &status);
+    EXPECT(status == MCAPI_SUCCESS || status == MCAPI_PENDING);
+    mcapi_request_t* any[1] = {&third};
+    EXPECT(mcapi_wait_any(1, any, &size, WAIT_MS, &status) == 0);
     EXPECT_OK(status);
     EXPECT(size == LENT);
     check_content(data, size, 11);
+    free(eager_data);
     free(data);
     mcapi_msg_send(me, small_ep, "ok", 3, 1, &status);
     EXPECT_OK(status);

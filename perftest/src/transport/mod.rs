@@ -51,6 +51,12 @@ impl fmt::Display for Kind {
 
 /// A message transport between this process and one peer, set up (transport specific) and
 /// connected, with its buffers allocated.
+/// Receive memory that posted receives cycle through, raw's and MCAPI's alike: beyond it
+/// raw's posted receives share their bytes (the benchmark does not read payloads), and
+/// MCAPI posts fewer receives. The same for both, so neither side's receive buffers stay
+/// in the caches while the other's do not (4 MiB: four 1 MiB messages).
+pub const RECV_MEMORY_CAP: usize = 4 << 20;
+
 pub trait Transport {
     /// Which layer this is.
     fn kind(&self) -> Kind;

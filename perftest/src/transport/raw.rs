@@ -18,9 +18,6 @@ use std::net::IpAddr;
 const TAG: u64 = 0x5045_5246; // "PERF"
 /// Context of send operations; receive contexts are slot numbers.
 const SEND_CONTEXT: u64 = u64::MAX;
-/// Receive memory beyond this is shared between slots: the benchmark does not read payloads,
-/// so several posted receives may land in the same bytes.
-const RECV_MEMORY_CAP: usize = 64 << 20;
 /// Smallest receive slot (room for acknowledgements whatever the message size).
 const MIN_SLOT: usize = 64;
 
@@ -193,7 +190,7 @@ impl RawTransport {
             self.send_region = Some(region);
         }
         self.slot_len = max_len.max(MIN_SLOT);
-        self.memory_slots = depth.clamp(1, (RECV_MEMORY_CAP / self.slot_len).max(1));
+        self.memory_slots = depth.clamp(1, (super::RECV_MEMORY_CAP / self.slot_len).max(1));
         // A sink: the payloads are never looked at, so more receives than there are
         // memory slots may share them.
         self.recv_region = Some(

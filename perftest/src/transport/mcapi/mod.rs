@@ -247,8 +247,12 @@ impl McapiLayer {
         let client = node == CLIENT_NODE;
         let layer = match plan.test.layer() {
             Layer::Messages => {
-                let windowed = client && plan.test == Test::MsgBw && !plan.blocking_sends;
-                msg::MsgTransport::open(n, windowed.then_some(plan.window as usize))
+                // msg-bw's non-blocking calls: the client's windows of sends, the server's
+                // receives posted with their buffers (as raw's receives are posted).
+                let windowed = plan.test == Test::MsgBw && !plan.blocking_sends;
+                let window = plan.window as usize;
+                let posted = (windowed && !client).then_some((window, max_len));
+                msg::MsgTransport::open(n, (windowed && client).then_some(window), posted)
                     .map(McapiLayer::Msg)
             }
             Layer::Packets => {
@@ -347,7 +351,10 @@ impl McapiLayer {
     /// [`pattern::serve_size`] over this layer.
     pub fn serve_size(&mut self, oob: &mut Oob, plan: &Plan, size: usize) -> Result<()> {
         match self {
-            McapiLayer::Msg(t) => pattern::serve_size(t, oob, plan, size),
+            McapiLayer::Msg(t) => {
+                t.expect_size(size)?;
+                pattern::serve_size(t, oob, plan, size)
+            }
             McapiLayer::Pkt(t) => pattern::serve_size(t, oob, plan, size),
             McapiLayer::Scl(t) => pattern::serve_size(t, oob, plan, size),
         }

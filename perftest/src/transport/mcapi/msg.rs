@@ -6,12 +6,16 @@
 //! messages, windows of `msg_send_i_zero_copy` (on shm lent to the receiver, completing
 //! once it has read the message; elsewhere staged as by `msg_send_i`), reaped in order. Receives are blocking
 //! `msg_recv` (which copies the message out of its receive slot, or reads a rendezvous
-//! message straight into its buffer). Both buffers are page-aligned, as the raw baseline's.
+//! message straight into its buffer) or, for msg-bw's receiver of rendezvous messages,
+//! `msg_recv_i_into` requests posted with their buffers (a window of them, as raw posts its
+//! receives), into which messages are read as they arrive, completed in order by
+//! `wait_into` and posted again. The buffers are page-aligned, as the raw baseline's.
 
 use super::{failed, send_pattern, OwnedNode, SendWindow, DOMAIN, WAIT};
 use crate::error::{Error, Result};
 use crate::transport::{Kind, Transport};
-use ::mcapi::{EndpointId, Node, SendBuffer, Status, MAX_MSG_SIZE};
+use ::mcapi::{EndpointId, Node, RecvBuffer, RequestHandle, SendBuffer, Status, MAX_MSG_SIZE};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// The port of each side's receiving message endpoint.
@@ -44,6 +48,39 @@ pub struct MsgTransport {
     recv_block: Vec<u8>,
     recv_at: usize,
     recv_len: usize,
+    /// Receives posted with their buffers, for rendezvous sizes (msg-bw's receiver).
+    posted: Option<PostedRecvs>,
+}
+
+/// A window of `msg_recv_i_into` requests, each with a buffer for the run's largest
+/// message; used while the messages are larger than the node's eager size (a request per
+/// eager message would only add its allocation and reaping to `msg_recv`'s copy).
+struct PostedRecvs {
+    /// Requests posted, oldest first.
+    pending: VecDeque<RequestHandle>,
+    /// Buffers not posted.
+    spare: Vec<RecvBuffer>,
+    /// Receives to post (the window), and the largest message.
+    depth: usize,
+    max_len: usize,
+    /// Messages of the current size go to the posted receives.
+    active: bool,
+}
+
+impl PostedRecvs {
+    /// Page-aligned buffers of `max_len` bytes, as many as the window and the memory cap
+    /// allow, carved from one allocation kept for the rest of the run.
+    fn buffers(depth: usize, max_len: usize) -> Vec<RecvBuffer> {
+        let len = max_len.div_ceil(PAGE).max(1) * PAGE;
+        let count = depth.clamp(1, (crate::transport::RECV_MEMORY_CAP / len).max(1));
+        let block: &'static mut [u8] = Box::leak(vec![0u8; count * len + PAGE].into_boxed_slice());
+        let at = block.as_ptr().align_offset(PAGE).min(PAGE);
+        block[at..]
+            .chunks_exact_mut(len)
+            .take(count)
+            .map(RecvBuffer::from_static)
+            .collect()
+    }
 }
 
 /// Size of the send and receive buffers until a larger message comes.
@@ -55,7 +92,13 @@ impl MsgTransport {
     ///
     /// # Errors
     /// The endpoint could not be created.
-    pub fn open(n: OwnedNode, window: Option<usize>) -> Result<MsgTransport> {
+    /// `posted`: rendezvous messages go to receives posted with their buffers, up to the
+    /// window (`.0`) for messages of up to `.1` bytes.
+    pub fn open(
+        n: OwnedNode,
+        window: Option<usize>,
+        posted: Option<(usize, usize)>,
+    ) -> Result<MsgTransport> {
         let local = create_endpoint(&n, PORT)?;
         let sender = n
             .endpoint_create(SEND_PORT)
@@ -71,6 +114,13 @@ impl MsgTransport {
             recv_block: Vec::new(),
             recv_at: 0,
             recv_len: 0,
+            posted: posted.map(|(depth, max_len)| PostedRecvs {
+                pending: VecDeque::new(),
+                spare: Vec::new(),
+                depth,
+                max_len,
+                active: false,
+            }),
         };
         // Buffers start at the eager size and grow to the largest message seen (in the
         // warmup): 16 MiB buffers from the start made eager messages on shm 3x slower.
@@ -92,6 +142,51 @@ impl MsgTransport {
     /// The node's eager/rendezvous threshold.
     pub fn eager_max(&self) -> usize {
         self.node.eager_max()
+    }
+
+    /// The next messages are `size` bytes: rendezvous sizes go to the posted receives (posted
+    /// now, the first time); eager ones to `msg_recv`, the posted receives staying posted.
+    pub fn expect_size(&mut self, size: usize) -> Result<()> {
+        let eager = self.node.eager_max();
+        let Some(p) = self.posted.as_mut() else {
+            return Ok(());
+        };
+        p.active = size > eager && size <= p.max_len;
+        if p.active && p.pending.is_empty() && p.spare.is_empty() {
+            p.spare = PostedRecvs::buffers(p.depth, p.max_len);
+        }
+        while let Some(buf) = p.spare.pop() {
+            let h = self
+                .node
+                .msg_recv_i_into(self.local, buf)
+                .map_err(|s| failed("msg_recv_i_into", s))?;
+            p.pending.push_back(h);
+        }
+        Ok(())
+    }
+
+    /// The oldest posted receive's message, if it came within [`WAIT`]; its buffer is
+    /// posted again at once.
+    fn take_posted(&mut self) -> Result<Option<usize>> {
+        let Some(p) = self.posted.as_mut() else {
+            return Ok(None);
+        };
+        let Some(&oldest) = p.pending.front() else {
+            return Err(Error::failed("no receive posted"));
+        };
+        match self.node.wait_into(oldest, Some(WAIT)) {
+            Ok((n, buf)) => {
+                p.pending.pop_front();
+                let h = self
+                    .node
+                    .msg_recv_i_into(self.local, buf)
+                    .map_err(|s| failed("msg_recv_i_into", s))?;
+                p.pending.push_back(h);
+                Ok(Some(n))
+            }
+            Err(Status::MCAPI_TIMEOUT) => Ok(None),
+            Err(s) => Err(failed("wait_into", s)),
+        }
     }
 
     /// Looks up the peer's endpoint on node `peer` and [`PORT`] (waiting up to `timeout` for
@@ -158,6 +253,9 @@ impl Transport for MsgTransport {
 
     #[inline]
     fn try_recv(&mut self) -> Result<Option<usize>> {
+        if self.posted.as_ref().is_some_and(|p| p.active) {
+            return self.take_posted();
+        }
         let buf = &mut self.recv_block[self.recv_at..self.recv_at + self.recv_len];
         match self.node.msg_recv(self.local, buf) {
             Ok(n) => Ok(Some(n)),
