@@ -1,7 +1,7 @@
 //! MCAPI messages between nodes over real providers (shm and tcp), one test at a time.
 
 use mcapi::config::{Compat, Config};
-use mcapi::{EndpointId, Node, SendBuffer, Status};
+use mcapi::{EndpointId, Node, RecvBuffer, SendBuffer, Status};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -1883,18 +1883,12 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
         let tx = a.endpoint_create(1).unwrap();
         let to = a.endpoint_get(0, 70, 1, None).unwrap();
         let len = (3 << 20) + 5;
-        let mut buffers: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; len]).collect();
-        let mut small = vec![0u8; 16];
-        let post = |buf: &mut Vec<u8>| {
-            // SAFETY: each buffer outlives its request's completion (waited on below, or
-            // cancelled before anything was read into it) and is not touched meanwhile.
-            let posted = unsafe { mcapi::RecvBuffer::from_raw(buf.as_mut_ptr(), buf.len()) };
-            b.msg_recv_i_into(rx, posted).unwrap()
-        };
-        let cancelled = post(&mut buffers[3]);
+        let buffer = |len: usize| RecvBuffer::from_static(Box::leak(vec![0u8; len].into()));
+        let post = |buf: RecvBuffer| b.msg_recv_i_into(rx, buf).unwrap();
+        let cancelled = post(buffer(len));
         b.cancel(cancelled).unwrap();
-        let requests: Vec<_> = buffers[..3].iter_mut().map(post).collect();
-        let eager = post(&mut small);
+        let requests: Vec<_> = (0..3).map(|_| post(buffer(len))).collect();
+        let eager = post(buffer(16));
         let (before, _) = b.reads_in_place(rx).unwrap();
         let sender = {
             let a = a.clone();
@@ -1908,18 +1902,25 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
         // The last request is waited on first: every message goes to its own request
         // whatever order they are looked at in.
         let wait = Some(Duration::from_secs(60));
-        assert_eq!(b.wait(eager, None, wait), Ok(4), "{prov}");
-        assert_eq!(b.wait(requests[1], None, wait), Ok(len), "{prov}");
+        let (n, mut tail) = b.wait_into(eager, wait).unwrap();
+        assert_eq!((n, &tail.as_mut_slice()[..4]), (4, &b"tail"[..]), "{prov}");
+        let (n, mut second) = b.wait_into(requests[1], wait).unwrap();
+        assert_eq!(n, len, "{prov}");
+        assert!(
+            second.as_mut_slice()[..len] == pattern(len, 91),
+            "{prov}: second"
+        );
         await_true("the first request", || {
             b.test(requests[0], None) == Ok(Some(len))
         });
+        let (n, mut first) = b.wait_into(requests[0], wait).unwrap();
+        assert_eq!(n, len, "{prov}");
+        assert!(
+            first.as_mut_slice()[..len] == pattern(len, 90),
+            "{prov}: first"
+        );
         assert_eq!(b.wait_any(&requests[2..], wait), Ok((0, len)), "{prov}");
         assert_eq!(sender.join().unwrap(), Ok(()));
-        assert_eq!(&small[..4], b"tail");
-        for (i, buf) in buffers[..3].iter().enumerate() {
-            assert!(*buf == pattern(len, 90 + i as u32), "{prov}: message {i}");
-        }
-        assert!(buffers[3].iter().all(|&x| x == 0), "{prov}: cancelled");
         let (after, _) = b.reads_in_place(rx).unwrap();
         let in_place = u64::from(b.sends_in_place() || prov != "shm");
         assert_eq!(
@@ -1928,9 +1929,14 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
             "{prov}: read into the posted buffers"
         );
         assert_eq!(b.fetched_messages(), Ok(0), "{prov}: nothing read ahead");
-        assert_eq!(b.msg_available(rx), Ok(0), "{prov}");
-        // Too small a buffer: the message stays queued for a receive that fits.
-        let short = post(&mut small);
+        assert_eq!(
+            b.msg_available(rx),
+            Ok(0),
+            "{prov}: the cancelled one took none"
+        );
+        // A buffer given back is posted again; too small a one leaves the message queued
+        // for a receive that fits.
+        let short = post(tail);
         a.msg_send(tx, to, &pattern(len, 95), 1).unwrap();
         let mut outcome = Ok(None);
         await_true("the short request ends", || {
@@ -1938,9 +1944,21 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
             outcome != Ok(None)
         });
         assert_eq!(outcome, Err(Status::MCAPI_ERR_MSG_TRUNCATED), "{prov}");
-        let mut whole = vec![0u8; len];
-        assert_eq!(b.msg_recv(rx, &mut whole), Ok(len), "{prov}");
-        assert!(whole == pattern(len, 95), "{prov}: the message left queued");
+        assert_eq!(b.msg_available(rx), Ok(1), "{prov}");
+        let again = post(first);
+        let (n, mut first) = b.wait_into(again, wait).unwrap();
+        assert_eq!(n, len, "{prov}");
+        assert!(
+            first.as_mut_slice()[..len] == pattern(len, 95),
+            "{prov}: left queued"
+        );
+        // No buffer: `wait_into` refuses, the request stays.
+        let plain = b.msg_recv_i(rx).unwrap();
+        assert_eq!(
+            b.wait_into(plain, Some(Duration::ZERO)).err(),
+            Some(Status::MCAPI_ERR_PARAMETER)
+        );
+        b.cancel(plain).unwrap();
         a.finalize().unwrap();
         b.finalize().unwrap();
     }

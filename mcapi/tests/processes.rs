@@ -6,7 +6,7 @@ mod common;
 
 use common::{config, Peer};
 use libtest_mimic::{Failed, Trial};
-use mcapi::{Node, SendBuffer, Status};
+use mcapi::{Node, RecvBuffer, SendBuffer, Status};
 use std::time::{Duration, Instant};
 
 const MESSAGES: u32 = 3000;
@@ -389,8 +389,8 @@ fn endpoint_deleted_mid_rendezvous(prov: &str) -> Result<(), Failed> {
 
 /// The sender dies with rendezvous messages queued here: the one whose read was done
 /// (read ahead into receive staging) is still delivered, content checked; those waiting
-/// for read-ahead room end their receives with MCAPI_ERR_TRANSMISSION; nothing stays
-/// held.
+/// for read-ahead room end their receives (blocking, and posted with their buffers) with
+/// MCAPI_ERR_TRANSMISSION; nothing stays held.
 fn sender_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     let job = format!("bigsdie-{prov}-{}", std::process::id());
     let node = Node::initialize(0, 56, config(prov, &job))?;
@@ -413,10 +413,22 @@ fn sender_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
     if n != max || buf != pattern(max, 20) {
         return Err(format!("the message read ahead: {n} bytes, content differs").into());
     }
-    for i in 1..5 {
+    for i in 1..3 {
         match node.msg_recv(rx, &mut buf) {
             Err(Status::MCAPI_ERR_TRANSMISSION) => {}
             other => return Err(format!("message {i} of a dead sender: {other:?}").into()),
+        }
+    }
+    // Receives posted with their buffers: the reads into them (or their refusal) end too.
+    for i in 3..5 {
+        let posted = RecvBuffer::from_static(Box::leak(vec![0u8; max].into()));
+        let request = node.msg_recv_i_into(rx, posted)?;
+        match node.wait_into(request, Some(Duration::from_secs(60))) {
+            Err(Status::MCAPI_ERR_TRANSMISSION) => {}
+            other => {
+                let other = other.map(|(n, _)| n);
+                return Err(format!("posted receive {i} of a dead sender: {other:?}").into());
+            }
         }
     }
     if node.msg_available(rx)? != 0 || node.fetched_messages()? != 0 {

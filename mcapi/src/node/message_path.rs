@@ -255,8 +255,9 @@ impl NodeInner {
         let outcome = match taken {
             Ok(Some(n)) => Some((Status::MCAPI_SUCCESS, n)),
             Ok(None) => None,
-            Err(Status::MCAPI_ERR_MSG_TRUNCATED) => Some((Status::MCAPI_ERR_MSG_TRUNCATED, 0)),
-            Err(e) => return Err(e),
+            // Truncated (the message stays queued) or lost (`MCAPI_ERR_TRANSMISSION`: taken
+            // with its error): the request ends with it either way.
+            Err(e) => Some((e, 0)),
         };
         if let Some((status, n)) = outcome {
             st.requests.complete(request, status, n)?;
