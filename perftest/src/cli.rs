@@ -251,7 +251,9 @@ pub struct Opts {
     /// once it has read the message; else staged, completing once posted; eager messages go
     /// by msg_send, which returns once they are injected or copied) / pktchan_send_i
     /// (zero copy above the inject size where the provider allows, completing with the
-    /// send; else copied into the channel's staging buffers, completing once posted)
+    /// send; else copied into the channel's staging buffers, completing once posted). For
+    /// msg-bw the receiver then takes every message by blocking msg_recv instead of
+    /// receives posted with their buffers above the eager size
     #[arg(long)]
     pub blocking_sends: bool,
 

@@ -6,8 +6,8 @@
 //! `perftest`. The benchmark patterns are written once over a small
 //! [`transport::Transport`] trait; [`transport::raw`] implements it directly on `mcapi-ofi`
 //! (tagged messages on an RDM endpoint, busy-polled CQ), [`transport::mcapi`] with MCAPI
-//! message endpoints (blocking `msg_send`/`msg_recv`). Each size runs over raw libfabric,
-//! then over MCAPI (sizes up to MCAPI's 64 KiB message limit); the table has a row per layer
+//! message endpoints, packet and scalar channels. Each size runs over raw libfabric,
+//! then over MCAPI (sizes up to MCAPI's limits); the table has a row per layer
 //! and the MCAPI row ends with the ratio MCAPI/raw (p50 latency for msg-lat, MB/s for
 //! msg-bw); a JSON line carries both results (`raw_*` and unprefixed MCAPI fields) and
 //! `ratio`.
