@@ -34,6 +34,11 @@ pub(super) const RECV_STAGING_BUDGET: usize = MAX_MSG_SIZE;
 /// Reads in flight at most (more measured slower on shm: they all end together, and the
 /// copy-out of the first waits for the last).
 const READ_WINDOW: usize = 4;
+/// Reads in flight at most while they are all of one message, where the sender's progress
+/// serves them (tcp;ofi_rxm...): each read waits for the other side, so one large message
+/// goes faster with more of its reads in flight, and no other message waits behind them
+/// (docs/performance.md, tcp 16 MiB messages).
+const ONE_MESSAGE_READ_WINDOW: usize = 16;
 /// Chunks of the largest message: a receive that needs a message not read yet can always
 /// start its reads from these, whatever the read-ahead holds.
 const MAX_CHUNKS: usize = MAX_MSG_SIZE.div_ceil(CHUNK);
@@ -335,10 +340,13 @@ impl NodeInner {
     }
 
     /// Posts the next reads in message order while fewer than [`READ_WINDOW`] are in
-    /// flight: the message at the head of the line completes first, and its copy-out
-    /// overlaps the reads behind it (all at once, they would all end together).
+    /// flight (or [`ONE_MESSAGE_READ_WINDOW`], all of one message, where the sender's
+    /// progress serves reads): the message at the head of the line completes first, and
+    /// its copy-out overlaps the reads behind it (all at once, they would all end together).
     fn pump_reads(&self, st: &mut State) {
-        while st.rndv.fetches.in_flight < READ_WINDOW {
+        let served = !self.fab.sends_in_place;
+        loop {
+            let in_flight = st.rndv.fetches.in_flight;
             let Some(&index) = st.rndv.fetches.queue.front() else {
                 return;
             };
@@ -346,6 +354,10 @@ impl NodeInner {
                 st.rndv.fetches.queue.pop_front();
                 continue;
             };
+            let alone = served && f.pending as usize == in_flight;
+            if in_flight >= READ_WINDOW && !(alone && in_flight < ONE_MESSAGE_READ_WINDOW) {
+                return;
+            }
             let dest = st.peers[f.peer as usize].addr;
             let chunks = &st.rndv.fetches.chunks;
             let Some(f) = st.rndv.fetches.fetches[(index & 0xFFFF) as usize].as_mut() else {
