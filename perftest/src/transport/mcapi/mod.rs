@@ -251,7 +251,7 @@ impl McapiLayer {
                 // receives posted with their buffers (as raw's receives are posted).
                 let windowed = plan.test == Test::MsgBw && !plan.blocking_sends;
                 let window = plan.window as usize;
-                let posted = (windowed && !client).then_some((window, max_len));
+                let posted = (windowed && !client).then_some(window);
                 msg::MsgTransport::open(n, (windowed && client).then_some(window), posted)
                     .map(McapiLayer::Msg)
             }

@@ -52,26 +52,26 @@ pub struct MsgTransport {
     posted: Option<PostedRecvs>,
 }
 
-/// A window of `msg_recv_i_into` requests, each with a buffer for the run's largest
-/// message; used while the messages are larger than the node's eager size (a request per
-/// eager message would only add its allocation and reaping to `msg_recv`'s copy).
+/// A window of `msg_recv_i_into` requests, each with a buffer for the current size; used
+/// while the messages are larger than the node's eager size (a request per eager message
+/// would only add its allocation and reaping to `msg_recv`'s copy).
 struct PostedRecvs {
     /// Requests posted, oldest first.
     pending: VecDeque<RequestHandle>,
-    /// Buffers not posted.
-    spare: Vec<RecvBuffer>,
-    /// Receives to post (the window), and the largest message.
+    /// Receives to post (the window).
     depth: usize,
-    max_len: usize,
+    /// Length of the posted buffers (0: none posted yet).
+    buf_len: usize,
     /// Messages of the current size go to the posted receives.
     active: bool,
 }
 
 impl PostedRecvs {
-    /// Page-aligned buffers of `max_len` bytes, as many as the window and the memory cap
-    /// allow, carved from one allocation kept for the rest of the run.
-    fn buffers(depth: usize, max_len: usize) -> Vec<RecvBuffer> {
-        let len = max_len.div_ceil(PAGE).max(1) * PAGE;
+    /// Page-aligned buffers of `len` bytes (a multiple of the page), as many as the window
+    /// and the memory cap allow, carved from one allocation given up for the rest of the
+    /// run (a buffer goes with a cancelled request: each size posted leaks at most
+    /// [`crate::transport::RECV_MEMORY_CAP`], or one message).
+    fn buffers(depth: usize, len: usize) -> Vec<RecvBuffer> {
         let count = depth.clamp(1, (crate::transport::RECV_MEMORY_CAP / len).max(1));
         let block: &'static mut [u8] = Box::leak(vec![0u8; count * len + PAGE].into_boxed_slice());
         let at = block.as_ptr().align_offset(PAGE).min(PAGE);
@@ -88,16 +88,15 @@ const INITIAL_BUF: usize = 64 * 1024;
 
 impl MsgTransport {
     /// Creates the node's message endpoint on [`PORT`] and its sending one; `window`: sends
-    /// are windows of `msg_send_i_zero_copy`, at most that many outstanding.
+    /// are windows of `msg_send_i_zero_copy`, at most that many outstanding; `posted`:
+    /// rendezvous messages go to up to that many receives posted with their buffers.
     ///
     /// # Errors
     /// The endpoint could not be created.
-    /// `posted`: rendezvous messages go to receives posted with their buffers, up to the
-    /// window (`.0`) for messages of up to `.1` bytes.
     pub fn open(
         n: OwnedNode,
         window: Option<usize>,
-        posted: Option<(usize, usize)>,
+        posted: Option<usize>,
     ) -> Result<MsgTransport> {
         let local = create_endpoint(&n, PORT)?;
         let sender = n
@@ -114,11 +113,10 @@ impl MsgTransport {
             recv_block: Vec::new(),
             recv_at: 0,
             recv_len: 0,
-            posted: posted.map(|(depth, max_len)| PostedRecvs {
+            posted: posted.map(|depth| PostedRecvs {
                 pending: VecDeque::new(),
-                spare: Vec::new(),
                 depth,
-                max_len,
+                buf_len: 0,
                 active: false,
             }),
         };
@@ -144,24 +142,32 @@ impl MsgTransport {
         self.node.eager_max()
     }
 
-    /// The next messages are `size` bytes: rendezvous sizes go to the posted receives (posted
-    /// now, the first time); eager ones to `msg_recv`, the posted receives staying posted.
+    /// The next messages are `size` bytes: rendezvous sizes go to receives posted with
+    /// buffers of that size (those of another size are cancelled: every message sent to them
+    /// was taken); eager ones to `msg_recv`, the posted receives staying posted.
     pub fn expect_size(&mut self, size: usize) -> Result<()> {
         let eager = self.node.eager_max();
         let Some(p) = self.posted.as_mut() else {
             return Ok(());
         };
-        p.active = size > eager && size <= p.max_len;
-        if p.active && p.pending.is_empty() && p.spare.is_empty() {
-            p.spare = PostedRecvs::buffers(p.depth, p.max_len);
+        let len = size.div_ceil(PAGE).max(1) * PAGE;
+        p.active = size > eager;
+        if !p.active || p.buf_len == len {
+            return Ok(());
         }
-        while let Some(buf) = p.spare.pop() {
+        for h in p.pending.drain(..) {
+            self.node
+                .cancel(h)
+                .map_err(|s| failed("cancel of a posted receive", s))?;
+        }
+        for buf in PostedRecvs::buffers(p.depth, len) {
             let h = self
                 .node
                 .msg_recv_i_into(self.local, buf)
                 .map_err(|s| failed("msg_recv_i_into", s))?;
             p.pending.push_back(h);
         }
+        p.buf_len = len;
         Ok(())
     }
 
