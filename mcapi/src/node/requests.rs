@@ -303,7 +303,8 @@ impl Node {
         request: RequestHandle,
         buf: Option<&mut [u8]>,
     ) -> Result<MutexGuard<'n, State>> {
-        if buf.is_none() {
+        // (Not while its message is being read into the buffer: it completes with the read.)
+        if buf.is_none() && !st.reading_into.contains(&request) {
             if let Some(mut own) = st.take_posted(request) {
                 // Posted with its buffer: waited on with it.
                 let done = self.complete_waited(st, request, Some(own.as_mut_slice()));
