@@ -101,6 +101,36 @@ impl Slot {
         }
     }
 
+    /// A record for operations posted alone, none posted yet ([`Slot::arm_alone`]).
+    pub(crate) fn idle() -> Slot {
+        Slot {
+            state: AtomicU64::new(0),
+            context: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            region: 0,
+        }
+    }
+
+    /// Claims this idle record for one receive-like operation with the caller's `context`
+    /// (as [`Slot::posted_alone`] makes one): `false` if an operation holds it already.
+    pub(crate) fn arm_alone(&self, context: u64) -> bool {
+        if self
+            .state
+            .compare_exchange(0, RECV, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.context.store(context, Ordering::Relaxed);
+        self.generation.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Gives back a record claimed by [`Slot::arm_alone`] whose operation was not posted.
+    pub(crate) fn disarm(&self) {
+        self.state.store(0, Ordering::Release);
+    }
+
     /// Whether the operation posted with this record as context has not completed yet.
     #[inline(always)]
     pub(crate) fn posted(&self) -> bool {

@@ -721,15 +721,23 @@ impl core::fmt::Debug for SendBuffer {
 }
 
 /// Application memory that RMA reads ([`crate::Endpoint::read_to`]) write in place, without a
-/// registration, and that nothing else touches until every read into it completed.
+/// registration.
 ///
 /// Made by [`RecvBuffer::from_static`] (safe: `'static` memory given up for good, e.g. a
 /// leaked `Box`) or [`RecvBuffer::from_raw`] (the caller promises it, as a C API's contract
-/// does). [`RecvBuffer::as_mut_slice`] gives the memory to its owner between reads.
+/// does). Each read posted into it holds one of its records (the read's provider context,
+/// cleared by the completion, as a region's slots are), so [`RecvBuffer::as_mut_slice`]
+/// gives the memory out only while no read is in flight, and a buffer dropped with reads in
+/// flight leaves its records to the provider (leaked) rather than freeing them.
 pub struct RecvBuffer {
     ptr: NonNull<u8>,
     len: usize,
+    /// Made at the first read (a buffer that only takes copies allocates nothing).
+    reads: std::sync::OnceLock<Box<[crate::mr::Slot; READS_IN_FLIGHT]>>,
 }
+
+/// Reads in flight into one [`RecvBuffer`] at most.
+pub const READS_IN_FLIGHT: usize = 16;
 
 // SAFETY: a RecvBuffer is the only way to its memory while it exists (its constructor's
 // contract); moving it to another thread moves that access along.
@@ -749,6 +757,7 @@ impl RecvBuffer {
                 .filter(|_| len > 0)
                 .unwrap_or(NonNull::dangling()),
             len,
+            reads: std::sync::OnceLock::new(),
         }
     }
 
@@ -770,14 +779,36 @@ impl RecvBuffer {
         self.len == 0
     }
 
-    /// The bytes, for a caller that knows no read into them is in flight (the borrow of
-    /// `self` keeps new ones from being posted meanwhile).
+    /// Whether a read posted into it has not completed yet.
+    pub fn reading(&self) -> bool {
+        self.reads
+            .get()
+            .is_some_and(|records| records.iter().any(crate::mr::Slot::posted))
+    }
+
+    /// The bytes; `None` while a read into them is in flight (the borrow of `self` keeps new
+    /// ones from being posted meanwhile).
     #[inline(always)]
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        if self.reading() {
+            return None;
+        }
         // SAFETY: by the constructor's contract the memory is valid and reached only through
-        // this RecvBuffer (a dangling pointer only when len is 0); its reads in flight are
-        // the caller's to have waited for.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        // this RecvBuffer (a dangling pointer only when len is 0), and no read posted into it
+        // is in flight (each holds a record until its completion was read).
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+}
+
+impl Drop for RecvBuffer {
+    fn drop(&mut self) {
+        if self.reading() {
+            // The provider holds records as contexts until their completions are read (or
+            // the CQ closes): they must outlive this buffer.
+            if let Some(records) = self.reads.take() {
+                Box::leak(records);
+            }
+        }
     }
 }
 
@@ -800,13 +831,30 @@ pub(crate) fn read_to(
     (src, addr, key): (u64, u64, u64),
     context: u64,
 ) -> Result<()> {
-    let context = crate::mr::plain_context(context)?;
     if at.checked_add(len).is_none_or(|end| end > buf.len) {
         return Err(Error::InvalidArgument("read beyond the receive buffer"));
     }
+    let records = buf
+        .reads
+        .get_or_init(|| Box::new(std::array::from_fn(|_| crate::mr::Slot::idle())));
+    let record = records
+        .iter()
+        .find(|r| r.arm_alone(context))
+        .ok_or(Error::InvalidArgument(
+            "too many reads in flight into one buffer",
+        ))?;
+    let provider_context = record as *const crate::mr::Slot as usize;
+    if provider_context >= crate::mr::RECORD_LIMIT {
+        record.disarm();
+        return Err(Error::InvalidArgument(
+            "a read record above the record limit",
+        ));
+    }
     // SAFETY: the endpoint is open (`ep` is borrowed from its owner); `at..at + len` lies in
     // `buf`, whose contract keeps the memory valid and untouched by anything else until this
-    // read's completion was read or the endpoint closed, as long as the provider may write it.
+    // read's completion was read or the endpoint closed, and safe code reaches it only through
+    // `as_mut_slice`, which refuses while `record` is posted; `record` (the provider's context)
+    // stays allocated until the completion cleared it (a buffer dropped before leaks it).
     let ret = unsafe {
         sys::fi_read(
             ep.as_ptr(),
@@ -816,10 +864,14 @@ pub(crate) fn read_to(
             src,
             addr,
             key,
-            ctx(context),
+            ctx(provider_context as u64),
         )
     };
-    check("fi_read", ret)
+    let posted = check("fi_read", ret);
+    if posted.is_err() {
+        record.disarm();
+    }
+    posted
 }
 
 /// `Endpoint::send_from`: posts a send with remote CQ data from application memory
@@ -1395,7 +1447,10 @@ fn finish(
     // refuse to exist with records above 2^48); the endpoint's CQ, the only place its completions are read from,
     // keeps every region posted on alive (`CompletionQueue::pin`), so the slot and the
     // `MrInner` it names (its own Arc's data, which owns the slot) are alive and shared
-    // (`Slot` and `MrInner` are accessed through atomics and immutable fields only).
+    // (`Slot` and `MrInner` are accessed through atomics and immutable fields only). A record
+    // of an operation posted alone (a read in place, a `RecvBuffer`'s read) has no region
+    // (never a multi-receive) and stays allocated while posted: on the waiting call's frame,
+    // or leaked by a `RecvBuffer` dropped before its reads completed.
     let slot = unsafe { &*(record as *const crate::mr::Slot) };
     crate::mr::completed(slot, generation, err, || {
         let (flags, buf, len) = entry();

@@ -8,7 +8,7 @@
 use libtest_mimic::{Arguments, Failed, Trial};
 use mcapi_ofi::{
     available_providers, flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint,
-    EndpointOptions, Error, FiAddr, Hints, Info, MemoryRegion, Sleep, WaitObject,
+    EndpointOptions, Error, FiAddr, Hints, Info, MemoryRegion, RecvBuffer, Sleep, WaitObject,
 };
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -65,6 +65,7 @@ fn main() {
         ("slots_and_sinks", slots_and_sinks),
         ("rma_write", rma_write),
         ("rma_read_in_place", rma_read_in_place),
+        ("rma_reads_into_a_recv_buffer", rma_reads_into_a_recv_buffer),
         ("killed_peer_does_not_hang", killed_peer),
         ("endpoint_and_cq_limits", limits),
         ("cq_wait_object_sleeps_and_wakes", cq_wait),
@@ -980,6 +981,92 @@ fn rma_read_in_place(prov: &str) -> TestResult {
     check(bad.is_err() && errors == [43], || {
         format!("a read with a bad key: {bad:?}, errors {errors:?}, completions {seen:?}")
     })
+}
+
+/// Reads into a `RecvBuffer` (application memory, no registration) return at once; until
+/// each one's completion was read the buffer refuses to give its bytes out, and a buffer
+/// dropped with a read in flight leaves the read's record to the provider: its completion
+/// still comes, with the caller's context.
+fn rma_reads_into_a_recv_buffer(prov: &str) -> TestResult {
+    let h = hints(prov).caps(flags::RMA);
+    let Ok(a) = Side::open(&h, EndpointOptions::default()) else {
+        eprintln!("  {prov}: RMA not offered");
+        return Ok(());
+    };
+    if !a.ep.sends_unregistered() || prov.contains("ofi_rxd") {
+        eprintln!("  {prov}: no reads in place (FI_MR_LOCAL, or ofi_rxd's endless reads)");
+        return Ok(());
+    }
+    let b = Side::open(&h, EndpointOptions::default())?;
+    let src = a.av.insert(b.ep.address())?;
+    b.av.insert(a.ep.address())?;
+    let len = 1 << 20;
+    let source = MemoryRegion::new(&b.domain, len)?;
+    let data = pattern(len, 9);
+    source.write(0, &data)?;
+    let base = if b.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0 {
+        source.addr() as u64
+    } else {
+        0
+    };
+    let mut seen = Vec::new();
+    let poll = |seen: &mut Vec<u64>| {
+        let mut cqe = [Completion::default(); 8];
+        for side in [&a, &b] {
+            if let Ok(n) = side.cq.read(&mut cqe) {
+                seen.extend(cqe[..n].iter().map(|c| c.context()));
+            }
+        }
+    };
+    let mut buf = RecvBuffer::from_static(Box::leak(vec![0u8; len].into()));
+    // Two halves, two reads in flight at once (with the provider's queue full, CQ reads
+    // make room).
+    let half = len / 2;
+    let post = |buf: &RecvBuffer, at: usize, context: u64, seen: &mut Vec<u64>| loop {
+        let remote = base + at as u64;
+        match a
+            .ep
+            .read_to(buf, at, half, src, remote, source.key(), context)
+        {
+            Err(e) if e.is_again() => poll(seen),
+            other => return other,
+        }
+    };
+    post(&buf, 0, 50, &mut seen)?;
+    post(&buf, half, 51, &mut seen)?;
+    check(buf.reading() && buf.as_mut_slice().is_none(), || {
+        "the buffer gave its bytes out with reads in flight".into()
+    })?;
+    check(
+        a.ep.read_to(&buf, half, half + 1, src, base, source.key(), 52)
+            .is_err(),
+        || "a read beyond the buffer was posted".into(),
+    )?;
+    let start = Instant::now();
+    while seen.len() < 2 {
+        check(start.elapsed() < Duration::from_secs(20), || {
+            format!("reads never completed: {seen:?}")
+        })?;
+        poll(&mut seen);
+    }
+    seen.sort_unstable();
+    check(seen == [50, 51], || format!("completions {seen:?}"))?;
+    check(
+        buf.as_mut_slice().is_some_and(|b| b[..] == data[..]),
+        || "the reads did not land in the buffer".into(),
+    )?;
+    // Dropped with a read in flight: its completion comes all the same.
+    seen.clear();
+    post(&buf, 0, 53, &mut seen)?;
+    drop(buf);
+    let start = Instant::now();
+    while seen.is_empty() {
+        check(start.elapsed() < Duration::from_secs(20), || {
+            "the dropped buffer's read never completed".into()
+        })?;
+        poll(&mut seen);
+    }
+    check(seen == [53], || format!("completions {seen:?}"))
 }
 
 /// A peer that is killed: the survivor's sends must return (success, an error or -FI_EAGAIN),

@@ -1903,11 +1903,15 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
         // whatever order they are looked at in.
         let wait = Some(Duration::from_secs(60));
         let (n, mut tail) = b.wait_into(eager, wait).unwrap();
-        assert_eq!((n, &tail.as_mut_slice()[..4]), (4, &b"tail"[..]), "{prov}");
+        assert_eq!(
+            (n, &tail.as_mut_slice().unwrap()[..4]),
+            (4, &b"tail"[..]),
+            "{prov}"
+        );
         let (n, mut second) = b.wait_into(requests[1], wait).unwrap();
         assert_eq!(n, len, "{prov}");
         assert!(
-            second.as_mut_slice()[..len] == pattern(len, 91),
+            second.as_mut_slice().unwrap()[..len] == pattern(len, 91),
             "{prov}: second"
         );
         await_true("the first request", || {
@@ -1916,7 +1920,7 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
         let (n, mut first) = b.wait_into(requests[0], wait).unwrap();
         assert_eq!(n, len, "{prov}");
         assert!(
-            first.as_mut_slice()[..len] == pattern(len, 90),
+            first.as_mut_slice().unwrap()[..len] == pattern(len, 90),
             "{prov}: first"
         );
         assert_eq!(b.wait_any(&requests[2..], wait), Ok((0, len)), "{prov}");
@@ -1949,7 +1953,7 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
         let (n, mut first) = b.wait_into(again, wait).unwrap();
         assert_eq!(n, len, "{prov}");
         assert!(
-            first.as_mut_slice()[..len] == pattern(len, 95),
+            first.as_mut_slice().unwrap()[..len] == pattern(len, 95),
             "{prov}: left queued"
         );
         // No buffer: `wait_into` refuses, the request stays.

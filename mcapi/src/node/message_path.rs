@@ -244,9 +244,16 @@ impl NodeInner {
         let mut own = None;
         let buf = match buf {
             Some(buf) => buf,
-            None => own
-                .insert(st.take_posted(request).ok_or(Status::MCAPI_ERR_PARAMETER)?)
-                .as_mut_slice(),
+            None => {
+                let posted = st.take_posted(request).ok_or(Status::MCAPI_ERR_PARAMETER)?;
+                if posted.reading() {
+                    // Never (a request whose message is read into its buffer has left the
+                    // receives pending): it completes with the read.
+                    st.restore_posted(request, posted);
+                    return Ok(());
+                }
+                own.insert(posted).as_mut_slice().unwrap_or_default()
+            }
         };
         let taken = self.take_message(st, port, buf);
         if let Some(own) = own {

@@ -306,8 +306,13 @@ impl Node {
         // (Not while its message is being read into the buffer: it completes with the read.)
         if buf.is_none() && !st.reading_into.contains(&request) {
             if let Some(mut own) = st.take_posted(request) {
+                if own.reading() {
+                    // Never (see above): it completes with the read.
+                    st.restore_posted(request, own);
+                    return Ok(st);
+                }
                 // Posted with its buffer: waited on with it.
-                let done = self.complete_waited(st, request, Some(own.as_mut_slice()));
+                let done = self.complete_waited(st, request, own.as_mut_slice());
                 let mut st = match done {
                     Ok(st) => st,
                     Err(e) => {
