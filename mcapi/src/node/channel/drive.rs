@@ -28,34 +28,48 @@ impl NodeInner {
         let table = &self.channels;
         table.done.begin_flush();
         let flagged = table.done.flagged();
-        let mut done: SmallVec<[(RequestHandle, Status, usize); 16]> = SmallVec::new();
-        let mut delivered: SmallVec<[(RequestHandle, Packet); 4]> = SmallVec::new();
+        let mut finished = Finished::default();
         for slot in flagged {
-            let mut take = |out: &mut Outbox| {
-                table.done.clear(slot);
-                done.extend(out.completed.drain(..));
-                delivered.extend(out.delivered.drain(..));
-            };
             if slot == ORPHAN_SLOT {
-                take(&mut lock(&table.orphans));
+                table.done.clear(slot);
+                finished.take(&mut lock(&table.orphans));
             } else if let Some(mut g) = table.sides[slot].try_lock() {
                 // A side locked elsewhere keeps its flag: its holder flushes it.
+                table.done.clear(slot);
                 if let Some(io) = g.as_mut().and_then(|s| s.io.as_mut()) {
-                    take(&mut io.out);
-                } else {
-                    table.done.clear(slot);
+                    finished.take(&mut io.out);
                 }
             }
         }
         table.done.end_flush();
-        if done.is_empty() {
+        self.complete_finished(finished);
+    }
+
+    /// Completes the requests `finished` took out of side outboxes.
+    fn complete_finished(&self, finished: Finished) {
+        if finished.done.is_empty() {
             return;
         }
         let mut st = lock(&self.state);
-        st.delivered.extend(delivered);
-        for &(req, status, size) in &done {
+        st.delivered.extend(finished.delivered);
+        for &(req, status, size) in &finished.done {
             st.requests.complete_if_pending(req, status, size);
         }
+    }
+}
+
+/// Requests that side operations finished, taken out of the sides' outboxes (under their
+/// locks) to be completed under the state lock.
+#[derive(Default)]
+struct Finished {
+    done: SmallVec<[(RequestHandle, Status, usize); 16]>,
+    delivered: SmallVec<[(RequestHandle, Packet); 4]>,
+}
+
+impl Finished {
+    fn take(&mut self, out: &mut Outbox) {
+        self.done.extend(out.completed.drain(..));
+        self.delivered.extend(out.delivered.drain(..));
     }
 }
 
@@ -175,7 +189,10 @@ impl Node {
         let Some((slot, generation, ..)) = handle.decode() else {
             return;
         };
-        let progress = |peer_died: bool| {
+        // The side's own finished requests are taken while its lock is held: flushed later,
+        // they could meet the side locked by another thread (the background thread's
+        // progress), and a test right after a send would find it pending.
+        let progress = |peer_died: bool, finished: &mut Finished| {
             let mut g = self.inner.channels.sides[slot].lock();
             let side = g.as_mut().filter(|s| s.generation == generation)?;
             if peer_died {
@@ -183,13 +200,19 @@ impl Node {
             }
             let progressed = side.progress() > 0;
             self.inner.serve_pending_recvs(side);
+            if let Some(io) = side.io.as_mut() {
+                finished.take(&mut io.out);
+            }
             side.liveness_check_due(progressed)
         };
-        let check = progress(false);
+        let mut finished = Finished::default();
+        let check = progress(false, &mut finished);
+        self.inner.complete_finished(std::mem::take(&mut finished));
         self.inner.flush_completed();
         if let Some(peer) = check {
             if !self.inner.peer_alive(Some(peer)) {
-                progress(true);
+                progress(true, &mut finished);
+                self.inner.complete_finished(finished);
                 self.inner.flush_completed();
             }
         }
