@@ -755,7 +755,8 @@ impl Node {
     /// [`Node::msg_recv_i`] does, a rendezvous message this request is the first to get is
     /// read straight into `buf` as soon as it arrives, without a copy, while the application
     /// goes on (where the provider reads into unregistered memory). Test or wait on it with
-    /// no buffer (or `buf`'s own memory): the message is in `buf` when it completes. Once
+    /// no buffer: the message is in `buf` when it completes ([`Node::wait_into`] hands `buf`
+    /// back). Once
     /// such a read started the request cannot be cancelled (`MCAPI_ERR_REQUEST_INVALID`);
     /// it completes with the read (`MCAPI_ERR_TRANSMISSION` if the read fails).
     ///
