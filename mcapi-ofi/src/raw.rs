@@ -649,15 +649,33 @@ pub(crate) fn send_unregistered(
     }
 }
 
+/// Application memory by address and length, owned by nobody here: what [`SendBuffer`] and
+/// [`RecvBuffer`] name. A NULL pointer is only allowed with length 0, and is kept as a
+/// dangling one (slices need non-NULL).
+#[derive(Debug)]
+struct AppMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl AppMemory {
+    fn new(ptr: *mut u8, len: usize) -> AppMemory {
+        AppMemory {
+            ptr: NonNull::new(ptr)
+                .filter(|_| len > 0)
+                .unwrap_or(NonNull::dangling()),
+            len,
+        }
+    }
+}
+
 /// Application memory that a send ([`crate::Endpoint::send_from`]) reads in place, without a
 /// copy or a registration, and that stays valid and unmodified until the send completes.
 ///
 /// Made by [`SendBuffer::from_static`] (safe: `'static` shared memory, e.g. a leaked `Box`)
 /// or [`SendBuffer::from_raw`] (the caller promises it, as a C API's contract does).
-pub struct SendBuffer {
-    ptr: NonNull<u8>,
-    len: usize,
-}
+#[derive(Debug)]
+pub struct SendBuffer(AppMemory);
 
 // SAFETY: a SendBuffer only names memory that its constructor's contract keeps readable and
 // unmodified while it exists; reading it from any thread is fine.
@@ -673,14 +691,7 @@ impl SendBuffer {
     /// `SendBuffer` exists and, for every send posted from it, until that send's completion
     /// was read from the CQ or its endpoint was closed (every handle dropped).
     pub unsafe fn from_raw(ptr: *const u8, len: usize) -> SendBuffer {
-        SendBuffer {
-            // A NULL pointer is only allowed with len 0: use a dangling one for reads of
-            // nothing (slices need non-NULL).
-            ptr: NonNull::new(ptr.cast_mut())
-                .filter(|_| len > 0)
-                .unwrap_or(NonNull::dangling()),
-            len,
-        }
+        SendBuffer(AppMemory::new(ptr.cast_mut(), len))
     }
 
     /// Names memory that lives for the rest of the program and is never modified.
@@ -693,13 +704,13 @@ impl SendBuffer {
     /// Length in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {
-        self.len
+        self.0.len
     }
 
     /// Whether it is empty.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0.len == 0
     }
 
     /// The bytes.
@@ -707,16 +718,7 @@ impl SendBuffer {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: by the constructor's contract the memory is readable for `len` bytes and
         // unmodified while this SendBuffer exists (a dangling pointer only when len is 0).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl core::fmt::Debug for SendBuffer {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("SendBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .finish()
+        unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr(), self.0.len) }
     }
 }
 
@@ -730,8 +732,7 @@ impl core::fmt::Debug for SendBuffer {
 /// gives the memory out only while no read is in flight, and a buffer dropped with reads in
 /// flight leaves its records to the provider (leaked) rather than freeing them.
 pub struct RecvBuffer {
-    ptr: NonNull<u8>,
-    len: usize,
+    mem: AppMemory,
     /// Made at the first read (a buffer that only takes copies allocates nothing).
     reads: std::sync::OnceLock<Box<[crate::mr::Slot; READS_IN_FLIGHT]>>,
 }
@@ -753,10 +754,7 @@ impl RecvBuffer {
     /// dropped).
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> RecvBuffer {
         RecvBuffer {
-            ptr: NonNull::new(ptr)
-                .filter(|_| len > 0)
-                .unwrap_or(NonNull::dangling()),
-            len,
+            mem: AppMemory::new(ptr, len),
             reads: std::sync::OnceLock::new(),
         }
     }
@@ -770,13 +768,13 @@ impl RecvBuffer {
     /// Length in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len
     }
 
     /// Whether it is empty.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.len == 0
     }
 
     /// Whether a read posted into it has not completed yet.
@@ -796,7 +794,7 @@ impl RecvBuffer {
         // SAFETY: by the constructor's contract the memory is valid and reached only through
         // this RecvBuffer (a dangling pointer only when len is 0), and no read posted into it
         // is in flight (each holds a record until its completion was read).
-        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) })
     }
 }
 
@@ -815,8 +813,8 @@ impl Drop for RecvBuffer {
 impl core::fmt::Debug for RecvBuffer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RecvBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
+            .field("mem", &self.mem)
+            .field("reading", &self.reading())
             .finish()
     }
 }
@@ -831,7 +829,7 @@ pub(crate) fn read_to(
     (src, addr, key): (u64, u64, u64),
     context: u64,
 ) -> Result<()> {
-    if at.checked_add(len).is_none_or(|end| end > buf.len) {
+    if at.checked_add(len).is_none_or(|end| end > buf.mem.len) {
         return Err(Error::InvalidArgument("read beyond the receive buffer"));
     }
     let records = buf
@@ -850,15 +848,41 @@ pub(crate) fn read_to(
             "a read record above the record limit",
         ));
     }
-    // SAFETY: the endpoint is open (`ep` is borrowed from its owner); `at..at + len` lies in
-    // `buf`, whose contract keeps the memory valid and untouched by anything else until this
-    // read's completion was read or the endpoint closed, and safe code reaches it only through
-    // `as_mut_slice`, which refuses while `record` is posted; `record` (the provider's context)
-    // stays allocated until the completion cleared it (a buffer dropped before leaks it).
+    // SAFETY: `at..at + len` lies in `buf`, whose contract keeps the memory valid and
+    // untouched by anything else until this read's completion was read or the endpoint
+    // closed, and safe code reaches it only through `as_mut_slice`, which refuses while
+    // `record` is posted; `record` (the provider's context) stays allocated until the
+    // completion cleared it (a buffer dropped before leaks it).
+    let posted = unsafe {
+        let dest = buf.mem.ptr.as_ptr().add(at);
+        read_unregistered(ep, (dest, len), (src, addr, key), provider_context)
+    };
+    if posted.is_err() {
+        record.disarm();
+    }
+    posted
+}
+
+/// `fi_read` of `len` bytes of the peer's memory (`src`, `addr`, `key`) into application
+/// memory at `dest`, with no descriptor (allowed without `FI_MR_LOCAL`, which the caller
+/// checked) and `provider_context` as the operation's context.
+///
+/// # Safety
+/// `dest` is writable for `len` bytes, and nothing else touches it, until the read's
+/// completion was read from the CQ or the endpoint closed; `provider_context` is the address
+/// of a [`crate::mr::Slot`] that stays allocated until then.
+unsafe fn read_unregistered(
+    ep: &EpFid,
+    (dest, len): (*mut u8, usize),
+    (src, addr, key): (u64, u64, u64),
+    provider_context: usize,
+) -> Result<()> {
+    // SAFETY: the endpoint is open (`ep` is borrowed from its owner); the memory and the
+    // record outlive the provider's use of them by this function's contract.
     let ret = unsafe {
         sys::fi_read(
             ep.as_ptr(),
-            buf.ptr.as_ptr().add(at).cast(),
+            dest.cast(),
             len,
             ptr::null_mut(),
             src,
@@ -867,11 +891,7 @@ pub(crate) fn read_to(
             ctx(provider_context as u64),
         )
     };
-    let posted = check("fi_read", ret);
-    if posted.is_err() {
-        record.disarm();
-    }
-    posted
+    check("fi_read", ret)
 }
 
 /// `Endpoint::send_from`: posts a send with remote CQ data from application memory
@@ -1060,27 +1080,15 @@ pub(crate) fn read_in_place(
     }
     let (ptr, len) = (out.as_mut_ptr(), out.len());
     let post = || {
-        // SAFETY: the endpoint is open (`ep` is borrowed from its owner); `out` stays
-        // borrowed (and `record` alive) until this function returns, which is only after the
-        // completion of this read (the one operation posted with `record` as context)
-        // cleared the record's posted state: the provider never writes `out` or touches
-        // `record` later. Should `wait` unwind, the guard below aborts the process rather
-        // than hand `out` back early.
-        unsafe {
-            sys::fi_read(
-                ep.as_ptr(),
-                ptr.cast(),
-                len,
-                ptr::null_mut(),
-                src,
-                addr,
-                key,
-                ctx(provider_context as u64),
-            )
-        }
+        // SAFETY: `out` stays borrowed (and `record` alive) until this function returns,
+        // which is only after the completion of this read (the one operation posted with
+        // `record` as context) cleared the record's posted state: the provider never writes
+        // `out` or touches `record` later. Should `wait` unwind, the guard below aborts the
+        // process rather than hand `out` back early.
+        unsafe { read_unregistered(ep, (ptr, len), (src, addr, key), provider_context) }
     };
     loop {
-        match check("fi_read", post()) {
+        match post() {
             // The provider's queue is full: its completions make room.
             Err(e) if e.is_again() => wait(),
             posted => break posted?,
