@@ -87,7 +87,7 @@ pub use error::{Error, Result};
 pub use fabric::{Domain, Fabric};
 pub use info::{available_providers, flags, libfabric_version, Attributes, Hints, Info, Progress};
 pub use mr::{Buf, MemoryRegion};
-pub use raw::{ExposedBuffer, RecvBuffer, SendBuffer};
+pub use raw::{ExposedBuffer, RecvBuffer, SendBuffer, READS_IN_FLIGHT};
 
 /// The raw bindings, for what this layer does not cover.
 pub use ofi_sys as ffi;

@@ -42,6 +42,9 @@ const ONE_MESSAGE_READ_WINDOW: usize = 16;
 /// Chunks of the largest message: a receive that needs a message not read yet can always
 /// start its reads from these, whatever the read-ahead holds.
 const MAX_CHUNKS: usize = MAX_MSG_SIZE.div_ceil(CHUNK);
+// A message read into a posted buffer may have every chunk's read in flight at once, each
+// holding one of the buffer's read records.
+const _: () = assert!(MAX_CHUNKS <= mcapi_ofi::READS_IN_FLIGHT);
 /// Chunks in the pool: the read-ahead budget and the reserve.
 const POOL_CHUNKS: usize = RECV_STAGING_BUDGET / CHUNK + MAX_CHUNKS;
 
