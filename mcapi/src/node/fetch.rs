@@ -502,14 +502,14 @@ impl NodeInner {
     /// the buffers of its oldest receive requests where those were posted with one large
     /// enough (and the provider reads into unregistered memory): each such message leaves
     /// its queue, its request leaves the receives pending and completes when the reads end.
-    /// Returns the receive slot of the last message so bound.
-    pub(super) fn bind_posted(&self, st: &mut State, port: u32) -> Option<u32> {
-        let mut bound = None;
+    /// Returns whether the message in receive slot `watch` was bound (`None`: whether any
+    /// was).
+    pub(super) fn bind_posted(&self, st: &mut State, port: u32, watch: Option<u32>) -> bool {
+        let mut bound = false;
         if !self.fab.reads_in_place {
-            return None;
+            return false;
         }
-        loop {
-            let ep = st.endpoints.get(&port)?;
+        while let Some(ep) = st.endpoints.get(&port) {
             let (Some(&request), Some(head)) = (ep.pending_recvs.front(), ep.queue.peek()) else {
                 break;
             };
@@ -526,7 +526,9 @@ impl NodeInner {
             {
                 break;
             }
-            let ep = st.endpoints.get_mut(&port)?;
+            let Some(ep) = st.endpoints.get_mut(&port) else {
+                break;
+            };
             ep.queue.pop();
             ep.pending_recvs.pop_front();
             let taken = TakenSlot {
@@ -538,7 +540,7 @@ impl NodeInner {
             st.rndv.fetches.undefer(head.slot);
             st.reading_into.push(request);
             self.start_fetch(st, head.slot, head.peer, port, Some((request, taken)));
-            bound = Some(head.slot);
+            bound |= watch.is_none_or(|w| w == head.slot);
         }
         bound
     }

@@ -237,7 +237,7 @@ impl NodeInner {
             // Not its turn, or a waiter reads its message into it right now.
             return Ok(());
         }
-        if posted && self.bind_posted(st, port).is_some() {
+        if posted && self.bind_posted(st, port, None) {
             // Its message is being read into its buffer: it completes with the read.
             return Ok(());
         }
@@ -671,7 +671,7 @@ impl NodeInner {
     /// queue that blocking receives wait on (the next of them reads it in place).
     #[cold]
     fn rendezvous_arrived(&self, st: &mut State, slot: u32, peer: u16, port: u32) {
-        if self.bind_posted(st, port) == Some(slot) {
+        if self.bind_posted(st, port, Some(slot)) {
             return;
         }
         let for_receive = st.waiting_receives.on(port)

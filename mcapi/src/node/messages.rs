@@ -782,7 +782,7 @@ impl Node {
             ep.pending_recvs.push_back(h);
         }
         if bind {
-            self.inner.bind_posted(&mut st, port);
+            self.inner.bind_posted(&mut st, port, None);
         }
         Ok(h)
     }
