@@ -184,7 +184,8 @@ fn latency_run(provider: &str, libfabric_name: &str, port: &str) {
     }
 }
 
-/// msg-bw at 64 B and, over MCAPI's 64 KiB limit, 128 KiB (raw only).
+/// msg-bw at 64 B (eager) and 128 KiB (rendezvous: windows of zero-copy sends into posted
+/// receives), then 128 KiB with blocking sends and receives.
 fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
     let lines = json_run(&[
         "msg-bw",
