@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::fabric::Domain;
 use crate::info::Attributes;
 use crate::mr::{Buf, Op};
-use crate::raw::{self, EpFid, RecvBuffer, SendBuffer};
+use crate::raw::{self, EpFid, ExposedBuffer, RecvBuffer, SendBuffer};
 use std::sync::Arc;
 
 /// Options for [`Endpoint::open`].
@@ -39,6 +39,8 @@ struct EpInner {
     // Declared first: the endpoint is closed before the objects it is bound to, and before the
     // memory that its operations may still be using.
     fid: EpFid,
+    /// Exposures whose reads may still be served: closed only after the endpoint.
+    kept: std::sync::Mutex<Vec<ExposedBuffer>>,
     cq: CompletionQueue,
     av: AddressVector,
     domain: Domain,
@@ -71,6 +73,7 @@ impl Endpoint {
         Ok(Endpoint {
             inner: Arc::new(EpInner {
                 fid,
+                kept: std::sync::Mutex::new(Vec::new()),
                 cq: cq.clone(),
                 av: av.clone(),
                 domain: domain.clone(),
@@ -447,5 +450,17 @@ impl Endpoint {
             "receives into a sink region cannot be cancelled",
         ))?;
         self.inner.fid.cancel(context)
+    }
+
+    /// Keeps `exposed` registered until this endpoint is closed (its last handle dropped),
+    /// when the provider can no longer serve reads of it through the endpoint: for an
+    /// exposure abandoned while a peer may be reading it (the peer died mid-read), which
+    /// fi_mr(3) does not let us close under a read in flight.
+    pub fn keep_until_closed(&self, exposed: ExposedBuffer) {
+        self.inner
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(exposed);
     }
 }

@@ -119,14 +119,19 @@ impl Domain {
 
     /// Lets peers read `buf` in place until the result is dropped (as
     /// [`Domain::expose_for_reads`] does for the length of a call): for a send that
-    /// completes later, when the peers say they are done.
+    /// completes later, when the peers say they are done. Where this side's provider serves
+    /// the reads ([`Domain::reads_made_by_reader`] false) only memory that lives for good
+    /// ([`crate::SendBuffer::lives_forever`]) is exposed: a read being served when its
+    /// reader dies may go on after anyone can tell; such an exposure is then dropped only
+    /// once no read can be served any more ([`crate::Endpoint::keep_until_closed`]).
     ///
     /// # Errors
-    /// As [`Domain::expose_for_reads`].
+    /// `InvalidArgument` for a buffer that does not live for good where this side serves
+    /// reads; `fi_mr_reg` failures.
     pub fn expose_send_buffer(&self, buf: crate::SendBuffer) -> Result<crate::ExposedBuffer> {
-        if !self.reads_made_by_reader() {
+        if !self.reads_made_by_reader() && !buf.lives_forever() {
             return Err(crate::Error::InvalidArgument(
-                "the provider serves remote reads itself",
+                "the provider serves remote reads itself, and the buffer may be freed",
             ));
         }
         crate::raw::expose_send_buffer(self, buf)

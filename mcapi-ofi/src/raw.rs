@@ -675,7 +675,11 @@ impl AppMemory {
 /// Made by [`SendBuffer::from_static`] (safe: `'static` shared memory, e.g. a leaked `Box`)
 /// or [`SendBuffer::from_raw`] (the caller promises it, as a C API's contract does).
 #[derive(Debug)]
-pub struct SendBuffer(AppMemory);
+pub struct SendBuffer {
+    mem: AppMemory,
+    /// Made from `'static` shared memory: valid and unmodified for good.
+    forever: bool,
+}
 
 // SAFETY: a SendBuffer only names memory that its constructor's contract keeps readable and
 // unmodified while it exists; reading it from any thread is fine.
@@ -691,34 +695,46 @@ impl SendBuffer {
     /// `SendBuffer` exists and, for every send posted from it, until that send's completion
     /// was read from the CQ or its endpoint was closed (every handle dropped).
     pub unsafe fn from_raw(ptr: *const u8, len: usize) -> SendBuffer {
-        SendBuffer(AppMemory::new(ptr.cast_mut(), len))
+        SendBuffer {
+            mem: AppMemory::new(ptr.cast_mut(), len),
+            forever: false,
+        }
     }
 
     /// Names memory that lives for the rest of the program and is never modified.
     pub fn from_static(data: &'static [u8]) -> SendBuffer {
-        // SAFETY: `data` is borrowed immutably for 'static: it stays valid and, being
-        // shared, unmodified forever.
-        unsafe { SendBuffer::from_raw(data.as_ptr(), data.len()) }
+        SendBuffer {
+            mem: AppMemory::new(data.as_ptr().cast_mut(), data.len()),
+            forever: true,
+        }
+    }
+
+    /// Whether its memory stays valid and unmodified for good ([`SendBuffer::from_static`]),
+    /// so a provider reading it after its send was abandoned reads valid, unchanging bytes.
+    #[inline(always)]
+    pub fn lives_forever(&self) -> bool {
+        self.forever
     }
 
     /// Length in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {
-        self.0.len
+        self.mem.len
     }
 
     /// Whether it is empty.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.0.len == 0
+        self.mem.len == 0
     }
 
     /// The bytes.
     #[inline(always)]
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: by the constructor's contract the memory is readable for `len` bytes and
-        // unmodified while this SendBuffer exists (a dangling pointer only when len is 0).
-        unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr(), self.0.len) }
+        // unmodified while this SendBuffer exists (a dangling pointer only when len is 0);
+        // `from_static`'s is a shared `'static` borrow, so forever.
+        unsafe { std::slice::from_raw_parts(self.mem.ptr.as_ptr(), self.mem.len) }
     }
 }
 

@@ -6,7 +6,8 @@
 //! `RAW=1` measures the same with libfabric alone, as perftest's raw scl-lat baseline does it
 //! (an 8-byte `fi_tinject` into a posted tagged receive, which is re-posted): the difference
 //! of the two is what MCAPI adds per send and receive. `MSG=1` measures an 8-byte
-//! `msg_send` + `msg_recv` between the two nodes instead (the raw pattern is the same), and
+//! `msg_send` + `msg_recv` between the two nodes instead (the raw pattern is the same; `SIZE`
+//! sets the size of both, up to the provider's inject size), and
 //! `PKT=1` an 8-byte packet on a packet channel (`pktchan_send`, `pktchan_recv`,
 //! `pktchan_release`: pkt-lat's calls).
 //!
@@ -108,21 +109,25 @@ fn pkt_pair(provider: String) -> Box<dyn FnMut(u64)> {
     })
 }
 
-/// An endpoint of each node; the closure sends `i` as an 8-byte message and receives it.
+/// An endpoint of each node; the closure sends `i` in a message of `SIZE` bytes (8 unless
+/// set, at least 8) and receives it.
 fn msg_pair(provider: String) -> Box<dyn FnMut(u64)> {
     let (a, b, tx, rx, to) = two_nodes(provider, "mcost");
-    let mut buf = [0u8; 8];
+    let size = msg_size();
+    let (mut out, mut buf) = (vec![0u8; size], vec![0u8; size]);
     Box::new(move |i| {
-        a.msg_send(tx, to, &i.to_le_bytes(), 0).unwrap();
-        assert_eq!(b.msg_recv(rx, &mut buf).unwrap(), 8);
-        assert_eq!(u64::from_le_bytes(buf), i);
+        out[..8].copy_from_slice(&i.to_le_bytes());
+        a.msg_send(tx, to, &out, 0).unwrap();
+        assert_eq!(b.msg_recv(rx, &mut buf).unwrap(), size);
+        assert_eq!(buf[..8], i.to_le_bytes());
     })
 }
 
-/// Two endpoints of one domain; the closure injects `i` from one into a tagged receive
-/// posted on the other, polls for it and posts the receive again.
+/// Two endpoints of one domain; the closure injects `i` (in `SIZE` bytes with `MSG=1`) from
+/// one into a tagged receive posted on the other, polls for it and posts the receive again.
 fn raw_pair(provider: &str) -> Box<dyn FnMut(u64)> {
     const TAG: u64 = 1;
+    let size = msg_size();
     let info = Info::first(&Hints::new().provider(provider)).expect("provider");
     let domain = Domain::open_info(&info).expect("domain");
     let open = || {
@@ -134,18 +139,20 @@ fn raw_pair(provider: &str) -> Box<dyn FnMut(u64)> {
     let (tx, tx_cq) = open();
     let (rx, rx_cq) = open();
     let dest = tx.av().insert(rx.address()).expect("AV insert");
-    let region = MemoryRegion::new(&domain, 8).expect("receive memory");
+    let region = MemoryRegion::new(&domain, size).expect("receive memory");
     let post = move |rx: &Endpoint, region: &MemoryRegion| {
-        let buf = region.slice(0, 8).expect("slot");
+        let buf = region.slice(0, size).expect("slot");
         rx.recv_tagged(buf, FiAddr::UNSPEC, TAG, 0, 0)
             .expect("post");
     };
     post(&rx, &region);
     let mut completions = [Completion::default(); 8];
+    let mut out = vec![0u8; size];
     Box::new(move |i| {
+        out[..8].copy_from_slice(&i.to_le_bytes());
         // The CQs are read for the send only when the provider asks for progress (as
         // perftest does); shm's first send to a peer needs the peer's.
-        while let Err(e) = tx.inject_tagged(&i.to_le_bytes(), dest, TAG) {
+        while let Err(e) = tx.inject_tagged(&out, dest, TAG) {
             assert!(e.is_again(), "inject: {e}");
             tx_cq.read(&mut completions).expect("CQ read");
             rx_cq.read(&mut completions).expect("CQ read");
@@ -156,4 +163,10 @@ fn raw_pair(provider: &str) -> Box<dyn FnMut(u64)> {
         assert_eq!(u64::from_le_bytes(word), i);
         post(&rx, &region);
     })
+}
+
+/// `SIZE` (bytes of a message with `MSG=1`): 8 unless set, at least 8.
+fn msg_size() -> usize {
+    let size = std::env::var("SIZE").ok().and_then(|v| v.parse().ok());
+    size.unwrap_or(8usize).max(8)
 }

@@ -1968,10 +1968,12 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
     }
 }
 
-/// `msg_send_i_zero_copy` lends its buffer where sends go in place (shm): each request
-/// completes once the receiver has read the message (read ahead or taken), with priorities
-/// and per-sender FIFO order kept across lent and eager messages; elsewhere messages are
-/// copied and the requests complete as they go. Nothing stays staged or read.
+/// `msg_send_i_zero_copy` lends a buffer that lives for good wherever there are rendezvous
+/// messages (shm, tcp, sockets: the receiver reads it in place, served by the sender's
+/// progress but on shm): each request completes once the receiver has read the message
+/// (read ahead or taken), with priorities and per-sender FIFO order kept across lent and
+/// eager messages; elsewhere messages are copied and the requests complete as they go.
+/// Nothing stays staged or read.
 #[test]
 fn zero_copy_msg_send_i_keeps_content_priorities_and_order() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
@@ -2003,7 +2005,7 @@ fn zero_copy_msg_send_i_keeps_content_priorities_and_order() {
             .count();
         assert_eq!(
             waiting > 0,
-            a.sends_in_place(),
+            a.lends_static_buffers(),
             "{prov}: {waiting} sends wait"
         );
         let mut expect: Vec<usize> = (0..sizes.len()).collect();

@@ -292,9 +292,10 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
 /// place, the first is read ahead by the receiver's node and returns, the second waits for a
 /// read until the receiver is killed and then ends with MCAPI_ERR_TRANSMISSION; elsewhere
 /// both are staged and return at once. A `msg_send_i_zero_copy` between them lends its
-/// buffer where sends go in place (its request cannot be cancelled once sent, and ends with
-/// MCAPI_ERR_TRANSMISSION too); elsewhere it is copied and completes. Nothing stays exposed
-/// or staged.
+/// buffer (one that lives for good) wherever there are rendezvous messages (its request
+/// cannot be cancelled once sent, and ends with MCAPI_ERR_TRANSMISSION too: the receiver's
+/// read-ahead room is taken by the first message); elsewhere it is copied and completes.
+/// Nothing stays exposed or staged.
 fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
     let job = format!("bigplace-{prov}-{}", std::process::id());
     let a = Node::initialize(0, 52, config(prov, &job))?;
@@ -307,7 +308,7 @@ fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
     a.msg_send(tx, to, &big, 0)?;
     let lent_buf: &'static [u8] = Box::leak(pattern(mcapi::MAX_MSG_SIZE, 7).into_boxed_slice());
     let lent = a.msg_send_i_zero_copy(tx, to, SendBuffer::from_static(lent_buf), 0)?;
-    if a.sends_in_place() && a.cancel(lent) != Err(Status::MCAPI_ERR_REQUEST_INVALID) {
+    if a.lends_static_buffers() && a.cancel(lent) != Err(Status::MCAPI_ERR_REQUEST_INVALID) {
         return Err("a lent buffer's send was cancelled after it left".into());
     }
     let killer = std::thread::spawn(move || {
@@ -319,12 +320,10 @@ fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
     let blocked = start.elapsed();
     killer.join().map_err(|_| "the killer thread panicked")??;
     let lent_end = a.wait(lent, None, Some(Duration::from_secs(30)));
-    match (a.sends_in_place(), lent_end) {
+    match (a.lends_static_buffers(), lent_end) {
         (true, Err(Status::MCAPI_ERR_TRANSMISSION)) => {}
         (false, Ok(n)) if n == lent_buf.len() => {}
-        (in_place, other) => {
-            return Err(format!("in place: {in_place}, the lent send: {other:?}").into())
-        }
+        (lent, other) => return Err(format!("lent: {lent}, the lent send: {other:?}").into()),
     }
     match (a.sends_in_place(), second) {
         (true, Err(Status::MCAPI_ERR_TRANSMISSION)) if blocked >= Duration::from_millis(900) => {}

@@ -264,9 +264,15 @@ impl NodeInner {
     /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
         // What we staged for it will never be read.
-        for h in st.rndv.forget_peer(index) {
-            st.requests
-                .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+        for (exposed, request) in st.rndv.forget_peer(index) {
+            if !self.fab.sends_in_place {
+                // Our provider serves reads: one of it may have been under way.
+                self.fab.ep.keep_until_closed(exposed);
+            }
+            if let Some(h) = request {
+                st.requests
+                    .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+            }
         }
         forget_sequence(st, index);
         unbind_unopened(st, index);

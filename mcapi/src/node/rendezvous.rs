@@ -176,6 +176,19 @@ impl Rendezvous {
     /// ignored); `from`: the peer that says so (`None`: this node). A lent buffer's request
     /// and length are returned, for the caller to complete.
     pub(super) fn release(&mut self, id: u64, from: Option<u16>) -> Option<(RequestHandle, usize)> {
+        let (exposed, request) = self.free(id, from)?;
+        let len = exposed.len();
+        // The registration closes here, before the request completes.
+        drop(exposed);
+        request.map(|h| (h, len))
+    }
+
+    /// As `release`, handing back a lent buffer's exposure with its request (if queued).
+    fn free(
+        &mut self,
+        id: u64,
+        from: Option<u16>,
+    ) -> Option<(ExposedBuffer, Option<RequestHandle>)> {
         let s = self.get(id)?;
         if from.is_some_and(|p| p != s.peer) {
             return None;
@@ -204,8 +217,7 @@ impl Rendezvous {
                 );
                 None
             }
-            // The registration closes here, before the request completes.
-            Data::Lent(buf, request) => request.map(|h| (h, buf.len())),
+            Data::Lent(exposed, request) => Some((exposed, request)),
             Data::Caller => None,
         }
     }
@@ -272,8 +284,9 @@ impl Rendezvous {
     }
 
     /// Frees what peer `peer` was sent and will never read (its run is gone); returns the
-    /// requests of lent buffers among them, for the caller to fail.
-    pub(super) fn forget_peer(&mut self, peer: u16) -> Vec<RequestHandle> {
+    /// exposures of lent buffers among them (a read of which may still be served) with
+    /// their requests, for the caller to dispose of and fail.
+    pub(super) fn forget_peer(&mut self, peer: u16) -> Vec<(ExposedBuffer, Option<RequestHandle>)> {
         let ids: Vec<u64> = self
             .staged
             .iter()
@@ -284,7 +297,7 @@ impl Rendezvous {
             })
             .collect();
         ids.into_iter()
-            .filter_map(|id| self.release(id, None).map(|(h, _)| h))
+            .filter_map(|id| self.free(id, None))
             .collect()
     }
 }
