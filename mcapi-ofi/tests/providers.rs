@@ -8,7 +8,8 @@
 use libtest_mimic::{Arguments, Failed, Trial};
 use mcapi_ofi::{
     available_providers, flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint,
-    EndpointOptions, Error, FiAddr, Hints, Info, MemoryRegion, RecvBuffer, Sleep, WaitObject,
+    EndpointOptions, Error, FiAddr, Hints, Info, MemoryRegion, RecvBuffer, SendBuffer, Sleep,
+    WaitObject,
 };
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -66,6 +67,7 @@ fn main() {
         ("rma_write", rma_write),
         ("rma_read_in_place", rma_read_in_place),
         ("rma_reads_into_a_recv_buffer", rma_reads_into_a_recv_buffer),
+        ("exposed_send_buffers", exposed_send_buffers),
         ("killed_peer_does_not_hang", killed_peer),
         ("endpoint_and_cq_limits", limits),
         ("cq_wait_object_sleeps_and_wakes", cq_wait),
@@ -981,6 +983,59 @@ fn rma_read_in_place(prov: &str) -> TestResult {
     check(bad.is_err() && errors == [43], || {
         format!("a read with a bad key: {bad:?}, errors {errors:?}, completions {seen:?}")
     })
+}
+
+/// `expose_send_buffer` lends application memory to peers' reads: any buffer where the
+/// reader's process makes the reads (shm with cross-memory attach), elsewhere only one that
+/// lives for good (this side's provider serves the reads, which cannot be stopped). A peer
+/// reads it in place; one kept until the endpoint closes stays readable.
+fn exposed_send_buffers(prov: &str) -> TestResult {
+    let h = hints(prov).caps(flags::RMA);
+    let Ok(a) = Side::open(&h, EndpointOptions::default()) else {
+        eprintln!("  {prov}: RMA not offered");
+        return Ok(());
+    };
+    if !a.ep.sends_unregistered() || prov.contains("ofi_rxd") {
+        eprintln!("  {prov}: no reads in place (FI_MR_LOCAL, or ofi_rxd's reads never end)");
+        return Ok(());
+    }
+    let b = Side::open(&h, EndpointOptions::default())?;
+    let src = a.av.insert(b.ep.address())?;
+    b.av.insert(a.ep.address())?;
+    let heap = pattern(1 << 20, 9);
+    // SAFETY: `heap` outlives the exposure (dropped at once, or refused) and is not modified.
+    let borrowed = unsafe { SendBuffer::from_raw(heap.as_ptr(), heap.len()) };
+    check(!borrowed.lives_forever(), || {
+        "a borrowed buffer lives for good".into()
+    })?;
+    let refused = b.domain.expose_send_buffer(borrowed);
+    check(refused.is_ok() == b.domain.reads_made_by_reader(), || {
+        format!("a borrowed buffer's exposure: {refused:?}")
+    })?;
+    drop(refused);
+    let data: &'static [u8] = Box::leak(pattern(1 << 20, 10).into_boxed_slice());
+    let exposed = b.domain.expose_send_buffer(SendBuffer::from_static(data))?;
+    let base = if b.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0 {
+        exposed.addr() as u64
+    } else {
+        0
+    };
+    let key = exposed.key();
+    let mut out = vec![0u8; data.len()];
+    let mut buf = [Completion::default(); 8];
+    let mut read = |out: &mut [u8], context: u64| {
+        a.ep.read_in_place(out, src, base, key, context, || {
+            for side in [&a, &b] {
+                _ = side.cq.read(&mut buf);
+            }
+        })
+    };
+    read(&mut out, 1)?;
+    check(out == data, || "the exposed buffer was not read".into())?;
+    b.ep.keep_until_closed(exposed);
+    out.fill(0);
+    read(&mut out, 2)?;
+    check(out == data, || "a kept exposure was not read".into())
 }
 
 /// Reads into a `RecvBuffer` (application memory, no registration) return at once; until
