@@ -1968,9 +1968,8 @@ fn posted_receive_buffers_get_rendezvous_messages_as_they_arrive() {
     }
 }
 
-/// `msg_send_i_zero_copy` lends a buffer that lives for good wherever there are rendezvous
-/// messages (shm, tcp, sockets: the receiver reads it in place, served by the sender's
-/// progress but on shm): each request completes once the receiver has read the message
+/// `msg_send_i_zero_copy` lends a buffer that lives for good where the node says so (shm,
+/// tcp: the receiver reads it in place, served by the sender's progress on tcp): each request completes once the receiver has read the message
 /// (read ahead or taken), with priorities and per-sender FIFO order kept across lent and
 /// eager messages; elsewhere messages are copied and the requests complete as they go.
 /// Nothing stays staged or read.

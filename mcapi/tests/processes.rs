@@ -292,7 +292,7 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
 /// place, the first is read ahead by the receiver's node and returns, the second waits for a
 /// read until the receiver is killed and then ends with MCAPI_ERR_TRANSMISSION; elsewhere
 /// both are staged and return at once. A `msg_send_i_zero_copy` between them lends its
-/// buffer (one that lives for good) wherever there are rendezvous messages (its request
+/// buffer (one that lives for good) where the node says so (shm, tcp; its request
 /// cannot be cancelled once sent, and ends with MCAPI_ERR_TRANSMISSION too: the receiver's
 /// read-ahead room is taken by the first message); elsewhere it is copied and completes.
 /// Nothing stays exposed or staged.

@@ -247,8 +247,8 @@ pub struct Opts {
 
     /// msg-bw, pkt-bw: MCAPI sends with blocking msg_send / pktchan_send (zero copy where the
     /// provider allows, each send waits for its completion) instead of windows of
-    /// msg_send_i_zero_copy above the eager size (on shm lent to the receiver, completing
-    /// once it has read the message; else staged, completing once posted; eager messages go
+    /// msg_send_i_zero_copy above the eager size (on shm and tcp lent to the receiver,
+    /// completing once it has read the message; else staged, completing once posted; eager messages go
     /// by msg_send, which returns once they are injected or copied) / pktchan_send_i
     /// (zero copy above the inject size where the provider allows, completing with the
     /// send; else copied into the channel's staging buffers, completing once posted). For

@@ -56,6 +56,18 @@ pub(super) struct Fab {
     /// application's buffer in place (no staging copy): where reads are made by the reader's
     /// process (shm), so nothing here touches the buffer once the call has returned.
     pub(super) sends_in_place: bool,
+    /// Whether `msg_send_i_zero_copy` lends a rendezvous message's buffer that lives for
+    /// good ([`lends_static_buffers`]).
+    pub(super) lends_static: bool,
+}
+
+/// Whether `msg_send_i_zero_copy` lends a rendezvous message's buffer that lives for good
+/// (`SendBuffer::from_static`) rather than staging a copy: where the reader's process makes
+/// the reads (as for any buffer), and on tcp;ofi_rxm, where this side's progress serves them
+/// and lending measured faster from 128 KiB up (performance.md, "Lent buffers over tcp").
+/// Not on sockets: there it measured slower at 1 MiB.
+fn lends_static_buffers(provider: &str, domain: &Domain) -> bool {
+    domain.reads_made_by_reader() || provider == "tcp;ofi_rxm"
 }
 
 /// Whether rendezvous reads may go straight into a blocking receive's buffer: the read
@@ -174,6 +186,7 @@ pub(super) fn open_fabric(
                 },
                 reads_in_place: reads_in_place(info.provider(), &domain, &ep, rma),
                 sends_in_place: rma && domain.reads_made_by_reader(),
+                lends_static: rma && lends_static_buffers(info.provider(), &domain),
                 ep,
                 cq,
                 av,

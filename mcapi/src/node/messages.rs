@@ -43,9 +43,9 @@ impl Node {
 
     /// Whether [`Node::msg_send_i_zero_copy`] lends a rendezvous message's buffer that
     /// lives for good ([`SendBuffer::from_static`]) to its receiver rather than copying it:
-    /// wherever messages above the eager size exist (the provider has RMA).
+    /// where sends go in place, and on tcp;ofi_rxm (docs/design.md, "Lent buffers").
     pub fn lends_static_buffers(&self) -> bool {
-        self.inner.fab.max_msg > self.inner.fab.eager_max
+        self.inner.fab.lends_static
     }
 
     /// Rendezvous messages this node staged that their receivers have not yet read or
@@ -627,10 +627,10 @@ impl Node {
     /// `mcapi_msg_send_i` without a copy where the provider allows: a rendezvous message
     /// (above [`Node::eager_max`]) to another node is read by its receiver straight from
     /// `buf` on a provider whose reads the reader's process makes ([`Node::sends_in_place`]:
-    /// shm), and on every other provider with RMA when `buf` lives for good
-    /// ([`SendBuffer::from_static`]: there this node's progress serves the reads, and a read
-    /// under way when its reader dies cannot be stopped, so only memory that stays valid
-    /// and unmodified may be read; its registration is kept until the node's endpoint
+    /// shm), and on tcp;ofi_rxm when `buf` lives for good ([`SendBuffer::from_static`];
+    /// [`Node::lends_static_buffers`]: there this node's progress serves the reads, and a
+    /// read under way when its reader dies cannot be stopped, so only memory that stays
+    /// valid and unmodified may be read; its registration is kept until the node's endpoint
     /// closes). The request completes once the receiver is done with it (read, or discarded
     /// with its endpoint; `MCAPI_ERR_TRANSMISSION` once the receiver is gone): `buf` is the
     /// application's again then. Such a send cannot be cancelled once its descriptor has
@@ -647,10 +647,10 @@ impl Node {
         buf: SendBuffer,
         priority: u32,
     ) -> Result<RequestHandle> {
-        // Above the eager size every message is a rendezvous one (the provider has RMA).
         let lend = buf.len() > self.inner.fab.eager_max
             && buf.len() <= self.inner.fab.max_msg
-            && (self.inner.fab.sends_in_place || buf.lives_forever())
+            && (self.inner.fab.sends_in_place
+                || (self.inner.fab.lends_static && buf.lives_forever()))
             && (to.domain(), to.node()) != (self.inner.domain_id, self.inner.node_id);
         if !lend {
             return self.msg_send_i(from, to, buf.as_slice(), priority);

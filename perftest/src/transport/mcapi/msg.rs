@@ -3,8 +3,9 @@
 //! Sends are blocking `msg_send` (which injects or copies the payload, or for a rendezvous
 //! message on shm lets the receiver read it in place, and blocks while the receiver has no
 //! free buffer: credit flow control) or, for the sender of msg-bw's windows of rendezvous
-//! messages, windows of `msg_send_i_zero_copy` (on shm lent to the receiver, completing
-//! once it has read the message; elsewhere staged as by `msg_send_i`), reaped in order. Receives are blocking
+//! messages, windows of `msg_send_i_zero_copy` (on shm and tcp lent to the receiver,
+//! completing once it has read the message; elsewhere staged as by `msg_send_i`), reaped
+//! in order. Receives are blocking
 //! `msg_recv` (which copies the message out of its receive slot, or reads a rendezvous
 //! message straight into its buffer) or, for msg-bw's receiver of rendezvous messages,
 //! `msg_recv_i_into` requests posted with their buffers (a window of them, as raw posts its
