@@ -266,7 +266,7 @@ impl NodeInner {
         // What we staged for it will never be read.
         for (exposed, request) in st.rndv.forget_peer(index) {
             if !self.fab.sends_in_place {
-                // Our provider serves reads: one of it may have been under way.
+                // Our provider serves its reads: one may have been under way.
                 self.fab.ep.keep_until_closed(exposed);
             }
             if let Some(h) = request {
