@@ -45,7 +45,9 @@ pub struct Domain {
 }
 
 pub(crate) struct DomainInner {
-    // Declared first: closed before the fabric reference below is released.
+    // Closed before the domain.
+    pub(crate) static_exposures: crate::raw::StaticExposures,
+    // Declared before the fabric reference: closed before it is released.
     pub(crate) fid: DomainFid,
     pub(crate) fabric: Fabric,
     pub(crate) info: Info,
@@ -60,6 +62,7 @@ impl Domain {
         let fid = raw::open_domain(&fabric.inner.fid, &info.raw)?;
         Ok(Domain {
             inner: Arc::new(DomainInner {
+                static_exposures: Default::default(),
                 fid,
                 fabric: fabric.clone(),
                 info: info.clone(),

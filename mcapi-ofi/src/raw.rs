@@ -20,6 +20,7 @@ use ofi_sys as sys;
 use std::alloc::{self, Layout};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Converts a libfabric return code (`0` or `-errno`) into a `Result`.
 #[inline(always)]
@@ -1025,13 +1026,49 @@ fn register_for_reads(domain: &DomainFid, data: &[u8]) -> Result<(MrFid, u64)> {
 
 /// A [`SendBuffer`] registered for peers to read in place
 /// ([`crate::Domain::expose_send_buffer`]) until this is dropped: the registration is
-/// closed first, then the buffer (and the domain reference) let go.
+/// closed first, then the buffer (and the domain reference) let go. The registration of
+/// memory that lives for good is the domain's ([`StaticExposures`]) and stays.
 pub struct ExposedBuffer {
-    // Declared first: closed before the buffer is let go.
-    _mr: MrFid,
+    // Declared first: closed (unless the domain keeps it) before the buffer is let go.
+    _mr: Arc<MrFid>,
     key: u64,
     buf: SendBuffer,
     _domain: crate::Domain,
+}
+
+/// A domain's registrations of memory that lives for good ([`SendBuffer::lives_forever`]),
+/// kept for the domain's life, so exposing the same static buffer again (a stream sending
+/// from one buffer) costs a lookup instead of `fi_mr_reg` and `fi_close`. Nothing can
+/// change or free such memory, so a peer reading it later reads what it was sent; at most
+/// [`STATIC_EXPOSURES`] are kept, later ones are registered per exposure.
+#[derive(Default)]
+pub(crate) struct StaticExposures(std::sync::Mutex<Vec<StaticExposure>>);
+
+/// Where a static buffer is (address, length), its registration and key.
+type StaticExposure = ((usize, usize), Arc<MrFid>, u64);
+
+/// Static buffers whose registrations a domain keeps.
+const STATIC_EXPOSURES: usize = 64;
+
+impl StaticExposures {
+    /// The registration of `data` (which lives for good) for remote reads, and its key.
+    fn get_or_register(&self, domain: &DomainFid, data: &[u8]) -> Result<(Arc<MrFid>, u64)> {
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = (data.as_ptr() as usize, data.len());
+        // A few buffers in practice: a scan is cheaper than hashing.
+        if let Some((_, mr, key)) = kept.iter().find(|(place, ..)| *place == at) {
+            return Ok((mr.clone(), *key));
+        }
+        let (mr, key) = register_for_reads(domain, data)?;
+        let mr = Arc::new(mr);
+        if kept.len() < STATIC_EXPOSURES {
+            kept.push((at, mr.clone(), key));
+        }
+        Ok((mr, key))
+    }
 }
 
 impl ExposedBuffer {
@@ -1069,7 +1106,15 @@ impl core::fmt::Debug for ExposedBuffer {
 /// dropped. `SendBuffer`'s contract keeps the memory valid and unmodified while it exists,
 /// which the result does until after the registration is closed.
 pub(crate) fn expose_send_buffer(domain: &crate::Domain, buf: SendBuffer) -> Result<ExposedBuffer> {
-    let (mr, key) = register_for_reads(&domain.inner.fid, buf.as_slice())?;
+    let (mr, key) = if buf.lives_forever() {
+        domain
+            .inner
+            .static_exposures
+            .get_or_register(&domain.inner.fid, buf.as_slice())?
+    } else {
+        let (mr, key) = register_for_reads(&domain.inner.fid, buf.as_slice())?;
+        (Arc::new(mr), key)
+    };
     Ok(ExposedBuffer {
         _mr: mr,
         key,

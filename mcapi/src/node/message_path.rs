@@ -180,7 +180,20 @@ impl NodeInner {
                 break;
             };
             let ctx = Context::SendSlot(slot).encode();
-            let posted = if rndv == NO_STAGING {
+            // A descriptor is injected where it fits: its slot is free at once and no
+            // completion has to be read for it.
+            let inject = rndv != NO_STAGING && DESC_LEN <= self.fab.inject_size;
+            let posted = if inject {
+                let mut desc = [0u8; DESC_LEN];
+                let read = self
+                    .fab
+                    .send_pool
+                    .read(slot as usize * EAGER_SLOT, &mut desc);
+                debug_assert!(read.is_ok(), "{read:?}");
+                self.fab
+                    .ep
+                    .inject_tagged_data(&desc, RNDV_MARK, dest, tag.encode())
+            } else if rndv == NO_STAGING {
                 self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx)
             } else {
                 self.fab
@@ -189,6 +202,9 @@ impl NodeInner {
             };
             match posted {
                 Ok(()) => {
+                    if inject {
+                        st.send_free.push(slot);
+                    }
                     // A lent buffer's send completes when its receiver is done with it.
                     if rndv == NO_STAGING || !st.rndv.is_lent(rndv) {
                         st.requests
