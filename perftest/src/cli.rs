@@ -66,9 +66,10 @@ pub enum TestCmd {
     /// pktchan_send, pktchan_recv and release); raw baseline: msg-lat's.
     #[command(after_help = "Example: perftest pkt-lat --local -S 8,64k,1m")]
     PktLat(Opts),
-    /// Packet-channel bandwidth: windows of -W pktchan_send_i (or blocking pktchan_send with
-    /// --blocking-sends), the receiver receives and releases, acknowledges each window over
-    /// the reverse channel; raw baseline: msg-bw's.
+    /// Packet-channel bandwidth: windows of -W pktchan_send_i above the inject size, blocking
+    /// pktchan_send (injected) up to it (every one blocking with --blocking-sends), the
+    /// receiver receives and releases, acknowledges each window over the reverse channel;
+    /// raw baseline: msg-bw's.
     #[command(after_help = "Example: perftest pkt-bw --local -p tcp -S 64k --rounds 3")]
     PktBw(Opts),
     /// Scalar-channel ping-pong of uint64 values over two scalar channels (size 8); raw
@@ -249,9 +250,10 @@ pub struct Opts {
     /// provider allows, each send waits for its completion) instead of windows of
     /// msg_send_i_zero_copy above the eager size (on shm and tcp lent to the receiver,
     /// completing once it has read the message; else staged, completing once posted; eager messages go
-    /// by msg_send, which returns once they are injected or copied) / pktchan_send_i
-    /// (zero copy above the inject size where the provider allows, completing with the
-    /// send; else copied into the channel's staging buffers, completing once posted). For
+    /// by msg_send, which returns once they are injected or copied) / pktchan_send_i above
+    /// the inject size (zero copy where the provider allows, completing with the send; else
+    /// copied into the channel's staging buffers, completing once posted; smaller packets
+    /// go by pktchan_send, which injects them and returns at once). For
     /// msg-bw the receiver then takes every message by blocking msg_recv instead of
     /// receives posted with their buffers above the eager size
     #[arg(long)]

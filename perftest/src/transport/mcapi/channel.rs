@@ -4,9 +4,9 @@
 //! may connect a channel) and opens its two sides; the server then opens its sides.
 //!
 //! - Packets ([`PktTransport`]): blocking `pktchan_send` (injected when small, else zero copy
-//!   from the send buffer where the provider allows) or, for the sender of pkt-bw's windows,
-//!   `pktchan_send_i` (zero copy from a send buffer that lives for the whole run, the request
-//!   completing with the send; copied into staging when small), whose requests are reaped
+//!   from the send buffer where the provider allows) or, for the sender of pkt-bw's windows
+//!   of packets above the inject size, `pktchan_send_i` (zero copy from a send buffer that
+//!   lives for the whole run, the request completing with the send), whose requests are reaped
 //!   in order, at most a window of them outstanding; `pktchan_recv` hands out a packet in
 //!   the receive pool, given back at once with `pktchan_release`. The endpoints'
 //!   `MAX_PAYLOAD_SIZE` is set to the largest size of the run before the connect; the pool
@@ -222,7 +222,11 @@ impl Transport for PktTransport {
     fn try_send(&mut self, len: usize) -> Result<bool> {
         let (tx, _) = self.chan.handles()?;
         let node = &self.chan.node;
-        let Some(window) = self.window.as_mut() else {
+        // Packets the provider injects go by blocking `pktchan_send`, which injects them and
+        // returns at once (as msg-bw's eager messages go by `msg_send`): a request per
+        // packet would only add its bookkeeping.
+        let window = self.window.as_mut().filter(|_| len > node.inject_size());
+        let Some(window) = window else {
             return match node.pktchan_send(tx, &self.send_buf[..len]) {
                 Ok(()) => Ok(true),
                 Err(Status::MCAPI_TIMEOUT) => Ok(false),
