@@ -1027,7 +1027,7 @@ fn register_for_reads(domain: &DomainFid, data: &[u8]) -> Result<(MrFid, u64)> {
 /// A [`SendBuffer`] registered for peers to read in place
 /// ([`crate::Domain::expose_send_buffer`]) until this is dropped: the registration is
 /// closed first, then the buffer (and the domain reference) let go. The registration of
-/// memory that lives for good is the domain's ([`StaticExposures`]) and stays.
+/// memory that lives for good is kept by the domain (`StaticExposures`) and stays.
 pub struct ExposedBuffer {
     // Declared first: closed (unless the domain keeps it) before the buffer is let go.
     _mr: Arc<MrFid>,
