@@ -665,6 +665,25 @@ fn pair(prov: &str) -> Result<(Side, Side, FiAddr), Failed> {
     Ok((a, b, dest))
 }
 
+/// Two RMA sides where `a` can read `b`'s memory into unregistered memory (`src`: `b` as
+/// `a` sees it); `None` (said why) where the provider cannot: no RMA, `FI_MR_LOCAL`, or
+/// ofi_rxd, whose reads never end.
+fn read_in_place_pair(prov: &str) -> Result<Option<(Side, Side, FiAddr)>, Failed> {
+    let h = hints(prov).caps(flags::RMA);
+    let Ok(a) = Side::open(&h, EndpointOptions::default()) else {
+        eprintln!("  {prov}: RMA not offered");
+        return Ok(None);
+    };
+    if !a.ep.sends_unregistered() || prov.contains("ofi_rxd") {
+        eprintln!("  {prov}: no reads in place (FI_MR_LOCAL, or ofi_rxd's endless reads)");
+        return Ok(None);
+    }
+    let b = Side::open(&h, EndpointOptions::default())?;
+    let src = a.av.insert(b.ep.address())?;
+    b.av.insert(a.ep.address())?;
+    Ok(Some((a, b, src)))
+}
+
 /// A posted receive's memory cannot be read or written, nor posted again, until its
 /// completion was read from the CQ; then it holds what arrived.
 fn posted_receive_refuses_reads(prov: &str) -> TestResult {
@@ -990,18 +1009,9 @@ fn rma_read_in_place(prov: &str) -> TestResult {
 /// lives for good (this side's provider serves the reads, which cannot be stopped). A peer
 /// reads it in place; one kept until the endpoint closes stays readable.
 fn exposed_send_buffers(prov: &str) -> TestResult {
-    let h = hints(prov).caps(flags::RMA);
-    let Ok(a) = Side::open(&h, EndpointOptions::default()) else {
-        eprintln!("  {prov}: RMA not offered");
+    let Some((a, b, src)) = read_in_place_pair(prov)? else {
         return Ok(());
     };
-    if !a.ep.sends_unregistered() || prov.contains("ofi_rxd") {
-        eprintln!("  {prov}: no reads in place (FI_MR_LOCAL, or ofi_rxd's reads never end)");
-        return Ok(());
-    }
-    let b = Side::open(&h, EndpointOptions::default())?;
-    let src = a.av.insert(b.ep.address())?;
-    b.av.insert(a.ep.address())?;
     let heap = pattern(1 << 20, 9);
     // SAFETY: `heap` outlives the exposure (dropped at once, or refused) and is not modified.
     let borrowed = unsafe { SendBuffer::from_raw(heap.as_ptr(), heap.len()) };
@@ -1043,18 +1053,9 @@ fn exposed_send_buffers(prov: &str) -> TestResult {
 /// dropped with a read in flight leaves the read's record to the provider: its completion
 /// still comes, with the caller's context.
 fn rma_reads_into_a_recv_buffer(prov: &str) -> TestResult {
-    let h = hints(prov).caps(flags::RMA);
-    let Ok(a) = Side::open(&h, EndpointOptions::default()) else {
-        eprintln!("  {prov}: RMA not offered");
+    let Some((a, b, src)) = read_in_place_pair(prov)? else {
         return Ok(());
     };
-    if !a.ep.sends_unregistered() || prov.contains("ofi_rxd") {
-        eprintln!("  {prov}: no reads in place (FI_MR_LOCAL, or ofi_rxd's endless reads)");
-        return Ok(());
-    }
-    let b = Side::open(&h, EndpointOptions::default())?;
-    let src = a.av.insert(b.ep.address())?;
-    b.av.insert(a.ep.address())?;
     let len = 1 << 20;
     let source = MemoryRegion::new(&b.domain, len)?;
     let data = pattern(len, 9);
