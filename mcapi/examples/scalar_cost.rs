@@ -110,14 +110,21 @@ fn pkt_pair(provider: String) -> Box<dyn FnMut(u64)> {
 }
 
 /// An endpoint of each node; the closure sends `i` in a message of `SIZE` bytes (8 unless
-/// set, at least 8) and receives it.
+/// set, at least 8) and receives it. `SEND_I=1`: sent by `msg_send_i` and `wait` instead of
+/// `msg_send` (the C ABI's non-blocking send of a small message).
 fn msg_pair(provider: String) -> Box<dyn FnMut(u64)> {
     let (a, b, tx, rx, to) = two_nodes(provider, "mcost");
     let size = msg_size();
     let (mut out, mut buf) = (vec![0u8; size], vec![0u8; size]);
+    let send_i = std::env::var_os("SEND_I").is_some();
     Box::new(move |i| {
         out[..8].copy_from_slice(&i.to_le_bytes());
-        a.msg_send(tx, to, &out, 0).unwrap();
+        if send_i {
+            let r = a.msg_send_i(tx, to, &out, 0).unwrap();
+            assert_eq!(a.wait(r, None, WAIT).unwrap(), size);
+        } else {
+            a.msg_send(tx, to, &out, 0).unwrap();
+        }
         assert_eq!(b.msg_recv(rx, &mut buf).unwrap(), size);
         assert_eq!(buf[..8], i.to_le_bytes());
     })

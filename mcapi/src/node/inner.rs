@@ -50,6 +50,10 @@ pub(super) struct NodeInner {
     /// Makes the background thread panic once (tests of the guard).
     #[cfg(test)]
     pub(super) panic_in_background: std::sync::atomic::AtomicBool,
+    /// Keeps the background thread from progressing the node (tests of what application
+    /// calls do on their own).
+    #[cfg(test)]
+    pub(super) hold_background: std::sync::atomic::AtomicBool,
 }
 
 /// Held while first contact with one node is made.

@@ -1,7 +1,7 @@
 //! A node's life in the process: initialize, the calling thread's node, finalize.
 
 use super::channel::ChannelTable;
-use super::common::{lock, Result};
+use super::common::{lock, Result, EAGER_SLOT};
 use super::control_handler::ControlHandler;
 use super::fabric::{open_fabric, CONTROL_SLOTS_MIN, SEND_SLOTS};
 use super::inner::NodeInner;
@@ -152,6 +152,7 @@ impl Node {
             pending_sends: VecDeque::with_capacity(64),
             departing: 0,
             cq_buf: [Completion::default(); CQ_BATCH],
+            inject_scratch: vec![0; fab.inject_size.min(EAGER_SLOT)].into_boxed_slice(),
             taken: None,
             delivered: HashMap::default(),
             rndv: Default::default(),
@@ -184,6 +185,8 @@ impl Node {
             finalized: Default::default(),
             #[cfg(test)]
             panic_in_background: Default::default(),
+            #[cfg(test)]
+            hold_background: Default::default(),
         });
         inner
             .fab

@@ -24,7 +24,15 @@ impl NodeInner {
         priority: u8,
         msg: Msg<'_>,
     ) -> Result<RequestHandle> {
-        let slot = st.send_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        let slot = match st.send_free.pop() {
+            Some(slot) => slot,
+            None => {
+                // Slots of sends already made come back with their completions: read them
+                // before refusing (a loop of `msg_send_i` + `wait` reads no CQ otherwise).
+                self.progress(st);
+                st.send_free.pop().ok_or(Status::MCAPI_ERR_MEM_LIMIT)?
+            }
+        };
         let rndv = match msg {
             Msg::Eager(_) => NO_STAGING,
             Msg::Staged { id, .. } => id,
@@ -180,19 +188,20 @@ impl NodeInner {
                 break;
             };
             let ctx = Context::SendSlot(slot).encode();
-            // A descriptor is injected where it fits: its slot is free at once and no
-            // completion has to be read for it.
-            let inject = rndv != NO_STAGING && DESC_LEN <= self.fab.inject_size;
+            // What fits is injected (a descriptor, a small message): its slot is free at
+            // once and no completion has to be read for it.
+            let inject = wire_len <= st.inject_scratch.len();
             let posted = if inject {
-                let mut desc = [0u8; DESC_LEN];
-                let read = self
-                    .fab
-                    .send_pool
-                    .read(slot as usize * EAGER_SLOT, &mut desc);
+                let bytes = &mut st.inject_scratch[..wire_len];
+                let read = self.fab.send_pool.read(slot as usize * EAGER_SLOT, bytes);
                 debug_assert!(read.is_ok(), "{read:?}");
-                self.fab
-                    .ep
-                    .inject_tagged_data(&desc, RNDV_MARK, dest, tag.encode())
+                if rndv == NO_STAGING {
+                    self.fab.ep.inject_tagged(bytes, dest, tag.encode())
+                } else {
+                    self.fab
+                        .ep
+                        .inject_tagged_data(bytes, RNDV_MARK, dest, tag.encode())
+                }
             } else if rndv == NO_STAGING {
                 self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx)
             } else {

@@ -128,6 +128,10 @@ fn progress_in_background(node: Weak<NodeInner>) {
         if node.panic_in_background.swap(false, Ordering::Relaxed) {
             panic!("injected");
         }
+        #[cfg(test)]
+        if node.hold_background.load(Ordering::Relaxed) {
+            continue;
+        }
         node.channels.close_retired();
         if Instant::now() >= next_watch {
             node.watch_links();
@@ -214,5 +218,49 @@ mod tests {
         );
         let mut buf = [0u8; 8];
         assert_eq!(node.msg_recv(ep, &mut buf), Err(Status::MCAPI_ERR_GENERAL));
+    }
+
+    /// A loop of `msg_send_i` + `wait` (+ the receiver's `msg_recv`) of messages that hold
+    /// a send slot until the provider's completion is read (eager, above the inject size)
+    /// never runs out of send slots with nobody else reading the sender's CQ: a send reads
+    /// the completions of those already made before it refuses with MCAPI_ERR_MEM_LIMIT.
+    #[test]
+    fn send_i_and_wait_in_a_loop_reads_back_its_send_slots() {
+        for provider in ["shm", "tcp"] {
+            let mut config = Config::defaults();
+            config.provider = Some(provider.into());
+            config.job = format!("send-i-loop-{}", std::process::id());
+            let a = Node::initialize(0, 8, config.clone()).expect("sender node");
+            let b = Node::initialize(0, 9, config).expect("receiver node");
+            let tx = a.endpoint_create(1).expect("an endpoint");
+            let rx = b.endpoint_create(1).expect("an endpoint");
+            let to = a.endpoint_get(0, 9, 1, None).expect("the receiver");
+            let size = (a.inject_size() + 1000).min(a.eager_max());
+            assert!(
+                size > a.inject_size(),
+                "{provider}: no eager size above inject"
+            );
+            let data = vec![7u8; size];
+            let mut buf = vec![0u8; size];
+            // Connected first (shm connects only while the sender's CQ is read).
+            a.msg_send(tx, to, &data, 0).expect("first message");
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(size));
+            a.inner.hold_background.store(true, Ordering::Relaxed);
+            for i in 0..300 {
+                let r = a
+                    .msg_send_i(tx, to, &data, 0)
+                    .unwrap_or_else(|s| panic!("{provider}: send {i}: {s:?}"));
+                assert_eq!(a.wait(r, None, Some(Duration::from_secs(30))), Ok(size));
+                assert_eq!(
+                    b.msg_recv(rx, &mut buf),
+                    Ok(size),
+                    "{provider}: message {i}"
+                );
+            }
+            // (finalize waits for the background thread, which waits for this).
+            a.inner.hold_background.store(false, Ordering::Relaxed);
+            a.finalize().expect("finalize");
+            b.finalize().expect("finalize");
+        }
     }
 }

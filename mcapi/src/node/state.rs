@@ -50,6 +50,9 @@ pub(super) struct State {
     pub(super) departing: u16,
     /// Where the CQ is read into (kept here so no read has to clear a fresh buffer).
     pub(super) cq_buf: [Completion; CQ_BATCH],
+    /// Where a queued send small enough to inject is copied out of its send slot (the
+    /// provider's inject size, at most a slot).
+    pub(super) inject_scratch: Box<[u8]>,
     /// The receive slot of the message taken last, to be posted again (returning its
     /// sender's credit) by the next receive or CQ read: after the application's reply to
     /// it, not before (see [`NodeInner::repost_taken`](super::inner::NodeInner::repost_taken)).
