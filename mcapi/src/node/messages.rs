@@ -712,10 +712,16 @@ impl Node {
         if data.len() <= self.inner.fab.eager_max {
             return self.inner.queue_send(st, key, priority, Msg::Eager(data));
         }
-        let msg = self
-            .inner
-            .stage(st, key.0, data)?
-            .ok_or(Status::MCAPI_ERR_MEM_LIMIT)?;
+        let msg = match self.inner.stage(st, key.0, data)? {
+            Some(msg) => msg,
+            None => {
+                // Staging freed by receivers' `RndvDone`s not read yet comes back first.
+                self.inner.progress(st);
+                self.inner
+                    .stage(st, key.0, data)?
+                    .ok_or(Status::MCAPI_ERR_MEM_LIMIT)?
+            }
+        };
         self.inner
             .queue_send(st, key, priority, msg)
             .inspect_err(|_| {
