@@ -38,6 +38,10 @@ fn main() {
                 format!("{prov}::receiver_dies_during_a_send_in_place"),
                 move || receiver_dies_during_a_send_in_place(prov),
             ),
+            Trial::test(
+                format!("{prov}::receiver_dies_with_rendezvous_sends_queued"),
+                move || receiver_dies_with_rendezvous_sends_queued(prov),
+            ),
             Trial::test(format!("{prov}::sender_dies_mid_rendezvous"), move || {
                 sender_dies_mid_rendezvous(prov)
             }),
@@ -344,6 +348,61 @@ fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
         let me = a.endpoint_create(9)?;
         a.endpoint_delete(me)?;
     }
+    a.finalize()?;
+    Ok(())
+}
+
+/// Rendezvous sends queued for credits (behind an eager one the receiver, taking nothing,
+/// has no room for) when the receiver is killed: each ends once with
+/// MCAPI_ERR_TRANSMISSION (a lent one, a staged one, and the eager one before them), and
+/// nothing stays staged or lent.
+fn receiver_dies_with_rendezvous_sends_queued(prov: &str) -> Result<(), Failed> {
+    let job = format!("bigqueued-{prov}-{}", std::process::id());
+    let a = Node::initialize(0, 52, config(prov, &job))?;
+    let tx = a.endpoint_create(1)?;
+    let mut child = Peer::spawn("bigsink", prov, &job)?;
+    let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
+    child.expect("ready")?;
+    // Eager sends until one waits for a credit the receiver cannot give (its buffers are
+    // full of messages it never takes).
+    let mut waiting = None;
+    for _ in 0..200 {
+        let r = a.msg_send_i(tx, to, b"fill", 0)?;
+        match a.wait(r, None, Some(Duration::from_secs(1))) {
+            Ok(_) => {}
+            Err(Status::MCAPI_TIMEOUT) => {
+                waiting = Some(r);
+                break;
+            }
+            Err(e) => return Err(format!("an eager send: {e:?}").into()),
+        }
+    }
+    let eager = waiting.ok_or("the receiver never ran out of credits")?;
+    let size = a.eager_max() * 4;
+    let lent_buf: &'static [u8] = Box::leak(pattern(size, 8).into_boxed_slice());
+    let lent = a.msg_send_i_zero_copy(tx, to, SendBuffer::from_static(lent_buf), 0)?;
+    let staged = a.msg_send_i(tx, to, &pattern(size, 9), 0)?;
+    child.kill()?;
+    // The node learns of the loss and frees what it staged or lent; its progress goes on
+    // (each endpoint call progresses it) before anyone looks at the requests.
+    let start = Instant::now();
+    while a.staged_messages()? > 0 || start.elapsed() < Duration::from_millis(500) {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err("queued messages of a dead receiver never freed".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let me = a.endpoint_create(9)?;
+        a.endpoint_delete(me)?;
+    }
+    for (what, r) in [("eager", eager), ("lent", lent), ("staged", staged)] {
+        match a.wait(r, None, Some(Duration::from_secs(30))) {
+            Err(Status::MCAPI_ERR_TRANSMISSION) => {}
+            other => return Err(format!("the queued {what} send: {other:?}").into()),
+        }
+    }
+    // The node still works.
+    let me = a.endpoint_create(9)?;
+    a.msg_send(tx, me, b"alive", 0)?;
     a.finalize()?;
     Ok(())
 }

@@ -2,7 +2,8 @@
 
 use super::common::{lock, Result};
 use super::inner::NodeInner;
-use super::state::{ControlLink, LocalEndpoint, Peer, State};
+use super::rendezvous::NO_STAGING;
+use super::state::{ControlLink, LocalEndpoint, Peer, Req, State};
 use crate::control::{self, Frame, Rendezvous};
 use crate::semantics::credit::SenderId;
 use crate::semantics::peer::{PeerEvent, PeerLife};
@@ -260,9 +261,32 @@ impl NodeInner {
         }
     }
 
+    /// Rendezvous sends queued for peer `index` (waiting for credits) whose run is lost fail
+    /// now, before their staging or lent buffer is freed: sent later (to a restarted run)
+    /// their descriptors would name memory that is gone or holds another message. Their
+    /// descriptors never left, so nothing reads them.
+    fn fail_queued_rendezvous(&self, st: &mut State, index: u16) {
+        let mut i = 0;
+        while i < st.pending_sends.len() {
+            let h = st.pending_sends[i];
+            match st.requests.get(h) {
+                Ok(&Req::Send {
+                    remote, slot, rndv, ..
+                }) if remote.0 == index && rndv != NO_STAGING => {
+                    st.pending_sends.remove(i);
+                    st.requests
+                        .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
+                    self.send_finished(st, slot, rndv, false);
+                }
+                _ => i += 1,
+            }
+        }
+    }
+
     /// The credits and sequence state a lost run held at our endpoints go back, and our
     /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
+        self.fail_queued_rendezvous(st, index);
         // What we staged for it will never be read.
         for (exposed, request) in st.rndv.forget_peer(index) {
             if !self.fab.sends_in_place {
