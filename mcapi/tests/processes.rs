@@ -6,7 +6,7 @@ mod common;
 
 use common::{config, Peer};
 use libtest_mimic::{Failed, Trial};
-use mcapi::{Node, RecvBuffer, SendBuffer, Status};
+use mcapi::{EndpointId, Node, RecvBuffer, SendBuffer, Status};
 use std::time::{Duration, Instant};
 
 const MESSAGES: u32 = 3000;
@@ -249,16 +249,24 @@ fn large_messages(prov: &str) -> Result<(), Failed> {
     Ok(())
 }
 
-/// The receiver dies holding descriptors of staged messages it never read: the sender's
-/// send that waits for staging room ends with MCAPI_ERR_TRANSMISSION, and the staged
-/// messages are freed (once the dead receiver's departure grace is over).
-fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
-    let job = format!("bigdie-{prov}-{}", std::process::id());
+/// Node 52 of job `name` with endpoint 1, and a receiver process (node 53, endpoint 5,
+/// which takes nothing: "bigsink") ready: the node, its endpoint, the receiver's endpoint,
+/// the receiver.
+fn sender_and_sink(prov: &str, name: &str) -> Result<(Node, EndpointId, EndpointId, Peer), Failed> {
+    let job = format!("{name}-{prov}-{}", std::process::id());
     let a = Node::initialize(0, 52, config(prov, &job))?;
     let tx = a.endpoint_create(1)?;
     let mut child = Peer::spawn("bigsink", prov, &job)?;
     let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
     child.expect("ready")?;
+    Ok((a, tx, to, child))
+}
+
+/// The receiver dies holding descriptors of staged messages it never read: the sender's
+/// send that waits for staging room ends with MCAPI_ERR_TRANSMISSION, and the staged
+/// messages are freed (once the dead receiver's departure grace is over).
+fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
+    let (a, tx, to, child) = sender_and_sink(prov, "bigdie")?;
     let big = pattern(mcapi::MAX_MSG_SIZE, 3);
     // With a timeout, sends stage their messages (none go in place).
     a.set_endpoint_timeout(tx, Some(Duration::from_secs(30)))?;
@@ -301,12 +309,7 @@ fn receiver_dies_mid_rendezvous(prov: &str) -> Result<(), Failed> {
 /// read-ahead room is taken by the first message); elsewhere it is copied and completes.
 /// Nothing stays exposed or staged.
 fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
-    let job = format!("bigplace-{prov}-{}", std::process::id());
-    let a = Node::initialize(0, 52, config(prov, &job))?;
-    let tx = a.endpoint_create(1)?;
-    let mut child = Peer::spawn("bigsink", prov, &job)?;
-    let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
-    child.expect("ready")?;
+    let (a, tx, to, child) = sender_and_sink(prov, "bigplace")?;
     let big = pattern(mcapi::MAX_MSG_SIZE, 6);
     // (No timeout on `tx`: sends go in place where the provider allows.)
     a.msg_send(tx, to, &big, 0)?;
@@ -357,12 +360,7 @@ fn receiver_dies_during_a_send_in_place(prov: &str) -> Result<(), Failed> {
 /// MCAPI_ERR_TRANSMISSION (a lent one, a staged one, and the eager one before them), and
 /// nothing stays staged or lent.
 fn receiver_dies_with_rendezvous_sends_queued(prov: &str) -> Result<(), Failed> {
-    let job = format!("bigqueued-{prov}-{}", std::process::id());
-    let a = Node::initialize(0, 52, config(prov, &job))?;
-    let tx = a.endpoint_create(1)?;
-    let mut child = Peer::spawn("bigsink", prov, &job)?;
-    let to = a.endpoint_get(0, 53, 5, Some(Duration::from_secs(30)))?;
-    child.expect("ready")?;
+    let (a, tx, to, child) = sender_and_sink(prov, "bigqueued")?;
     // Eager sends until one waits for a credit the receiver cannot give (its buffers are
     // full of messages it never takes).
     let mut waiting = None;
