@@ -289,7 +289,11 @@ impl NodeInner {
         self.fail_queued_rendezvous(st, index);
         // What we staged for it will never be read.
         for (exposed, request) in st.rndv.forget_peer(index) {
-            if !self.fab.sends_in_place {
+            if self.fab.sends_in_place {
+                // Its reader made every read: the registration closes before the request
+                // completes.
+                drop(exposed);
+            } else {
                 // Our provider serves its reads: one may have been under way.
                 self.fab.ep.keep_until_closed(exposed);
             }
