@@ -140,6 +140,20 @@ impl NodeInner {
             return Frame::Refused(Status::MCAPI_ERR_TRANSMISSION.code());
         };
         let me = SenderId(u32::from(peer));
+        match st.endpoints.get(&port) {
+            None => return Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code()),
+            // Spec 3.6: no messages to a connected endpoint.
+            Some(ep) if ep.channel.is_connected() => {
+                return Frame::Refused(Status::MCAPI_ERR_GENERAL.code())
+            }
+            Some(_) => {}
+        }
+        // The answer's grants are spent at once: slots for as many as it may grant are
+        // posted first.
+        let most = want.min(self.config.recv_buffers as u32).min(st.recv_free);
+        if !self.post_for_lent(&mut st, most) {
+            return Frame::Refused(Status::MCAPI_ERR_MEM_LIMIT.code());
+        }
         let State {
             endpoints,
             peers,
@@ -150,10 +164,6 @@ impl NodeInner {
         let Some(ep) = endpoints.get_mut(&port) else {
             return Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code());
         };
-        if ep.channel.is_connected() {
-            // Spec 3.6: no messages to a connected endpoint.
-            return Frame::Refused(Status::MCAPI_ERR_GENERAL.code());
-        }
         // The node's free credits are lent for the answer; what the pool does not grant
         // goes back.
         *recv_free -= ep.credits.lend(*recv_free);

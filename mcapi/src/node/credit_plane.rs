@@ -84,7 +84,12 @@ impl NodeInner {
         }
     }
 
+    /// Sends the control messages queued, once every credit lent has a receive slot posted
+    /// (a grant among them may be spent at once; until then they all wait).
     pub(super) fn flush_outbox(&self, st: &mut State) {
+        if !self.post_for_lent(st, 0) {
+            return;
+        }
         while let Some(&(peer, tag, data)) = st.outbox.front() {
             let Some(p) = st.peers.get(peer as usize) else {
                 st.outbox.pop_front();

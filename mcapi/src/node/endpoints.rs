@@ -320,9 +320,9 @@ impl Node {
 }
 
 impl NodeInner {
-    /// Endpoint `port` is deleted: its queued messages are discarded (their slots posted
-    /// again) and its credits go back to the node's pool, but for those its senders hold,
-    /// which are counted as strays until they come back.
+    /// Endpoint `port` is deleted: its queued messages are discarded (their slots freed)
+    /// and its credits go back to the node's pool, but for those its senders hold, which
+    /// are counted as strays until they come back.
     fn retire_endpoint(&self, st: &mut State, port: u32, ep: &mut LocalEndpoint) {
         while let Some(a) = ep.queue.pop() {
             if a.slot & LOCAL_SLOT != 0 {
@@ -332,9 +332,7 @@ impl NodeInner {
                 // Its sender frees the data it staged (once a read in flight ends).
                 self.fetch_discarded(st, a.slot, a.peer, port);
             }
-            if let Err(e) = self.fab.post_recv_slot(a.slot) {
-                log::warn!("port {port}: a receive slot could not be posted again: {e}");
-            }
+            self.free_slot(st, a.slot, port);
         }
         // Messages waiting in the reorder buffer for an earlier one hold slots too.
         let peers: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
@@ -343,17 +341,15 @@ impl NodeInner {
             ep.reorder.remove(&peer, |a| {
                 if a.rndv {
                     done.push((a.slot, a.peer));
-                } else if let Err(e) = self.fab.post_recv_slot(a.slot) {
-                    log::warn!("port {port}: a receive slot could not be posted again: {e}");
+                } else {
+                    self.free_slot(st, a.slot, port);
                 }
             });
         }
         for (slot, peer) in done {
             // Its descriptor is read before the slot is posted again.
             self.fetch_discarded(st, slot, peer, port);
-            if let Err(e) = self.fab.post_recv_slot(slot) {
-                log::warn!("port {port}: a receive slot could not be posted again: {e}");
-            }
+            self.free_slot(st, slot, port);
         }
         if !st.outbox.is_empty() {
             self.flush_outbox(st);

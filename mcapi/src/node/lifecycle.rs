@@ -139,6 +139,8 @@ impl Node {
             next_any_port: 1 << 20,
             next_endpoint_generation: 0,
             recv_free: fab.recv_slots,
+            // Posted as credits are lent (`post_for_lent`).
+            idle_slots: (0..fab.recv_slots).rev().collect(),
             recv_strays: 0,
             hungry: VecDeque::with_capacity(16),
             recalled: false,
@@ -191,12 +193,6 @@ impl Node {
         inner
             .fab
             .post_control_slots(&mut lock(&inner.state), CONTROL_SLOTS_MIN)?;
-        for slot in 0..inner.fab.recv_slots {
-            inner
-                .fab
-                .post_recv_slot(slot)
-                .map_err(|e| failed(&format_args!("receive slot {slot} not posted: {e}")))?;
-        }
         let handler: Arc<dyn Handler> = Arc::new(ControlHandler(Arc::downgrade(&inner)));
         let server = ControlServer::start(&inner.config, domain_id, node_id, handler, auth)
             .map_err(|e| match e {

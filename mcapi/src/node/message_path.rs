@@ -506,8 +506,8 @@ impl NodeInner {
         Ok(true)
     }
 
-    /// Posts the slot of the message taken last again and returns its sender's credit.
-    /// Done by the next receive or CQ read rather than by the receive that took the
+    /// Gives the slot of the message taken last back to the pool and returns its sender's
+    /// credit. Done by the next receive or CQ read rather than by the receive that took the
     /// message: a ping-pong's reply then goes out first (on shm the post costs about as much
     /// as a CQ read that delivers a message). A slot the provider refused to take back costs
     /// its credit (never returned: the sender must not count on a receive not posted).
@@ -516,8 +516,7 @@ impl NodeInner {
         let Some(t) = st.taken.take() else {
             return;
         };
-        if let Err(e) = self.fab.post_recv_slot(t.slot) {
-            slot_lost(t.port, &e);
+        if !self.free_slot(st, t.slot, t.port) {
             // The credit stays with the endpoint's sender accounting, never returned.
             return;
         }
@@ -545,6 +544,37 @@ impl NodeInner {
         if !st.outbox.is_empty() {
             self.flush_outbox(st);
         }
+    }
+
+    /// Receive slot `slot` (of a message to `port`) holds no message any more: it waits
+    /// idle if the node's unlent credits allow, else it is posted again. `false`: the
+    /// provider refused it (lost; the node takes one message fewer at once from now on).
+    pub(super) fn free_slot(&self, st: &mut State, slot: u32, port: u32) -> bool {
+        if (st.idle_slots.len() as u32) < st.recv_free {
+            st.idle_slots.push(slot);
+        } else if let Err(e) = self.fab.post_recv_slot(slot) {
+            log::warn!("port {port}: a receive slot could not be posted again: {e}");
+            return false;
+        }
+        true
+    }
+
+    /// Posts idle receive slots until at most the node's unlent credits less `reserve` are
+    /// idle: every credit lent (and `reserve` more, about to be) has a slot posted or
+    /// holding its message before it is granted. `false` if the provider refused a slot
+    /// (it stays idle): nothing may be granted then.
+    pub(super) fn post_for_lent(&self, st: &mut State, reserve: u32) -> bool {
+        while st.idle_slots.len() as u32 + reserve > st.recv_free {
+            let Some(slot) = st.idle_slots.pop() else {
+                break;
+            };
+            if let Err(e) = self.fab.post_recv_slot(slot) {
+                log::warn!("a receive slot could not be posted: {e}");
+                st.idle_slots.push(slot);
+                return false;
+            }
+        }
+        true
     }
 
     /// After the credit pool of endpoint `port` changed: its free credits go back to the
@@ -627,7 +657,7 @@ impl NodeInner {
 
     pub(super) fn message_arrived(&self, st: &mut State, slot: u32, c: &Completion) {
         let Some(tag) = Tag::decode(c.tag()) else {
-            self.repost_slot(st, slot, 0);
+            self.free_slot(st, slot, 0);
             return;
         };
         let port = tag.port;
@@ -687,7 +717,7 @@ impl NodeInner {
                 tag.peer
             );
             _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
-            self.repost_slot(st, slot, port);
+            self.free_slot(st, slot, port);
             self.settle_credits(st, port);
         }
     }
@@ -720,7 +750,7 @@ impl NodeInner {
         }
     }
 
-    /// A message nobody takes arrived in `slot`: the slot is posted again, and a credit a
+    /// A message nobody takes arrived in `slot`: the slot is freed, and a credit a
     /// deleted endpoint's sender spent on it goes back to the node.
     #[cold]
     fn stray_arrived(&self, st: &mut State, slot: u32, port: u32) {
@@ -728,16 +758,9 @@ impl NodeInner {
             st.recv_strays -= 1;
             st.recv_free += 1;
         }
-        self.repost_slot(st, slot, port);
+        self.free_slot(st, slot, port);
         if !st.hungry.is_empty() {
             self.feed_hungry(st);
-        }
-    }
-
-    /// Posts `slot` of the node's pool again at once.
-    fn repost_slot(&self, _st: &mut State, slot: u32, port: u32) {
-        if let Err(e) = self.fab.post_recv_slot(slot) {
-            slot_lost(port, &e);
         }
     }
 }
@@ -773,9 +796,49 @@ pub(super) struct InPlace {
     pub(super) len: usize,
 }
 
-/// A receive slot that could not be posted again: the node takes one message fewer at once
-/// from now on (the credit it stood for is never lent again).
-#[cold]
-fn slot_lost(port: u32, e: &Status) {
-    log::warn!("port {port}: a receive slot could not be posted again: {e}");
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::Node;
+    use std::collections::HashSet;
+
+    /// Receive slots are posted as credits are lent, and a slot freed goes back before the
+    /// idle ones: a ping-pong's messages keep landing in the few slots its sender's credits
+    /// stand for (memory still in cache), not in each of the node's slots in turn.
+    #[test]
+    fn messages_land_in_the_slots_their_credits_stand_for() {
+        for provider in ["shm", "tcp"] {
+            let mut config = Config::defaults();
+            config.provider = Some(provider.into());
+            config.job = format!("slot-reuse-{}", std::process::id());
+            config.recv_buffers = 8;
+            let a = Node::initialize(0, 10, config.clone()).expect("sender node");
+            let b = Node::initialize(0, 11, config).expect("receiver node");
+            let slots = b.inner.fab.recv_slots as usize;
+            let tx = a.endpoint_create(1).expect("an endpoint");
+            let rx = b.endpoint_create(1).expect("an endpoint");
+            let to = a.endpoint_get(0, 11, 1, None).expect("the receiver");
+            let mut used = HashSet::new();
+            let mut buf = [0u8; 64];
+            for i in 0..3 * slots {
+                a.msg_send(tx, to, &[i as u8; 64], 0).expect("send");
+                assert_eq!(b.msg_recv(rx, &mut buf), Ok(64));
+                assert_eq!(buf, [i as u8; 64], "{provider}: message {i}");
+                let st = b.inner.state.lock().expect("state");
+                used.insert(st.taken.expect("the slot taken last").slot);
+                assert!(
+                    st.idle_slots.len() as u32 <= st.recv_free,
+                    "{provider}: more slots idle than credits unlent"
+                );
+            }
+            // At most N = 8 credits are lent to the one sender at a time.
+            assert!(
+                used.len() <= 8,
+                "{provider}: {} of {slots} slots used",
+                used.len()
+            );
+            a.finalize().expect("finalize");
+            b.finalize().expect("finalize");
+        }
+    }
 }

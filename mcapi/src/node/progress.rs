@@ -46,11 +46,9 @@ impl NodeInner {
                         log::info!("a rendezvous read failed: {}", e.err);
                         self.read_completed(st, index, false);
                     }
-                    // A receive of the node's pool that failed: post it again.
+                    // A receive of the node's pool that failed: the slot is free again.
                     Some(Context::RecvSlot(slot)) => {
-                        if let Err(e) = self.fab.post_recv_slot(slot) {
-                            log::warn!("a receive slot could not be posted again: {e}");
-                        }
+                        self.free_slot(st, slot, 0);
                     }
                     _ => {}
                 },

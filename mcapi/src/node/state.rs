@@ -25,9 +25,15 @@ pub(super) struct State {
     pub(super) next_any_port: u32,
     /// The generation the next endpoint created gets (see [`LocalEndpoint::generation`]).
     pub(super) next_endpoint_generation: u8,
-    /// Credits of the node's receive pool not lent to any endpoint (the pool's slots are
-    /// all posted but those holding queued messages; docs/design.md, Credits).
+    /// Credits of the node's receive pool not lent to any endpoint (docs/design.md,
+    /// Credits).
     pub(super) recv_free: u32,
+    /// Slots of the node's receive pool neither posted nor holding a message, the one
+    /// freed last on top. At most `recv_free` of them: every credit lent has a slot posted
+    /// or holding its message, and the slots that are posted are few and were in use
+    /// recently (a ping-pong's messages land in memory that is still in cache, not in
+    /// the next of hundreds of slots in turn).
+    pub(super) idle_slots: Vec<u32>,
     /// Credits that deleted endpoints' senders still held: spent on messages that arrive
     /// for nobody, or given back when the senders hear of the delete.
     pub(super) recv_strays: u32,
@@ -53,7 +59,7 @@ pub(super) struct State {
     /// Where a queued send small enough to inject is copied out of its send slot (the
     /// provider's inject size, at most a slot).
     pub(super) inject_scratch: Box<[u8]>,
-    /// The receive slot of the message taken last, to be posted again (returning its
+    /// The receive slot of the message taken last, to be freed (returning its
     /// sender's credit) by the next receive or CQ read: after the application's reply to
     /// it, not before (see [`NodeInner::repost_taken`](super::inner::NodeInner::repost_taken)).
     pub(super) taken: Option<TakenSlot>,
