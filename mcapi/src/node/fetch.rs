@@ -482,7 +482,7 @@ impl NodeInner {
             // The provider is done with the request's buffer: it completes, and the
             // descriptor's slot goes back (with the sender's credit) as a taken message's.
             st.rndv.fetches.free(index, None);
-            st.reading_into.retain(|&h| h != request);
+            st.set_reading_into(request, false);
             let (status, size) = match read {
                 Some(len) => (Status::MCAPI_SUCCESS, len),
                 None => (Status::MCAPI_ERR_TRANSMISSION, 0),
@@ -522,7 +522,7 @@ impl NodeInner {
                 || head.slot & LOCAL_SLOT != 0
                 || len > self.fab.max_msg
                 || !st.rndv.fetches.not_started(head.slot)
-                || st.reading_into.contains(&request)
+                || st.reading_into(request)
             {
                 break;
             }
@@ -538,7 +538,7 @@ impl NodeInner {
                 peer: head.peer,
             };
             st.rndv.fetches.undefer(head.slot);
-            st.reading_into.push(request);
+            st.set_reading_into(request, true);
             self.start_fetch(st, head.slot, head.peer, port, Some((request, taken)));
             bound |= watch.is_none_or(|w| w == head.slot);
         }

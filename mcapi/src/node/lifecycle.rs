@@ -162,7 +162,6 @@ impl Node {
             waiting_receives: Default::default(),
             in_background: false,
             in_place_read: None,
-            reading_into: Vec::new(),
             read_in_place: 0,
             finalized: false,
         };

@@ -250,7 +250,9 @@ impl NodeInner {
         buf: Option<&mut [u8]>,
     ) -> Result<()> {
         let (port, posted) = match (st.requests.state(request)?, st.requests.get(request)) {
-            (RequestState::Pending, Ok(Req::Recv { port, posted })) => (*port, posted.is_some()),
+            (RequestState::Pending, Ok(Req::Recv { port, posted, .. })) => {
+                (*port, posted.is_some())
+            }
             _ => return Ok(()),
         };
         let Some(ep) = st.endpoints.get(&port) else {
@@ -258,7 +260,7 @@ impl NodeInner {
                 .complete(request, Status::MCAPI_ERR_ENDP_INVALID, 0)?;
             return Ok(());
         };
-        if ep.pending_recvs.front() != Some(&request) || st.reading_into.contains(&request) {
+        if ep.pending_recvs.front() != Some(&request) || st.reading_into(request) {
             // Not its turn, or a waiter reads its message into it right now.
             return Ok(());
         }

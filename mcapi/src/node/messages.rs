@@ -801,7 +801,11 @@ impl Node {
             return Err(Status::MCAPI_ERR_ENDP_INVALID);
         }
         let bind = posted.is_some();
-        let h = st.requests.alloc(Req::Recv { port, posted })?;
+        let h = st.requests.alloc(Req::Recv {
+            port,
+            posted,
+            reading: false,
+        })?;
         if let Some(ep) = st.endpoints.get_mut(&port) {
             ep.pending_recvs.push_back(h);
         }

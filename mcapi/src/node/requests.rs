@@ -163,9 +163,9 @@ impl Node {
         // A receive that waits with its buffer reads a rendezvous message in place: one
         // arriving at the head of its queue meanwhile is not read ahead (as for `msg_recv`).
         let waited_port = match st.requests.get(request) {
-            Ok(&Req::Recv { port, ref posted })
-                if (buf.is_some() || posted.is_some()) && self.inner.fab.reads_in_place =>
-            {
+            Ok(&Req::Recv {
+                port, ref posted, ..
+            }) if (buf.is_some() || posted.is_some()) && self.inner.fab.reads_in_place => {
                 st.waiting_receives.enter(port);
                 Some(port)
             }
@@ -192,6 +192,7 @@ impl Node {
             &Req::Recv {
                 port,
                 posted: Some(_),
+                ..
             } => port,
             _ => return Err(Status::MCAPI_ERR_PARAMETER),
         };
@@ -304,7 +305,7 @@ impl Node {
         buf: Option<&mut [u8]>,
     ) -> Result<MutexGuard<'n, State>> {
         // (Not while its message is being read into the buffer: it completes with the read.)
-        if buf.is_none() && !st.reading_into.contains(&request) {
+        if buf.is_none() && !st.reading_into(request) {
             if let Some(mut own) = st.take_posted(request) {
                 if own.reading() {
                     // Never (see above): it completes with the read.
@@ -342,14 +343,14 @@ impl Node {
         };
         // The message is off its queue and the request still first on its endpoint (the
         // receives behind it wait): nothing may cancel it now.
-        st.reading_into.push(request);
+        st.set_reading_into(request, true);
         drop(st);
         let (status, size) = match self.read_in_place(read, buf) {
             Ok(n) => (Status::MCAPI_SUCCESS, n),
             Err(e) => (e, 0),
         };
         let mut st = self.inner.live_state()?;
-        st.reading_into.retain(|&h| h != request);
+        st.set_reading_into(request, false);
         st.requests.complete(request, status, size)?;
         if let Some(ep) = st.endpoints.get_mut(&port) {
             if ep.pending_recvs.front() == Some(&request) {
@@ -472,7 +473,7 @@ impl Node {
             }
             _ => false,
         };
-        if pending && (lent_out || st.reading_into.contains(&request)) {
+        if pending && (lent_out || st.reading_into(request)) {
             // It completes with the read of its message.
             return Err(Status::MCAPI_ERR_REQUEST_INVALID);
         }

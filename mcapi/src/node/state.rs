@@ -80,9 +80,6 @@ pub(super) struct State {
     /// The message that receive took off its queue to read in place (handed over by
     /// `take_message`, which found it at the head).
     pub(super) in_place_read: Option<super::message_path::InPlace>,
-    /// Receive requests whose message is being read in place (by their waiter, or into the
-    /// buffer they were posted with; its queue no longer has it): they cannot be cancelled.
-    pub(super) reading_into: Vec<RequestHandle>,
     /// Rendezvous messages read straight into a receive's buffer (tests).
     pub(super) read_in_place: u64,
     pub(super) finalized: bool,
@@ -151,6 +148,9 @@ pub(super) enum Req {
     Recv {
         port: u32,
         posted: Option<mcapi_ofi::RecvBuffer>,
+        /// Its message is being read in place (by its waiter, or into `posted`; its queue
+        /// no longer has it): it cannot be cancelled.
+        reading: bool,
     },
     /// An endpoint lookup; it completes once the endpoint exists.
     Get { id: EndpointId },
@@ -162,6 +162,18 @@ pub(super) enum Req {
 }
 
 impl State {
+    /// Whether receive request `h`'s message is being read in place.
+    pub(super) fn reading_into(&self, h: RequestHandle) -> bool {
+        matches!(self.requests.get(h), Ok(Req::Recv { reading: true, .. }))
+    }
+
+    /// Marks receive request `h` as having its message read in place (`on`) or not.
+    pub(super) fn set_reading_into(&mut self, h: RequestHandle, on: bool) {
+        if let Ok(Req::Recv { reading, .. }) = self.requests.get_mut(h) {
+            *reading = on;
+        }
+    }
+
     /// Takes the buffer receive request `h` was posted with out of it, for a receive that
     /// copies or reads into it now ([`State::restore_posted`] puts it back).
     pub(super) fn take_posted(&mut self, h: RequestHandle) -> Option<mcapi_ofi::RecvBuffer> {
