@@ -10,13 +10,14 @@
 //! `mb_s_spread` (`[min, max]` over the rounds; null when there is one round, and the latency
 //! one for msg-bw). With several rounds, p50, MB/s and messages/s are the medians of the
 //! rounds (see [`Summary`]). `ratio` is MCAPI over raw (p50 latency for latency tests, MB/s
-//! for the others), `delta_us` MCAPI's p50 minus raw's (latency tests). Fields of a half that
+//! for the others), `delta_us` MCAPI's p50 minus raw's (latency tests); with several rounds
+//! each is the median of the rounds' own (raw and MCAPI back to back in a round). Fields of a half that
 //! did not run are null. Then `libfabric_version`, `host`, `date` (UTC, ISO 8601) and
 //! `git_sha` (the build's commit).
 
 use crate::cli::{Metric, Test};
 use crate::pattern::Plan;
-use crate::stats::Summary;
+use crate::stats::{median, Summary};
 use serde_json::Value;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -106,9 +107,14 @@ pub struct SizeResult<'a> {
 }
 
 impl SizeResult<'_> {
-    /// MCAPI over raw: p50 latency for latency tests, MB/s for the others.
+    /// MCAPI over raw: p50 latency for latency tests, MB/s for the others. With several
+    /// rounds, the median of the rounds' own ratios: raw and MCAPI run back to back in a
+    /// round, so a host that speeds up or slows down between rounds moves both alike.
     pub fn ratio(&self, test: Test) -> Option<f64> {
         let (mc, raw) = (self.mcapi?, self.raw?);
+        if let Some(pairs) = self.paired_rounds() {
+            return Some(median(pairs.filter(|&(_, r)| r > 0.0).map(|(m, r)| m / r)));
+        }
         match test.metric() {
             Metric::Latency => {
                 let (a, b) = (mc.latency()?, raw.latency()?);
@@ -118,9 +124,21 @@ impl SizeResult<'_> {
         }
     }
 
-    /// MCAPI's p50 latency minus raw's, in microseconds (latency tests).
+    /// MCAPI's p50 latency minus raw's, in microseconds (latency tests); with several
+    /// rounds, the median of the rounds' differences (as for [`SizeResult::ratio`]).
     pub fn delta_us(&self) -> Option<f64> {
-        Some(self.mcapi?.latency()?.p50 - self.raw?.latency()?.p50)
+        let p50 = self.mcapi?.latency()?.p50 - self.raw?.latency()?.p50;
+        Some(match self.paired_rounds() {
+            Some(pairs) => median(pairs.map(|(m, r)| m - r)),
+            None => p50,
+        })
+    }
+
+    /// (MCAPI, raw) headline numbers of each round, when both layers ran the same rounds,
+    /// more than one.
+    fn paired_rounds(&self) -> Option<impl Iterator<Item = (f64, f64)>> {
+        let (mc, raw) = (self.mcapi?.round_values(), self.raw?.round_values());
+        (mc.len() > 1 && mc.len() == raw.len()).then(|| mc.into_iter().zip(raw))
     }
 }
 
@@ -548,5 +566,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("3.000..4.000"), "{text}");
+
+        // The host slows down for raw's second and third rounds and for MCAPI's third: each
+        // round's ratio is 2, 0.5, 2, and so their median, where the medians' ratio (2 / 4)
+        // would be 0.5.
+        let (mut raw, mut mc) = (Summary::new(round(2)), Summary::new(round(4)));
+        for (r, m) in [(8, 4), (8, 16)] {
+            raw.push(round(r));
+            mc.push(round(m));
+        }
+        let r = SizeResult {
+            raw: Some(&raw),
+            mcapi: Some(&mc),
+            ..r
+        };
+        let v: Value = serde_json::from_str(&report.json_line(&r)).unwrap();
+        assert_eq!(
+            (v["raw_lat_us_p50"].as_f64(), v["lat_us_p50"].as_f64()),
+            (Some(4.0), Some(2.0))
+        );
+        assert_eq!(v["ratio"], 2.0);
+        assert_eq!(v["delta_us"], 1.0);
     }
 }

@@ -197,6 +197,15 @@ impl Summary {
         spread(self.rounds.iter().map(Measurement::mb_s))
     }
 
+    /// Each round's headline number: p50 latency (µs) for ping-pong runs, else MB/s.
+    pub fn round_values(&self) -> Vec<f64> {
+        if self.total.latency().is_some() {
+            self.round_p50s().collect()
+        } else {
+            self.rounds.iter().map(Measurement::mb_s).collect()
+        }
+    }
+
     fn round_p50s(&self) -> impl Iterator<Item = f64> + '_ {
         self.rounds
             .iter()

@@ -546,7 +546,8 @@ fn unreachable_server_is_explained() {
     );
 }
 
-/// `--rounds`: raw and MCAPI alternate; p50 is the median of the rounds, with its spread.
+/// `--rounds`: raw and MCAPI alternate; p50 is the median of the rounds, with its spread;
+/// `ratio` and `delta_us` are medians of the rounds' own.
 #[test]
 fn rounds_report_medians_and_spread() {
     let lines = json_run(&[
@@ -578,9 +579,22 @@ fn rounds_report_medians_and_spread() {
         assert!(0.0 < lo && lo <= p50 && p50 <= hi, "{prefix}: {v}");
         assert!(v[format!("{prefix}mb_s_spread")].is_array(), "{v}");
     }
+    // The median of the rounds' differences: within what the spreads allow.
     let delta = v["delta_us"].as_f64().expect("delta_us");
-    let (p50, raw_p50) = (positive(v, "lat_us_p50"), positive(v, "raw_lat_us_p50"));
-    assert!((delta - (p50 - raw_p50)).abs() < 0.01, "{v}");
+    let bounds = |prefix: &str| {
+        let s = v[format!("{prefix}lat_us_p50_spread")].as_array().unwrap();
+        (s[0].as_f64().unwrap(), s[1].as_f64().unwrap())
+    };
+    let ((lo, hi), (raw_lo, raw_hi)) = (bounds(""), bounds("raw_"));
+    assert!(
+        lo - raw_hi - 0.01 <= delta && delta <= hi - raw_lo + 0.01,
+        "{v}"
+    );
+    let ratio = v["ratio"].as_f64().expect("ratio");
+    assert!(
+        lo / raw_hi - 0.01 <= ratio && ratio <= hi / raw_lo + 0.01,
+        "{v}"
+    );
 }
 
 /// `compare` over shm, tcp and an absent provider, with tiny bounds: every benchmark's table,
