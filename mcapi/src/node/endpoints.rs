@@ -324,6 +324,7 @@ impl NodeInner {
     /// and its credits go back to the node's pool, but for those its senders hold, which
     /// are counted as strays until they come back.
     fn retire_endpoint(&self, st: &mut State, port: u32, ep: &mut LocalEndpoint) {
+        let mut discarded = 0;
         while let Some(a) = ep.queue.pop() {
             if a.slot & LOCAL_SLOT != 0 {
                 continue;
@@ -333,12 +334,14 @@ impl NodeInner {
                 self.fetch_discarded(st, a.slot, a.peer, port);
             }
             self.free_slot(st, a.slot, port);
+            discarded += 1;
         }
         // Messages waiting in the reorder buffer for an earlier one hold slots too.
         let peers: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
         let mut done = Vec::new();
         for peer in peers {
             ep.reorder.remove(&peer, |a| {
+                discarded += 1;
                 if a.rndv {
                     done.push((a.slot, a.peer));
                 } else {
@@ -351,6 +354,9 @@ impl NodeInner {
             self.fetch_discarded(st, slot, peer, port);
             self.free_slot(st, slot, port);
         }
+        // Messages taken off the queue and not done with (read in place right now) hold
+        // their slots beyond the credits going back below: until `repost_taken` frees them.
+        st.recv_held += ep.credits.queued().saturating_sub(discarded);
         if !st.outbox.is_empty() {
             self.flush_outbox(st);
         }
@@ -444,5 +450,48 @@ impl NodeInner {
             }
         }
         unspent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::Node;
+
+    /// An endpoint deleted while a message of its is taken and not done with (read in place
+    /// right now; here its slot is simply left taken) gives its credits back to the node,
+    /// but that slot stays held until freed: idle slots plus held ones never exceed the
+    /// credits unlent, so whatever is lent meanwhile has a slot posted.
+    #[test]
+    fn a_deleted_endpoints_slot_still_in_use_is_not_counted_free() {
+        let mut config = Config::defaults();
+        config.provider = Some("shm".into());
+        config.job = format!("held-slot-{}", std::process::id());
+        config.recv_buffers = 8;
+        let a = Node::initialize(0, 12, config.clone()).expect("sender node");
+        let b = Node::initialize(0, 13, config).expect("receiver node");
+        let tx = a.endpoint_create(1).expect("an endpoint");
+        let rx = b.endpoint_create(1).expect("an endpoint");
+        let to = a.endpoint_get(0, 13, 1, None).expect("the receiver");
+        a.msg_send(tx, to, b"held", 0).expect("send");
+        let mut buf = [0u8; 8];
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
+        {
+            let mut st = b.inner.state.lock().expect("state");
+            assert!(st.taken.is_some(), "the message's slot is still taken");
+            // As `endpoint_delete` does, without its progress (which frees the slot first).
+            let mut ep = st.endpoints.remove(&1).expect("the endpoint");
+            b.inner.retire_endpoint(&mut st, 1, &mut ep);
+            assert_eq!(st.recv_held, 1);
+            assert!(st.idle_slots.len() as u32 + st.recv_held <= st.recv_free);
+            assert!(b.inner.post_for_lent(&mut st, 8));
+            assert!(st.idle_slots.len() as u32 + 8 + st.recv_held <= st.recv_free);
+            b.inner.repost_taken(&mut st);
+            assert_eq!(st.recv_held, 0);
+            assert!(st.taken.is_none());
+            assert!(st.idle_slots.len() as u32 <= st.recv_free);
+        }
+        a.finalize().expect("finalize");
+        b.finalize().expect("finalize");
     }
 }

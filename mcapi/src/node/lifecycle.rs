@@ -141,6 +141,7 @@ impl Node {
             recv_free: fab.recv_slots,
             // Posted as credits are lent (`post_for_lent`).
             idle_slots: (0..fab.recv_slots).rev().collect(),
+            recv_held: 0,
             recv_strays: 0,
             hungry: VecDeque::with_capacity(16),
             recalled: false,

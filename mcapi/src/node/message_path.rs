@@ -518,6 +518,16 @@ impl NodeInner {
         let Some(t) = st.taken.take() else {
             return;
         };
+        let alive = st
+            .endpoints
+            .get(&t.port)
+            .is_some_and(|ep| ep.generation == t.generation);
+        if !alive {
+            // Deleted since: its credit went back with the endpoint, its slot is free now.
+            st.recv_held = st.recv_held.saturating_sub(1);
+            self.free_slot(st, t.slot, t.port);
+            return;
+        }
         if !self.free_slot(st, t.slot, t.port) {
             // The credit stays with the endpoint's sender accounting, never returned.
             return;
@@ -530,11 +540,7 @@ impl NodeInner {
             hungry,
             ..
         } = st;
-        // Deleted since: its credit went back with the endpoint.
-        let Some(ep) = endpoints
-            .get_mut(&t.port)
-            .filter(|ep| ep.generation == t.generation)
-        else {
+        let Some(ep) = endpoints.get_mut(&t.port) else {
             return;
         };
         // (A sender that left meanwhile has nothing to be credited.)
@@ -552,7 +558,7 @@ impl NodeInner {
     /// idle if the node's unlent credits allow, else it is posted again. `false`: the
     /// provider refused it (lost; the node takes one message fewer at once from now on).
     pub(super) fn free_slot(&self, st: &mut State, slot: u32, port: u32) -> bool {
-        if (st.idle_slots.len() as u32) < st.recv_free {
+        if st.idle_slots.len() as u32 + st.recv_held < st.recv_free {
             st.idle_slots.push(slot);
         } else if let Err(e) = self.fab.post_recv_slot(slot) {
             log::warn!("port {port}: a receive slot could not be posted again: {e}");
@@ -561,12 +567,13 @@ impl NodeInner {
         true
     }
 
-    /// Posts idle receive slots until at most the node's unlent credits less `reserve` are
-    /// idle: every credit lent (and `reserve` more, about to be) has a slot posted or
-    /// holding its message before it is granted. `false` if the provider refused a slot
+    /// Posts idle receive slots until at most the node's unlent credits less `reserve` (and
+    /// less the slots still held for deleted endpoints, [`State::recv_held`]) are idle:
+    /// every credit lent (and `reserve` more, about to be) has a slot posted or holding its
+    /// message before it is granted. `false` if the provider refused a slot
     /// (it stays idle): nothing may be granted then.
     pub(super) fn post_for_lent(&self, st: &mut State, reserve: u32) -> bool {
-        while st.idle_slots.len() as u32 + reserve > st.recv_free {
+        while st.idle_slots.len() as u32 + reserve + st.recv_held > st.recv_free {
             let Some(slot) = st.idle_slots.pop() else {
                 break;
             };
@@ -718,9 +725,13 @@ impl NodeInner {
                 "port {port}: dropped a duplicate or out-of-window message of peer {}",
                 tag.peer
             );
-            _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
-            self.free_slot(st, slot, port);
-            self.settle_credits(st, port);
+            // (A slot the provider refuses keeps the credit: never lent without a slot.)
+            if self.free_slot(st, slot, port) {
+                if let Some(ep) = st.endpoints.get_mut(&port) {
+                    _ = ep.credits.consumed(SenderId(u32::from(tag.peer)));
+                }
+                self.settle_credits(st, port);
+            }
         }
     }
 
@@ -756,11 +767,14 @@ impl NodeInner {
     /// deleted endpoint's sender spent on it goes back to the node.
     #[cold]
     fn stray_arrived(&self, st: &mut State, slot: u32, port: u32) {
+        if !self.free_slot(st, slot, port) {
+            // Lost: the stray's credit stays counted, never lent without a slot.
+            return;
+        }
         if st.recv_strays > 0 {
             st.recv_strays -= 1;
             st.recv_free += 1;
         }
-        self.free_slot(st, slot, port);
         if !st.hungry.is_empty() {
             self.feed_hungry(st);
         }
@@ -829,7 +843,7 @@ mod tests {
                 let st = b.inner.state.lock().expect("state");
                 used.insert(st.taken.expect("the slot taken last").slot);
                 assert!(
-                    st.idle_slots.len() as u32 <= st.recv_free,
+                    st.idle_slots.len() as u32 + st.recv_held <= st.recv_free,
                     "{provider}: more slots idle than credits unlent"
                 );
             }

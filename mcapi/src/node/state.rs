@@ -29,11 +29,16 @@ pub(super) struct State {
     /// Credits).
     pub(super) recv_free: u32,
     /// Slots of the node's receive pool neither posted nor holding a message, the one
-    /// freed last on top. At most `recv_free` of them: every credit lent has a slot posted
-    /// or holding its message, and the slots that are posted are few and were in use
+    /// freed last on top. At most `recv_free` less `recv_held` of them: every credit lent
+    /// has a slot posted or holding its message, and the slots that are posted are few and were in use
     /// recently (a ping-pong's messages land in memory that is still in cache, not in
     /// the next of hundreds of slots in turn).
     pub(super) idle_slots: Vec<u32>,
+    /// Slots still held by messages of deleted endpoints (taken, or being read in place)
+    /// whose credits already went back to `recv_free`: not available until freed, so
+    /// [`NodeInner::post_for_lent`](super::inner::NodeInner::post_for_lent) counts them
+    /// as lent.
+    pub(super) recv_held: u32,
     /// Credits that deleted endpoints' senders still held: spent on messages that arrive
     /// for nobody, or given back when the senders hear of the delete.
     pub(super) recv_strays: u32,

@@ -386,6 +386,12 @@ impl CreditPool {
         queued
     }
 
+    /// Messages arrived and not consumed (queued, or taken and not yet reported), all
+    /// senders.
+    pub fn queued(&self) -> u32 {
+        self.queued
+    }
+
     /// Whether other nodes are sending to the endpoint now: messages of theirs
     /// are queued, or they wait for credits.
     pub fn in_use(&self) -> bool {
