@@ -46,7 +46,7 @@ pub struct Domain {
 
 pub(crate) struct DomainInner {
     // Closed before the domain.
-    pub(crate) static_exposures: crate::raw::StaticExposures,
+    pub(crate) kept_exposures: crate::raw::KeptExposures,
     // Declared before the fabric reference: closed before it is released.
     pub(crate) fid: DomainFid,
     pub(crate) fabric: Fabric,
@@ -62,7 +62,7 @@ impl Domain {
         let fid = raw::open_domain(&fabric.inner.fid, &info.raw)?;
         Ok(Domain {
             inner: Arc::new(DomainInner {
-                static_exposures: Default::default(),
+                kept_exposures: Default::default(),
                 fid,
                 fabric: fabric.clone(),
                 info: info.clone(),
@@ -103,9 +103,10 @@ impl Domain {
 
     /// Lets peers read `data` in place (registered for remote reads: no copy) while `f` runs;
     /// `f` gets the key to hand them, with `data.as_ptr()` as the address where the domain
-    /// has `FI_MR_VIRT_ADDR`. The registration is closed when `f` returns. A peer that reads
-    /// after that gets an error or, on a provider that checks no keys, whatever `data`'s
-    /// memory holds then: the caller waits in `f` until its peers are done.
+    /// has `FI_MR_VIRT_ADDR`. The domain may keep the registration after `f` returns (for
+    /// the next exposure of the same place): a peer that reads after that reads whatever
+    /// `data`'s memory holds then, which its process could read anyway (reads here are
+    /// made by the reader's process); the caller waits in `f` until its peers are done.
     ///
     /// # Errors
     /// `InvalidArgument` where this domain's provider would serve remote reads from `data`
@@ -117,7 +118,7 @@ impl Domain {
                 "the provider serves remote reads itself",
             ));
         }
-        crate::raw::expose_for_reads(&self.inner.fid, data, f)
+        crate::raw::expose_for_reads(self, data, f)
     }
 
     /// Lets peers read `buf` in place until the result is dropped (as

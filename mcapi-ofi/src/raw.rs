@@ -980,21 +980,22 @@ fn process_vm_readv_works() -> bool {
     n == 8 && copy == source
 }
 
-/// `Domain::expose_for_reads`: registers `data` for remote reads, runs `f` with its key and
-/// closes the registration before returning. Only called for providers whose remote reads
-/// the reading peer's process makes itself (the caller checked), so the provider here never
-/// touches `data`, during `f` or after.
+/// `Domain::expose_for_reads`: registers `data` for remote reads (or finds the domain's
+/// kept registration of it) and runs `f` with its key. Only called for providers whose
+/// remote reads the reading peer's process makes itself (the caller checked), so the
+/// provider here never touches `data`, during `f` or after; the registration the domain
+/// keeps afterwards lets such a reader read nothing it could not read anyway
+/// ([`KeptExposures`]).
 pub(crate) fn expose_for_reads<R>(
-    domain: &DomainFid,
+    domain: &crate::Domain,
     data: &[u8],
     f: impl FnOnce(u64) -> R,
 ) -> Result<R> {
-    // `data` is valid for its length while borrowed, which outlasts the registration
-    // (closed below, before this function returns).
-    let (mr, key) = register_for_reads(domain, data)?;
-    let r = f(key);
-    drop(mr);
-    Ok(r)
+    let (_mr, key) = domain
+        .inner
+        .kept_exposures
+        .get_or_register(&domain.inner.fid, data)?;
+    Ok(f(key))
 }
 
 /// Registers `data` for remote reads only, returning the registration and its key.
@@ -1026,8 +1027,8 @@ fn register_for_reads(domain: &DomainFid, data: &[u8]) -> Result<(MrFid, u64)> {
 
 /// A [`SendBuffer`] registered for peers to read in place
 /// ([`crate::Domain::expose_send_buffer`]) until this is dropped: the registration is
-/// closed first, then the buffer (and the domain reference) let go. The registration of
-/// memory that lives for good is kept by the domain (`StaticExposures`) and stays.
+/// closed first, then the buffer (and the domain reference) let go, unless the domain keeps
+/// the registration ([`KeptExposures`]).
 pub struct ExposedBuffer {
     // Declared first: closed (unless the domain keeps it) before the buffer is let go.
     _mr: Arc<MrFid>,
@@ -1036,27 +1037,40 @@ pub struct ExposedBuffer {
     _domain: crate::Domain,
 }
 
-/// A domain's registrations of memory that lives for good ([`SendBuffer::lives_forever`]),
-/// kept for the domain's life, so exposing the same static buffer again (a stream sending
-/// from one buffer) costs a lookup instead of `fi_mr_reg` and `fi_close`. Nothing can
-/// change or free such memory, so a peer reading it later reads what it was sent; at most
-/// [`STATIC_EXPOSURES`] are kept, later ones are registered per exposure.
-#[derive(Default)]
-pub(crate) struct StaticExposures(std::sync::Mutex<Vec<StaticExposure>>);
+/// A domain's registrations for remote reads that outlive their exposures, so exposing
+/// the same buffer again (a stream or a ping-pong sending from one buffer) costs a lookup
+/// instead of `fi_mr_reg` and `fi_close` (about 1200 instructions on shm). Kept: those of
+/// memory that lives for good ([`SendBuffer::lives_forever`]: nothing can change or free
+/// it, so a peer reading it later reads what it was sent), and on a domain whose peers'
+/// reads are made by the reader's own process ([`crate::Domain::reads_made_by_reader`]:
+/// shm's cross-memory attach, which needs the reader to be allowed to ptrace this process)
+/// those of any memory: such a reader can read all of this process's memory anyway, so a
+/// registration left open gives it nothing, and the provider here never touches the memory.
+/// At most [`KEPT_EXPOSURES`], the one kept longest making room for a new one (an
+/// exposure still using it keeps its registration open).
+pub(crate) struct KeptExposures(std::sync::Mutex<(Vec<KeptExposure>, usize)>);
 
-/// Where a static buffer is (address, length), its registration and key.
-type StaticExposure = ((usize, usize), Arc<MrFid>, u64);
+/// Where a buffer is (address, length), its registration and key.
+type KeptExposure = ((usize, usize), Arc<MrFid>, u64);
 
-/// Static buffers whose registrations a domain keeps.
-const STATIC_EXPOSURES: usize = 64;
+/// Registrations a domain keeps.
+const KEPT_EXPOSURES: usize = 64;
 
-impl StaticExposures {
-    /// The registration of `data` (which lives for good) for remote reads, and its key.
+impl Default for KeptExposures {
+    fn default() -> Self {
+        KeptExposures(std::sync::Mutex::new((Vec::new(), 0)))
+    }
+}
+
+impl KeptExposures {
+    /// The registration of `data` for remote reads, and its key; kept for later exposures
+    /// of the same place (the caller decides that it may be: see above).
     fn get_or_register(&self, domain: &DomainFid, data: &[u8]) -> Result<(Arc<MrFid>, u64)> {
-        let mut kept = self
+        let mut guard = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (kept, oldest) = &mut *guard;
         let at = (data.as_ptr() as usize, data.len());
         // A few buffers in practice: a scan is cheaper than hashing.
         if let Some((_, mr, key)) = kept.iter().find(|(place, ..)| *place == at) {
@@ -1064,8 +1078,11 @@ impl StaticExposures {
         }
         let (mr, key) = register_for_reads(domain, data)?;
         let mr = Arc::new(mr);
-        if kept.len() < STATIC_EXPOSURES {
+        if kept.len() < KEPT_EXPOSURES {
             kept.push((at, mr.clone(), key));
+        } else {
+            kept[*oldest] = (at, mr.clone(), key);
+            *oldest = (*oldest + 1) % KEPT_EXPOSURES;
         }
         Ok((mr, key))
     }
@@ -1106,10 +1123,10 @@ impl core::fmt::Debug for ExposedBuffer {
 /// dropped. `SendBuffer`'s contract keeps the memory valid and unmodified while it exists,
 /// which the result does until after the registration is closed.
 pub(crate) fn expose_send_buffer(domain: &crate::Domain, buf: SendBuffer) -> Result<ExposedBuffer> {
-    let (mr, key) = if buf.lives_forever() {
+    let (mr, key) = if buf.lives_forever() || domain.reads_made_by_reader() {
         domain
             .inner
-            .static_exposures
+            .kept_exposures
             .get_or_register(&domain.inner.fid, buf.as_slice())?
     } else {
         let (mr, key) = register_for_reads(&domain.inner.fid, buf.as_slice())?;

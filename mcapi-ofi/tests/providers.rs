@@ -1007,7 +1007,8 @@ fn rma_read_in_place(prov: &str) -> TestResult {
 /// `expose_send_buffer` lends application memory to peers' reads: any buffer where the
 /// reader's process makes the reads (shm with cross-memory attach), elsewhere only one that
 /// lives for good (this side's provider serves the reads, which cannot be stopped). A peer
-/// reads it in place; one kept until the endpoint closes stays readable.
+/// reads it in place; one kept until the endpoint closes stays readable; exposing the same
+/// place again reuses the domain's registration.
 fn exposed_send_buffers(prov: &str) -> TestResult {
     let Some((a, b, src)) = read_in_place_pair(prov)? else {
         return Ok(());
@@ -1045,7 +1046,21 @@ fn exposed_send_buffers(prov: &str) -> TestResult {
     b.ep.keep_until_closed(exposed);
     out.fill(0);
     read(&mut out, 2)?;
-    check(out == data, || "a kept exposure was not read".into())
+    check(out == data, || "a kept exposure was not read".into())?;
+    // The domain keeps registrations for the next exposure of the same place: of static
+    // memory everywhere, of any memory where the reader's process makes the reads.
+    let again = b.domain.expose_send_buffer(SendBuffer::from_static(data))?;
+    check(again.key() == key, || {
+        "a static buffer was registered again".into()
+    })?;
+    if b.domain.reads_made_by_reader() {
+        let first = b.domain.expose_for_reads(&heap, |key| key)?;
+        let second = b.domain.expose_for_reads(&heap, |key| key)?;
+        check(first == second, || {
+            "a borrowed buffer was registered again".into()
+        })?;
+    }
+    Ok(())
 }
 
 /// Reads into a `RecvBuffer` (application memory, no registration) return at once; until
