@@ -1028,7 +1028,7 @@ fn register_for_reads(domain: &DomainFid, data: &[u8]) -> Result<(MrFid, u64)> {
 /// A [`SendBuffer`] registered for peers to read in place
 /// ([`crate::Domain::expose_send_buffer`]) until this is dropped: the registration is
 /// closed first, then the buffer (and the domain reference) let go, unless the domain keeps
-/// the registration ([`KeptExposures`]).
+/// the registration (`KeptExposures`).
 pub struct ExposedBuffer {
     // Declared first: closed (unless the domain keeps it) before the buffer is let go.
     _mr: Arc<MrFid>,
@@ -1039,7 +1039,7 @@ pub struct ExposedBuffer {
 
 /// A domain's registrations for remote reads that outlive their exposures, so exposing
 /// the same buffer again (a stream or a ping-pong sending from one buffer) costs a lookup
-/// instead of `fi_mr_reg` and `fi_close` (about 1200 instructions on shm). Kept: those of
+/// instead of `fi_mr_reg` and `fi_close`. Kept: those of
 /// memory that lives for good ([`SendBuffer::lives_forever`]: nothing can change or free
 /// it, so a peer reading it later reads what it was sent), and on a domain whose peers'
 /// reads are made by the reader's own process ([`crate::Domain::reads_made_by_reader`]:
@@ -1048,6 +1048,7 @@ pub struct ExposedBuffer {
 /// registration left open gives it nothing, and the provider here never touches the memory.
 /// At most [`KEPT_EXPOSURES`], the one kept longest making room for a new one (an
 /// exposure still using it keeps its registration open).
+#[derive(Default)]
 pub(crate) struct KeptExposures(std::sync::Mutex<(Vec<KeptExposure>, usize)>);
 
 /// Where a buffer is (address, length), its registration and key.
@@ -1055,12 +1056,6 @@ type KeptExposure = ((usize, usize), Arc<MrFid>, u64);
 
 /// Registrations a domain keeps.
 const KEPT_EXPOSURES: usize = 64;
-
-impl Default for KeptExposures {
-    fn default() -> Self {
-        KeptExposures(std::sync::Mutex::new((Vec::new(), 0)))
-    }
-}
 
 impl KeptExposures {
     /// The registration of `data` for remote reads, and its key; kept for later exposures
