@@ -30,9 +30,9 @@ pub(super) struct State {
     pub(super) recv_free: u32,
     /// Slots of the node's receive pool neither posted nor holding a message, the one
     /// freed last on top. At most `recv_free` less `recv_held` of them: every credit lent
-    /// has a slot posted or holding its message, and the slots that are posted are few and were in use
-    /// recently (a ping-pong's messages land in memory that is still in cache, not in
-    /// the next of hundreds of slots in turn).
+    /// has a slot posted or holding its message, and the slots posted are few and were in
+    /// use recently (a ping-pong's messages land in memory still in cache, not in the next
+    /// of hundreds of slots in turn).
     pub(super) idle_slots: Vec<u32>,
     /// Slots still held by messages of deleted endpoints (taken, or being read in place)
     /// whose credits already went back to `recv_free`: not available until freed, so
