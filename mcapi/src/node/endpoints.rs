@@ -455,8 +455,7 @@ impl NodeInner {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
-    use crate::Node;
+    use crate::node::test_pair::sender_and_receiver;
 
     /// An endpoint deleted while a message of its is taken and not done with (read in place
     /// right now; here its slot is simply left taken) gives its credits back to the node,
@@ -464,15 +463,7 @@ mod tests {
     /// credits unlent, so whatever is lent meanwhile has a slot posted.
     #[test]
     fn a_deleted_endpoints_slot_still_in_use_is_not_counted_free() {
-        let mut config = Config::defaults();
-        config.provider = Some("shm".into());
-        config.job = format!("held-slot-{}", std::process::id());
-        config.recv_buffers = 8;
-        let a = Node::initialize(0, 12, config.clone()).expect("sender node");
-        let b = Node::initialize(0, 13, config).expect("receiver node");
-        let tx = a.endpoint_create(1).expect("an endpoint");
-        let rx = b.endpoint_create(1).expect("an endpoint");
-        let to = a.endpoint_get(0, 13, 1, None).expect("the receiver");
+        let (a, b, tx, rx, to) = sender_and_receiver("shm", "held-slot", (12, 13), Some(8));
         a.msg_send(tx, to, b"held", 0).expect("send");
         let mut buf = [0u8; 8];
         assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));

@@ -814,8 +814,7 @@ pub(super) struct InPlace {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
-    use crate::Node;
+    use crate::node::test_pair::sender_and_receiver;
     use std::collections::HashSet;
 
     /// Receive slots are posted as credits are lent, and a slot freed goes back before the
@@ -824,16 +823,8 @@ mod tests {
     #[test]
     fn messages_land_in_the_slots_their_credits_stand_for() {
         for provider in ["shm", "tcp"] {
-            let mut config = Config::defaults();
-            config.provider = Some(provider.into());
-            config.job = format!("slot-reuse-{}", std::process::id());
-            config.recv_buffers = 8;
-            let a = Node::initialize(0, 10, config.clone()).expect("sender node");
-            let b = Node::initialize(0, 11, config).expect("receiver node");
+            let (a, b, tx, rx, to) = sender_and_receiver(provider, "slot-reuse", (10, 11), Some(8));
             let slots = b.inner.fab.recv_slots as usize;
-            let tx = a.endpoint_create(1).expect("an endpoint");
-            let rx = b.endpoint_create(1).expect("an endpoint");
-            let to = a.endpoint_get(0, 11, 1, None).expect("the receiver");
             let mut used = HashSet::new();
             let mut buf = [0u8; 64];
             for i in 0..3 * slots {

@@ -38,6 +38,36 @@ mod seq;
 mod state;
 mod wait;
 
+/// Set-ups the node's unit tests share.
+#[cfg(test)]
+pub(crate) mod test_pair {
+    use crate::config::Config;
+    use crate::{EndpointId, Node};
+
+    /// A sender node and a receiver node of this process (nodes `ids` of domain 0, job
+    /// `job`) over `provider`, with `recv_buffers` buffers per endpoint: the sender's
+    /// endpoint, the receiver's (both at port 1), and the receiver's as the sender got it.
+    pub(crate) fn sender_and_receiver(
+        provider: &str,
+        job: &str,
+        ids: (u32, u32),
+        recv_buffers: Option<usize>,
+    ) -> (Node, Node, EndpointId, EndpointId, EndpointId) {
+        let mut config = Config::defaults();
+        config.provider = Some(provider.into());
+        config.job = format!("{job}-{}", std::process::id());
+        if let Some(n) = recv_buffers {
+            config.recv_buffers = n;
+        }
+        let a = Node::initialize(0, ids.0, config.clone()).expect("sender node");
+        let b = Node::initialize(0, ids.1, config).expect("receiver node");
+        let tx = a.endpoint_create(1).expect("an endpoint");
+        let rx = b.endpoint_create(1).expect("an endpoint");
+        let to = a.endpoint_get(0, ids.1, 1, None).expect("the receiver");
+        (a, b, tx, rx, to)
+    }
+}
+
 pub use channel::{ChannelHandle, Packet, MAX_PKT_SIZE};
 pub(crate) use common::EAGER_SLOT;
 pub use common::{MAX_ENDPOINTS, MAX_MSG_SIZE, NUM_PRIORITIES};

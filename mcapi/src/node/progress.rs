@@ -225,14 +225,8 @@ mod tests {
     #[test]
     fn send_i_and_wait_in_a_loop_reads_back_its_send_slots() {
         for provider in ["shm", "tcp"] {
-            let mut config = Config::defaults();
-            config.provider = Some(provider.into());
-            config.job = format!("send-i-loop-{}", std::process::id());
-            let a = Node::initialize(0, 8, config.clone()).expect("sender node");
-            let b = Node::initialize(0, 9, config).expect("receiver node");
-            let tx = a.endpoint_create(1).expect("an endpoint");
-            let rx = b.endpoint_create(1).expect("an endpoint");
-            let to = a.endpoint_get(0, 9, 1, None).expect("the receiver");
+            let (a, b, tx, rx, to) =
+                crate::node::test_pair::sender_and_receiver(provider, "send-i-loop", (8, 9), None);
             let size = (a.inject_size() + 1000).min(a.eager_max());
             assert!(
                 size > a.inject_size(),
