@@ -852,12 +852,12 @@ pub(crate) fn read_to(
     let records = buf
         .reads
         .get_or_init(|| Box::new(std::array::from_fn(|_| crate::mr::Slot::idle())));
-    let record = records
-        .iter()
-        .find(|r| r.arm_alone(context))
-        .ok_or(Error::InvalidArgument(
+    // (Not `ok_or`: that would build and drop an `Error`, which has drop glue, per read.)
+    let Some(record) = records.iter().find(|r| r.arm_alone(context)) else {
+        return Err(Error::InvalidArgument(
             "too many reads in flight into one buffer",
-        ))?;
+        ));
+    };
     let provider_context = record as *const crate::mr::Slot as usize;
     if provider_context >= crate::mr::RECORD_LIMIT {
         record.disarm();
