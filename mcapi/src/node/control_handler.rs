@@ -150,7 +150,8 @@ impl NodeInner {
         }
         // The answer's grants are spent at once: slots for as many as it may grant are
         // posted first.
-        let most = want.min(self.config.recv_buffers as u32).min(st.recv_free);
+        let lendable = st.recv_free.saturating_sub(st.recv_held);
+        let most = want.min(self.config.recv_buffers as u32).min(lendable);
         if !self.post_for_lent(&mut st, most) {
             return Frame::Refused(Status::MCAPI_ERR_MEM_LIMIT.code());
         }
@@ -164,9 +165,9 @@ impl NodeInner {
         let Some(ep) = endpoints.get_mut(&port) else {
             return Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code());
         };
-        // The node's free credits are lent for the answer; what the pool does not grant
-        // goes back.
-        *recv_free -= ep.credits.lend(*recv_free);
+        // The node's free credits with a slot for them are lent for the answer; what the
+        // pool does not grant goes back.
+        *recv_free -= ep.credits.lend(lendable);
         let asked = ep.credits.request(me, want, seen);
         *recv_free += ep.credits.reclaim();
         if let Err(s) = asked {

@@ -36,6 +36,10 @@ pub(super) fn control_tag(kind: Kind, port: u32, peer: u16) -> Tag {
 impl NodeInner {
     pub(super) fn control_arrived(&self, st: &mut State, tag: Tag, data: u64) {
         let from = tag.peer;
+        if from as usize >= st.peers.len() {
+            // No peer of ours (a stranger or a corrupt tag): it may change nothing.
+            return;
+        }
         match tag.kind {
             Kind::Grant | Kind::Recall => {
                 let Some(remote) = st.remotes.get_mut(&(from, tag.port)) else {
@@ -59,6 +63,7 @@ impl NodeInner {
                 let State {
                     endpoints,
                     recv_free,
+                    recv_held,
                     ..
                 } = st;
                 let Some(ep) = endpoints.get_mut(&tag.port) else {
@@ -68,7 +73,7 @@ impl NodeInner {
                 let r = if tag.kind == Kind::Request {
                     // Lent the node's free credits for the answer; `settle_credits` takes
                     // back what was not granted.
-                    *recv_free -= ep.credits.lend(*recv_free);
+                    *recv_free -= ep.credits.lend(recv_free.saturating_sub(*recv_held));
                     ep.credits.request(sender, (data >> 32) as u32, data as u32)
                 } else {
                     ep.credits.returned(sender, data as u32)

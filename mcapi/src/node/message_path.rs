@@ -1,6 +1,6 @@
 //! The message data path: queued sends and credits, arrivals, receives taking messages.
 
-use super::common::{ofi_status, Result, EAGER_SLOT};
+use super::common::{ofi_status, Result, EAGER_SLOT, MAX_MSG_SIZE, NUM_PRIORITIES};
 use super::credit_plane::{control_tag, queue_control};
 use super::fetch::FetchOutcome;
 use super::inner::NodeInner;
@@ -185,6 +185,7 @@ impl NodeInner {
                 .send_pool
                 .slice(slot as usize * EAGER_SLOT, wire_len)
             else {
+                give_back(st, remote, seq);
                 break;
             };
             let ctx = Context::SendSlot(slot).encode();
@@ -223,13 +224,13 @@ impl NodeInner {
                 }
                 Err(e) if e.is_again() => {
                     // Give the credit and sequence number back; retry on the next progress.
-                    if let Some(r) = st.remotes.get_mut(&remote) {
-                        r.spare += 1;
-                        r.next_seq = seq;
-                    }
+                    give_back(st, remote, seq);
                     break;
                 }
                 Err(_) => {
+                    // Never sent: its credit and number stay unused (the receiver would
+                    // wait for that number for good).
+                    give_back(st, remote, seq);
                     st.requests
                         .complete_if_pending(h, Status::MCAPI_ERR_TRANSMISSION, 0);
                     self.send_finished(st, slot, rndv, false);
@@ -255,13 +256,19 @@ impl NodeInner {
             }
             _ => return Ok(()),
         };
+        if st.reading_into(request) {
+            // Its message is being read into its buffer (by a waiter, or bound to it): it
+            // completes with the read, even if its endpoint was deleted meanwhile; the
+            // provider may write the buffer until then.
+            return Ok(());
+        }
         let Some(ep) = st.endpoints.get(&port) else {
             st.requests
                 .complete(request, Status::MCAPI_ERR_ENDP_INVALID, 0)?;
             return Ok(());
         };
-        if ep.pending_recvs.front() != Some(&request) || st.reading_into(request) {
-            // Not its turn, or a waiter reads its message into it right now.
+        if ep.pending_recvs.front() != Some(&request) {
+            // Not its turn.
             return Ok(());
         }
         if posted && self.bind_posted(st, port, None) {
@@ -391,6 +398,10 @@ impl NodeInner {
         };
         if let Some(ep) = st.endpoints.get_mut(&port) {
             ep.queue.pop();
+        }
+        if st.taken.is_some() {
+            // Another read (a posted receive's) ended meanwhile and took its slot.
+            self.repost_taken(st);
         }
         st.taken = Some(taken);
         if st.rndv.fetches.reading > 0 || st.rndv.fetches.waiting() {
@@ -575,7 +586,9 @@ impl NodeInner {
     pub(super) fn post_for_lent(&self, st: &mut State, reserve: u32) -> bool {
         while st.idle_slots.len() as u32 + reserve + st.recv_held > st.recv_free {
             let Some(slot) = st.idle_slots.pop() else {
-                break;
+                // Slots still held (`recv_held`) stand for some of the free credits: no
+                // slot for the rest yet.
+                return false;
             };
             if let Err(e) = self.fab.post_recv_slot(slot) {
                 log::warn!("a receive slot could not be posted: {e}");
@@ -616,6 +629,7 @@ impl NodeInner {
             peers,
             outbox,
             recv_free,
+            recv_held,
             hungry,
             recalled,
             ..
@@ -625,10 +639,11 @@ impl NodeInner {
                 hungry.pop_front();
                 continue;
             };
-            if *recv_free == 0 {
+            let lendable = recv_free.saturating_sub(*recv_held);
+            if lendable == 0 {
                 break;
             }
-            *recv_free -= ep.credits.lend(*recv_free);
+            *recv_free -= ep.credits.lend(lendable);
             *recv_free += ep.credits.reclaim();
             while let Some(ctl) = ep.credits.poll() {
                 queue_control(peers, outbox, port, ctl);
@@ -670,6 +685,14 @@ impl NodeInner {
             return;
         };
         let port = tag.port;
+        if tag.peer as usize >= st.peers.len() {
+            // From no peer of ours (a stranger or a corrupt tag): dropped. It used a receive
+            // posted for a credit lent, so that receive is posted again.
+            if let Err(e) = self.fab.post_recv_slot(slot) {
+                log::warn!("port {port}: a receive slot could not be posted again: {e}");
+            }
+            return;
+        }
         // A message for a deleted endpoint (discarded, spec 4.2.2): its sender spent a
         // credit the delete counted as a stray.
         let Some(ep) = st.endpoints.get_mut(&port) else {
@@ -684,10 +707,15 @@ impl NodeInner {
             priority: tag.priority,
             rndv: false,
         };
+        // Our senders never send these; a peer that does breaks the protocol (the message
+        // is dropped below, as a duplicate is).
+        let mut malformed = tag.priority as u32 >= NUM_PRIORITIES;
         if c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK {
             // A rendezvous descriptor: queued in the message's place, with its length.
             arrived.rndv = true;
-            arrived.len = self.descriptor_in(slot).len as u32;
+            let len = self.descriptor_in(slot).len;
+            malformed |= c.len() != DESC_LEN || len > MAX_MSG_SIZE as u64;
+            arrived.len = len as u32;
         }
         if ep.credits.arrived(SenderId(u32::from(tag.peer))).is_err() {
             // A message without a credit: for an endpoint deleted before this one was
@@ -703,24 +731,25 @@ impl NodeInner {
         let LocalEndpoint { reorder, queue, .. } = ep;
         // Completion order is not delivery order on most providers: release in sequence.
         let wire = tag.seq;
-        let accepted = match reorder.accept_relative(tag.peer, |next| widen(next, wire), arrived) {
-            Ok(ready) => {
-                for a in ready {
-                    // Credits bound the queue to its slots, so it has room.
-                    let _ = queue.push(a.priority as usize, a);
+        let accepted = !malformed
+            && match reorder.accept_relative(tag.peer, |next| widen(next, wire), arrived) {
+                Ok(ready) => {
+                    for a in ready {
+                        // Credits bound the queue to its slots, so it has room.
+                        let _ = queue.push(a.priority as usize, a);
+                    }
+                    true
                 }
-                true
-            }
-            Err(_) => false,
-        };
+                Err(_) => false,
+            };
         if accepted {
             if arrived.rndv {
                 self.rendezvous_arrived(st, slot, tag.peer, port);
             }
         } else {
-            // A duplicate or a number far ahead: a protocol violation (credits bound what a
-            // sender has in flight, and so the window and the keys). Drop it, keep the slot
-            // and the credit.
+            // A duplicate, a number far ahead or a malformed message: a protocol violation
+            // (credits bound what a sender has in flight, and so the window and the keys).
+            // Drop it, keep the slot and the credit.
             log::info!(
                 "port {port}: dropped a duplicate or out-of-window message of peer {}",
                 tag.peer
@@ -781,6 +810,15 @@ impl NodeInner {
     }
 }
 
+/// A send to `remote` that took credit and sequence number `seq` was not made: both stay
+/// unused.
+fn give_back(st: &mut State, remote: (u16, u32), seq: u16) {
+    if let Some(r) = st.remotes.get_mut(&remote) {
+        r.spare += 1;
+        r.next_seq = seq;
+    }
+}
+
 /// After endpoint `port`'s credit pool changed: its free credits go back to the node, it is
 /// listed hungry if its senders wait, and its decisions go to the outbox.
 #[inline(always)]
@@ -814,8 +852,116 @@ pub(super) struct InPlace {
 
 #[cfg(test)]
 mod tests {
+    use super::super::credit_plane::control_tag;
+    use super::super::rendezvous::RNDV_MARK;
     use crate::node::test_pair::sender_and_receiver;
+    use crate::semantics::wire::{Kind, Tag};
+    use mcapi_ofi::RecvBuffer;
     use std::collections::HashSet;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    /// Messages and credit requests whose tags no sender of ours makes (a peer index no
+    /// peer has, a priority that does not exist, a rendezvous descriptor of the wrong
+    /// length) are dropped without a panic or a change a later message could notice: the
+    /// sender's next message arrives, in order, and every credit lent has its slot.
+    #[test]
+    fn messages_with_forged_tags_change_nothing() {
+        for provider in ["shm", "tcp"] {
+            let (a, b, tx, rx, to) = sender_and_receiver(provider, "forged", (14, 15), Some(8));
+            let mut buf = [0u8; 64];
+            a.msg_send(tx, to, b"first", 0).expect("send");
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(5), "{provider}");
+            let (addr, index, seq) = {
+                let st = a.inner.state.lock().expect("state");
+                let peer = st.peer_of[&(0, 15)];
+                let p = &st.peers[peer as usize];
+                (p.addr, p.index_at_peer, st.remotes[&(peer, 1)].next_seq)
+            };
+            let forge = |priority: u8, peer: u16, data: &[u8], rndv: bool| {
+                let tag = Tag {
+                    kind: Kind::Message,
+                    priority,
+                    port: 1,
+                    peer,
+                    seq,
+                }
+                .encode();
+                let ep = &a.inner.fab.ep;
+                let sent = if rndv {
+                    ep.inject_tagged_data(data, RNDV_MARK, addr, tag)
+                } else {
+                    ep.inject_tagged(data, addr, tag)
+                };
+                sent.expect("a forged message");
+            };
+            // A credit request in a stranger's name first (were it granted, the stranger's
+            // messages below would pass the credit check).
+            let request = control_tag(Kind::Request, 1, 9999).encode().to_le_bytes();
+            a.inner
+                .fab
+                .ep
+                .inject_data(&request, 8 << 32, addr)
+                .expect("a forged credit request");
+            for _ in 0..20 {
+                assert_eq!(b.msg_available(rx), Ok(0), "{provider}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            forge(0, 9999, b"stranger", false);
+            forge(0, 9999, &[0; 32], true);
+            forge(9, index, b"priority", false);
+            forge(0, index, &[1; 5], true);
+            for _ in 0..50 {
+                assert_eq!(b.msg_available(rx), Ok(0), "{provider}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            a.msg_send(tx, to, b"second", 0).expect("send");
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(6), "{provider}");
+            assert_eq!(&buf[..6], b"second", "{provider}");
+            let st = b.inner.state.lock().expect("state");
+            assert!(st.idle_slots.len() as u32 + st.recv_held <= st.recv_free);
+            drop(st);
+            a.finalize().expect("finalize");
+            b.finalize().expect("finalize");
+        }
+    }
+
+    /// A receive whose rendezvous message is being read into its buffer stays pending when
+    /// its endpoint is deleted, until the reads end (the provider writes the buffer until
+    /// then), and then completes with them.
+    #[test]
+    fn a_receive_being_read_into_completes_with_the_read_after_its_endpoint_is_deleted() {
+        // tcp: the reads are served by the sender's progress, held here.
+        let (a, b, tx, rx, to) = sender_and_receiver("tcp", "bound-delete", (16, 17), None);
+        let mut small = [0u8; 8];
+        a.msg_send(tx, to, b"hi", 0).expect("send");
+        assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
+        let len = 4 << 20;
+        a.inner.hold_background.store(true, Ordering::Relaxed);
+        let data = vec![5u8; len];
+        let send = a.msg_send_i(tx, to, &data, 0).expect("send");
+        let buf = RecvBuffer::from_static(Box::leak(vec![0u8; len].into_boxed_slice()));
+        let r = b.msg_recv_i_into(rx, buf).expect("receive");
+        let bound = (0..5000).any(|_| {
+            assert_eq!(b.test(r, None), Ok(None));
+            std::thread::sleep(Duration::from_millis(1));
+            b.inner.state.lock().expect("state").reading_into(r)
+        });
+        assert!(bound, "the message was not bound to the receive");
+        b.endpoint_delete(rx).expect("delete");
+        for _ in 0..20 {
+            assert_eq!(b.test(r, None), Ok(None), "completed while being read into");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        a.inner.hold_background.store(false, Ordering::Relaxed);
+        let wait = Some(Duration::from_secs(60));
+        let (n, mut buf) = b.wait_into(r, wait).expect("the read's end");
+        assert_eq!(n, len);
+        assert!(buf.as_mut_slice().expect("read")[..len] == data[..]);
+        assert_eq!(a.wait(send, None, wait), Ok(len));
+        a.finalize().expect("finalize");
+        b.finalize().expect("finalize");
+    }
 
     /// Receive slots are posted as credits are lent, and a slot freed goes back before the
     /// idle ones: a ping-pong's messages keep landing in the few slots its sender's credits
