@@ -106,10 +106,13 @@ impl Node {
             .remove(&port)
             .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?;
         self.inner.retire_endpoint(&mut st, port, &mut ep);
-        // Its pending receives end now (an endpoint created at the port later is another).
+        // Its pending receives end now (an endpoint created at the port later is another),
+        // but one reading its message into its buffer right now, which ends with the read.
         for &r in &ep.pending_recvs {
-            st.requests
-                .complete_if_pending(r, Status::MCAPI_ERR_ENDP_INVALID, 0);
+            if !st.reading_into(r) {
+                st.requests
+                    .complete_if_pending(r, Status::MCAPI_ERR_ENDP_INVALID, 0);
+            }
         }
         drop(st);
         let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();

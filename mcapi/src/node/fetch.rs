@@ -265,6 +265,7 @@ impl NodeInner {
     ) {
         let desc = self.descriptor_in(slot);
         let len = desc.len as usize;
+        let run = st.arrival_run(slot);
         let n = len.div_ceil(CHUNK);
         let f = &mut st.rndv.fetches;
         if f.chunks.is_empty() && into.is_none() {
@@ -305,7 +306,7 @@ impl NodeInner {
             len,
             slot,
             peer,
-            run: st.peers[peer as usize].life.incarnation().unwrap_or(0),
+            run,
             port,
             addr: desc.addr,
             key: desc.key,
@@ -470,11 +471,11 @@ impl NodeInner {
         let Some(f) = st.rndv.fetches.get_mut(index) else {
             return;
         };
-        let (peer, port, id, orphan) = (f.peer, f.port, f.id, f.orphan);
+        let (peer, run, port, id, orphan) = (f.peer, f.run, f.port, f.id, f.orphan);
         let (into, read) = (f.into, (!f.failed).then_some(f.len));
         st.rndv.fetches.reading -= 1;
         st.rndv.fetches.ended = st.rndv.fetches.ended.wrapping_add(1);
-        self.send_rndv_done(st, peer, port, id);
+        self.send_rndv_done(st, (peer, run), port, id);
         if orphan {
             st.rndv.fetches.free(index, None);
         }
@@ -566,7 +567,7 @@ impl NodeInner {
                 if st.rndv.fetches.chunks.is_empty() {
                     st.rndv.fetches.undefer(slot);
                     let id = self.descriptor_in(slot).id;
-                    self.send_rndv_done(st, peer, port, id);
+                    self.send_rndv_done(st, (peer, st.arrival_run(slot)), port, id);
                     return FetchOutcome::Failed(Status::MCAPI_ERR_MEM_LIMIT);
                 }
                 return FetchOutcome::Pending;
@@ -611,7 +612,7 @@ impl NodeInner {
         }
         // The sender's run is gone: its reads never end.
         st.rndv.fetches.free(index, Some(&self.fab.domain));
-        self.send_rndv_done(st, peer, port, id);
+        self.send_rndv_done(st, (peer, run), port, id);
         FetchOutcome::Failed(Status::MCAPI_ERR_TRANSMISSION)
     }
 
@@ -631,6 +632,6 @@ impl NodeInner {
         }
         st.rndv.fetches.undefer(slot);
         let id = self.descriptor_in(slot).id;
-        self.send_rndv_done(st, peer, port, id);
+        self.send_rndv_done(st, (peer, st.arrival_run(slot)), port, id);
     }
 }

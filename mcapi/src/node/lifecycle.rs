@@ -142,6 +142,7 @@ impl Node {
             // Posted as credits are lent (`post_for_lent`).
             idle_slots: (0..fab.recv_slots).rev().collect(),
             recv_held: 0,
+            slot_run: vec![0; fab.recv_slots as usize],
             recv_strays: 0,
             hungry: VecDeque::with_capacity(16),
             recalled: false,

@@ -434,11 +434,12 @@ impl NodeInner {
         }
         st.endpoints.get_mut(&taken.port)?.queue.pop();
         st.rndv.fetches.undefer(head.slot);
-        let peer = &st.peers[head.peer as usize];
+        let run = st.arrival_run(head.slot);
         Some(InPlace {
             desc: self.descriptor_in(head.slot),
-            src: peer.addr,
-            alive: peer.is_alive(),
+            src: st.peers[head.peer as usize].addr,
+            alive: st.run_alive((head.peer, run)),
+            run,
             taken,
             len,
         })
@@ -453,7 +454,7 @@ impl NodeInner {
         read_ok: bool,
     ) -> Result<usize> {
         let t = read.taken;
-        self.send_rndv_done(st, t.peer, t.port, read.desc.id);
+        self.send_rndv_done(st, (t.peer, read.run), t.port, read.desc.id);
         if st.taken.is_some() {
             self.repost_taken(st);
         }
@@ -685,13 +686,17 @@ impl NodeInner {
             return;
         };
         let port = tag.port;
-        if tag.peer as usize >= st.peers.len() {
+        let Some(sender) = st.peers.get(tag.peer as usize) else {
             // From no peer of ours (a stranger or a corrupt tag): dropped. It used a receive
             // posted for a credit lent, so that receive is posted again.
             if let Err(e) = self.fab.post_recv_slot(slot) {
                 log::warn!("port {port}: a receive slot could not be posted again: {e}");
             }
             return;
+        };
+        let rndv = c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK;
+        if rndv {
+            st.slot_run[slot as usize] = sender.life.incarnation().unwrap_or(0);
         }
         // A message for a deleted endpoint (discarded, spec 4.2.2): its sender spent a
         // credit the delete counted as a stray.
@@ -710,7 +715,7 @@ impl NodeInner {
         // Our senders never send these; a peer that does breaks the protocol (the message
         // is dropped below, as a duplicate is).
         let mut malformed = tag.priority as u32 >= NUM_PRIORITIES;
-        if c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK {
+        if rndv {
             // A rendezvous descriptor: queued in the message's place, with its length.
             arrived.rndv = true;
             let len = self.descriptor_in(slot).len;
@@ -788,7 +793,7 @@ impl NodeInner {
     fn rndv_dropped(&self, st: &mut State, slot: u32, peer: u16, port: u32, c: &Completion) {
         if c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK {
             let id = self.descriptor_in(slot).id;
-            self.send_rndv_done(st, peer, port, id);
+            self.send_rndv_done(st, (peer, st.arrival_run(slot)), port, id);
         }
     }
 
@@ -844,8 +849,10 @@ fn settle_pool(
 pub(super) struct InPlace {
     pub(super) desc: super::rendezvous::Descriptor,
     pub(super) src: mcapi_ofi::FiAddr,
-    /// Whether its sender's run was alive when it was taken (else it is not read).
+    /// Whether its sender's run (`run`, the one that sent it) was alive when it was taken
+    /// (else it is not read).
     pub(super) alive: bool,
+    run: u64,
     taken: TakenSlot,
     pub(super) len: usize,
 }
@@ -959,6 +966,45 @@ mod tests {
         assert_eq!(n, len);
         assert!(buf.as_mut_slice().expect("read")[..len] == data[..]);
         assert_eq!(a.wait(send, None, wait), Ok(len));
+        a.finalize().expect("finalize");
+        b.finalize().expect("finalize");
+    }
+
+    /// A `wait` reading its receive's message in place when the endpoint is deleted ends
+    /// with the read (the message left the queue before the delete), not with an error
+    /// for a request the delete completed under it.
+    #[test]
+    fn a_wait_reading_in_place_ends_with_the_read_after_its_endpoint_is_deleted() {
+        // tcp: the read is served by the sender's progress, held here.
+        let (a, b, tx, rx, to) = sender_and_receiver("tcp", "in-place-delete", (18, 19), None);
+        let mut small = [0u8; 8];
+        a.msg_send(tx, to, b"hi", 0).expect("send");
+        assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
+        let len = 4 << 20;
+        a.inner.hold_background.store(true, Ordering::Relaxed);
+        let data = vec![6u8; len];
+        let send = a.msg_send_i(tx, to, &data, 0).expect("send");
+        let r = b.msg_recv_i(rx).expect("receive");
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; len];
+                let n = b.wait(r, Some(&mut buf), Some(Duration::from_secs(60)));
+                (n, buf)
+            })
+        };
+        let reading = (0..5000).any(|_| {
+            std::thread::sleep(Duration::from_millis(1));
+            b.inner.state.lock().expect("state").reading_into(r)
+        });
+        assert!(reading, "the waiter did not read in place");
+        b.endpoint_delete(rx).expect("delete");
+        std::thread::sleep(Duration::from_millis(20));
+        a.inner.hold_background.store(false, Ordering::Relaxed);
+        let (n, buf) = waiter.join().expect("the waiter");
+        assert_eq!(n, Ok(len));
+        assert!(buf == data);
+        assert_eq!(a.wait(send, None, Some(Duration::from_secs(60))), Ok(len));
         a.finalize().expect("finalize");
         b.finalize().expect("finalize");
     }

@@ -11,7 +11,7 @@
 use super::common::{ofi_status, Result};
 use super::credit_plane::control_tag;
 use super::inner::NodeInner;
-use super::state::{State, LOCAL_PEER};
+use super::state::{PeerRun, State, LOCAL_PEER};
 use crate::semantics::request::RequestHandle;
 use crate::semantics::wire::Kind;
 use crate::semantics::Status;
@@ -396,9 +396,13 @@ impl NodeInner {
         Descriptor::decode(&d)
     }
 
-    /// Tells peer `peer` that its staged message `id` (to port `port`) is done with: read,
-    /// or discarded with its endpoint.
-    pub(super) fn send_rndv_done(&self, st: &mut State, peer: u16, port: u32, id: u64) {
+    /// Tells run `(peer, run)` that its staged message `id` (to port `port`) is done with:
+    /// read, or discarded with its endpoint. Nothing if that run is gone (another run of
+    /// the peer may be using the same id).
+    pub(super) fn send_rndv_done(&self, st: &mut State, (peer, run): PeerRun, port: u32, id: u64) {
+        if !st.run_alive((peer, run)) {
+            return;
+        }
         let Some(p) = st.peers.get(peer as usize) else {
             return;
         };

@@ -39,6 +39,10 @@ pub(super) struct State {
     /// [`NodeInner::post_for_lent`](super::inner::NodeInner::post_for_lent) counts them
     /// as lent.
     pub(super) recv_held: u32,
+    /// Per receive slot, the run of the node that sent the rendezvous descriptor in it, as
+    /// known when it arrived (0: unknown, any run): its data is read from that run only,
+    /// and only that run is told `RndvDone` (a restarted sender reuses staging ids).
+    pub(super) slot_run: Vec<u64>,
     /// Credits that deleted endpoints' senders still held: spent on messages that arrive
     /// for nobody, or given back when the senders hear of the delete.
     pub(super) recv_strays: u32,
@@ -116,6 +120,12 @@ impl State {
     }
 
     /// Whether run `run.1` of peer `run.0` is alive (0: whichever run is alive now).
+    /// The run that sent the rendezvous descriptor in receive slot `slot` (see
+    /// [`State::slot_run`]).
+    pub(super) fn arrival_run(&self, slot: u32) -> u64 {
+        self.slot_run.get(slot as usize).copied().unwrap_or(0)
+    }
+
     pub(super) fn run_alive(&self, (peer, run): PeerRun) -> bool {
         self.peers.get(peer as usize).is_some_and(|p| match run {
             0 => p.life.is_alive(),
