@@ -328,6 +328,9 @@ impl NodeInner {
     /// are counted as strays until they come back.
     fn retire_endpoint(&self, st: &mut State, port: u32, ep: &mut LocalEndpoint) {
         let mut discarded = 0;
+        // Slots the provider refused to take back: their credits are withheld, never lent
+        // without a slot.
+        let mut lost = 0;
         while let Some(a) = ep.queue.pop() {
             if a.slot & LOCAL_SLOT != 0 {
                 continue;
@@ -336,7 +339,7 @@ impl NodeInner {
                 // Its sender frees the data it staged (once a read in flight ends).
                 self.fetch_discarded(st, a.slot, a.peer, port);
             }
-            self.free_slot(st, a.slot, port);
+            lost += u32::from(!self.free_slot(st, a.slot, port));
             discarded += 1;
         }
         // Messages waiting in the reorder buffer for an earlier one hold slots too.
@@ -348,14 +351,14 @@ impl NodeInner {
                 if a.rndv {
                     done.push((a.slot, a.peer));
                 } else {
-                    self.free_slot(st, a.slot, port);
+                    lost += u32::from(!self.free_slot(st, a.slot, port));
                 }
             });
         }
         for (slot, peer) in done {
             // Its descriptor is read before the slot is posted again.
             self.fetch_discarded(st, slot, peer, port);
-            self.free_slot(st, slot, port);
+            lost += u32::from(!self.free_slot(st, slot, port));
         }
         // Messages taken off the queue and not done with (read in place right now) hold
         // their slots beyond the credits going back below: until `repost_taken` frees them.
@@ -364,7 +367,7 @@ impl NodeInner {
             self.flush_outbox(st);
         }
         let (back, held) = ep.credits.dissolve();
-        st.recv_free += back;
+        st.recv_free += back.saturating_sub(lost);
         st.recv_strays += held;
         // The message taken last is posted again by `repost_taken` (not credited).
         if !st.hungry.is_empty() {

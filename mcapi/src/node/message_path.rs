@@ -535,9 +535,12 @@ impl NodeInner {
             .get(&t.port)
             .is_some_and(|ep| ep.generation == t.generation);
         if !alive {
-            // Deleted since: its credit went back with the endpoint, its slot is free now.
+            // Deleted since: its credit went back with the endpoint, its slot is free now
+            // (a slot the provider refuses takes that credit with it).
             st.recv_held = st.recv_held.saturating_sub(1);
-            self.free_slot(st, t.slot, t.port);
+            if !self.free_slot(st, t.slot, t.port) {
+                st.recv_free = st.recv_free.saturating_sub(1);
+            }
             return;
         }
         if !self.free_slot(st, t.slot, t.port) {
