@@ -948,6 +948,9 @@ mod tests {
         assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
         let len = 4 << 20;
         a.inner.hold_background.store(true, Ordering::Relaxed);
+        // (Else b's background thread may read the descriptor before the receive is posted
+        // and read it ahead.)
+        b.inner.hold_background.store(true, Ordering::Relaxed);
         let data = vec![5u8; len];
         let send = a.msg_send_i(tx, to, &data, 0).expect("send");
         let buf = RecvBuffer::from_static(Box::leak(vec![0u8; len].into_boxed_slice()));
@@ -964,6 +967,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         a.inner.hold_background.store(false, Ordering::Relaxed);
+        b.inner.hold_background.store(false, Ordering::Relaxed);
         let wait = Some(Duration::from_secs(60));
         let (n, mut buf) = b.wait_into(r, wait).expect("the read's end");
         assert_eq!(n, len);
@@ -985,6 +989,8 @@ mod tests {
         assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
         let len = 4 << 20;
         a.inner.hold_background.store(true, Ordering::Relaxed);
+        // (Else b's background thread may read the descriptor first and read it ahead.)
+        b.inner.hold_background.store(true, Ordering::Relaxed);
         let data = vec![6u8; len];
         let send = a.msg_send_i(tx, to, &data, 0).expect("send");
         let r = b.msg_recv_i(rx).expect("receive");
@@ -1004,6 +1010,7 @@ mod tests {
         b.endpoint_delete(rx).expect("delete");
         std::thread::sleep(Duration::from_millis(20));
         a.inner.hold_background.store(false, Ordering::Relaxed);
+        b.inner.hold_background.store(false, Ordering::Relaxed);
         let (n, buf) = waiter.join().expect("the waiter");
         assert_eq!(n, Ok(len));
         assert!(buf == data);
