@@ -555,8 +555,8 @@ fn node_attributes_local_and_remote() {
     b.finalize().unwrap();
 }
 
-/// A thread that initialized a node uses its own; other threads use the process's node
-/// when there is exactly one.
+/// A thread that initialized a node uses its own (and none once it finalized it); other
+/// threads use the process's node when there is exactly one.
 #[test]
 fn current_node_follows_the_thread_rule() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
@@ -575,9 +575,14 @@ fn current_node_follows_the_thread_rule() {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let worker = std::thread::spawn(move || {
         let own = Node::initialize(0, 81, cfg).unwrap();
+        assert!(Node::thread_has_node());
         tx.send(Node::current().map(|n| n.node_id())).unwrap();
         done_rx.recv().unwrap();
         own.finalize().unwrap();
+        // Its node finalized, the thread's calls do not fall to the process's other node
+        // (a second `mcapi_finalize` must not finalize that one).
+        assert!(!Node::thread_has_node());
+        Node::current().map(|n| n.node_id())
     });
     assert_eq!(rx.recv().unwrap(), Ok(81));
     assert_eq!(Node::current().unwrap().node_id(), 80);
@@ -588,7 +593,7 @@ fn current_node_follows_the_thread_rule() {
         Err(Status::MCAPI_ERR_NODE_NOTINIT)
     );
     done_tx.send(()).unwrap();
-    worker.join().unwrap();
+    assert_eq!(worker.join().unwrap(), Err(Status::MCAPI_ERR_NODE_NOTINIT));
     assert_eq!(
         std::thread::spawn(|| Node::current().map(|n| n.node_id()))
             .join()

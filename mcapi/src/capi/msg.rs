@@ -3,6 +3,7 @@
 use super::{
     current_node, endpoint, mcapi_endpoint_t, mcapi_priority_t, mcapi_request_t, mcapi_status_t,
     mcapi_uint_t, put, request, required, started_status, RequestOut, StatusOut,
+    MCAPI_MAX_MSG_SIZE,
 };
 use crate::semantics::Status;
 use mcapi_ofi::{RecvBuffer, SendBuffer};
@@ -16,6 +17,8 @@ unsafe fn send_data<'a>(buffer: *const c_void, size: usize) -> Result<&'a [u8], 
     match (buffer.is_null(), size) {
         (_, 0) => Ok(&[]),
         (true, _) => Err(Status::MCAPI_ERR_PARAMETER),
+        // Refused before a slice is made of it (a size such as `(size_t)-1` would be UB).
+        (false, n) if n > MCAPI_MAX_MSG_SIZE => Err(Status::MCAPI_ERR_MSG_SIZE),
         // SAFETY: non-NULL and readable for `size` bytes by the contract.
         (false, _) => Ok(unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), size) }),
     }
@@ -115,7 +118,8 @@ pub unsafe extern "C" fn mcapi_msg_recv_i(
         // SAFETY: the contract keeps the buffer writable, and C away from it, until the
         // request completes or is cancelled; the request owns it until then (a read into it
         // ends before the request completes, and none starts once it is cancelled).
-        let buf = unsafe { RecvBuffer::from_raw(buffer.cast(), buffer_size) };
+        let buf =
+            unsafe { RecvBuffer::from_raw(buffer.cast(), buffer_size.min(MCAPI_MAX_MSG_SIZE)) };
         let handle = node.msg_recv_i_into(endpoint(receive_endpoint)?, buf)?;
         // SAFETY: non-NULL and writable by the contract.
         unsafe { put(request, handle.as_raw()) };
@@ -145,9 +149,13 @@ pub unsafe extern "C" fn mcapi_msg_recv(
         let data: &mut [u8] = match (buffer.is_null(), buffer_size) {
             (_, 0) => &mut [],
             (true, _) => return Err(Status::MCAPI_ERR_PARAMETER),
-            // SAFETY: non-NULL and writable for `buffer_size` bytes by the contract.
+            // SAFETY: non-NULL and writable for `buffer_size` bytes by the contract (no
+            // message is longer than `MCAPI_MAX_MSG_SIZE`: a larger size is cut to it).
             (false, _) => unsafe {
-                std::slice::from_raw_parts_mut(buffer.cast::<u8>(), buffer_size)
+                std::slice::from_raw_parts_mut(
+                    buffer.cast::<u8>(),
+                    buffer_size.min(MCAPI_MAX_MSG_SIZE),
+                )
             },
         };
         let n = current_node()?.msg_recv(endpoint(receive_endpoint)?, data)?;

@@ -261,6 +261,10 @@ pub unsafe extern "C" fn mcapi_initialize(
                 .set(NODE_ATTR_TYPE, u64::from(a.node_type))
                 .map_err(|_| Status::MCAPI_ERR_PARAMETER)?;
         }
+        if Node::thread_has_node() {
+            // One node per thread: the implicit node of the C calls (4.1.1).
+            return Err(Status::MCAPI_ERR_NODE_INITIALIZED);
+        }
         let config = configure(params.as_ref())?;
         let report = info_for(domain_id, &config);
         let node = Node::initialize_with(domain_id, node_id, attributes, config)?;
@@ -282,10 +286,11 @@ pub unsafe extern "C" fn mcapi_finalize(status: *mut mcapi_status_t) {
     let status = unsafe { StatusOut::new(status) };
     status.call((), || {
         let node = current_node()?;
+        // The C layer's records go first, while the ids are still this node's (once
+        // `finalize` frees them another thread may initialize a node with the same ids).
+        request::forget_node(node.domain_id(), node.node_id());
         node.finalize()?;
-        let ids = (node.domain_id(), node.node_id());
-        c_nodes().retain(|n| (n.domain_id(), n.node_id()) != ids);
-        request::forget_node(ids.0, ids.1);
+        c_nodes().retain(|n| !n.is(&node));
         Ok(())
     })
 }

@@ -5,6 +5,7 @@
 //! channel closed), and at the latest until `mcapi_finalize`. The node tracks held packets
 //! by address, so nothing of the Rust [`Packet`](crate::Packet) needs to outlive the call.
 
+use super::MCAPI_MAX_PKT_SIZE;
 use super::{
     boolean, channel, current_node, endpoint, mcapi_boolean_t, mcapi_endpoint_t,
     mcapi_pktchan_recv_hndl_t, mcapi_pktchan_send_hndl_t, mcapi_request_t, mcapi_status_t,
@@ -199,6 +200,8 @@ unsafe fn packet_data<'a>(buffer: *const c_void, size: usize) -> Result<&'a [u8]
     match (buffer.is_null(), size) {
         (_, 0) => Ok(&[]),
         (true, _) => Err(Status::MCAPI_ERR_PARAMETER),
+        // Refused before a slice is made of it (a size such as `(size_t)-1` would be UB).
+        (false, n) if n > MCAPI_MAX_PKT_SIZE => Err(Status::MCAPI_ERR_PKT_SIZE),
         // SAFETY: non-NULL and readable for `size` bytes by the contract.
         (false, _) => Ok(unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), size) }),
     }

@@ -25,8 +25,9 @@ pub unsafe extern "C" fn mcapi_display_status(
     if status_message.is_null() || size == 0 {
         return std::ptr::null_mut();
     }
-    // SAFETY: non-NULL and writable for `size` bytes by the contract.
-    let out = unsafe { std::slice::from_raw_parts_mut(status_message.cast::<u8>(), size) };
+    // SAFETY: non-NULL and writable for `size` bytes by the contract (only the start is
+    // written: a name and its NUL).
+    let out = unsafe { std::slice::from_raw_parts_mut(status_message.cast::<u8>(), size.min(256)) };
     name_into(name, out);
     status_message
 }

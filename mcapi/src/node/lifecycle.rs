@@ -31,6 +31,11 @@ fn new_incarnation() -> u64 {
     (nanos ^ u64::from(std::process::id()).rotate_left(32) ^ n.rotate_left(48)) | 1
 }
 
+/// The node behind `w` if it is alive and not finalized.
+fn live(w: &Weak<NodeInner>) -> Option<Arc<NodeInner>> {
+    w.upgrade().filter(|n| !n.finalized.load(Ordering::Acquire))
+}
+
 /// Nodes initialized in this process, so a second `initialize` of one is refused.
 fn live_nodes() -> &'static Mutex<HashSet<(u32, u32)>> {
     static LIVE: OnceLock<Mutex<HashSet<(u32, u32)>>> = OnceLock::new();
@@ -96,17 +101,23 @@ impl Node {
     }
 
     /// The node the calling thread works with, as the C API's implicit node: the one this
-    /// thread initialized, else the process's node when there is exactly one (threads of a
-    /// process sharing one node, the FAQ's model).
+    /// thread initialized, else (a thread that initialized none) the process's node when
+    /// there is exactly one (threads of a process sharing one node, the FAQ's model).
     ///
     /// # Errors
-    /// `MCAPI_ERR_NODE_NOTINIT` when the thread initialized none and the process has zero or
+    /// `MCAPI_ERR_NODE_NOTINIT` when the thread's node was finalized (its calls never fall
+    /// to another thread's node), or the thread initialized none and the process has zero or
     /// several live nodes.
     pub fn current() -> Result<Node> {
-        let live =
-            |w: &Weak<NodeInner>| w.upgrade().filter(|n| !n.finalized.load(Ordering::Acquire));
-        if let Some(inner) = THREAD_NODE.with(|t| live(&t.borrow())) {
+        let (initialized_here, own) = THREAD_NODE.with(|t| {
+            let t = t.borrow();
+            (!t.ptr_eq(&Weak::new()), live(&t))
+        });
+        if let Some(inner) = own {
             return Ok(Node { inner });
+        }
+        if initialized_here {
+            return Err(Status::MCAPI_ERR_NODE_NOTINIT);
         }
         let all = lock(process_nodes());
         let mut alive = all.iter().filter_map(live);
@@ -114,6 +125,17 @@ impl Node {
             (Some(inner), None) => Ok(Node { inner }),
             _ => Err(Status::MCAPI_ERR_NODE_NOTINIT),
         }
+    }
+
+    /// Whether `other` is a handle of this very node (not merely one with the same ids).
+    pub fn is(&self, other: &Node) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Whether the calling thread initialized a node that is not finalized (the C API's
+    /// `mcapi_initialize` then refuses another).
+    pub fn thread_has_node() -> bool {
+        THREAD_NODE.with(|t| live(&t.borrow()).is_some())
     }
 
     fn start(

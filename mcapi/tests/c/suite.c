@@ -305,6 +305,9 @@ static void initialize(const mcapi_node_attributes_t* attributes) {
     EXPECT(info.number_of_ports > 0);
     mcapi_initialize(DOMAIN, MAIN_NODE, attributes, NULL, &info, &status);
     EXPECT_STATUS(status, MCAPI_ERR_NODE_INITIALIZED);
+    /* One node per thread: another id is refused too, and the thread keeps its node. */
+    mcapi_initialize(DOMAIN, MAIN_NODE + 50, attributes, NULL, &info, &status);
+    EXPECT_STATUS(status, MCAPI_ERR_NODE_INITIALIZED);
     EXPECT(mcapi_domain_id_get(&status) == DOMAIN);
     EXPECT_OK(status);
     EXPECT(mcapi_node_id_get(&status) == MAIN_NODE);
@@ -568,13 +571,16 @@ static void messages(mcapi_endpoint_t echo_endpoint) {
     EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
     mcapi_msg_send(other, ep, big, MCAPI_MAX_MSG_SIZE + 1, 0, &status);
     EXPECT_STATUS(status, MCAPI_ERR_MSG_SIZE);
+    mcapi_msg_send(other, ep, big, (size_t)-1, 0, &status); /* a "negative" size */
+    EXPECT_STATUS(status, MCAPI_ERR_MSG_SIZE);
     mcapi_msg_send(other, ep, "x", 1, MCAPI_MAX_PRIORITY + 1, &status);
     EXPECT_STATUS(status, MCAPI_ERR_PRIORITY);
     mcapi_msg_send(other, ep, NULL, 1, 0, &status);
     EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
     mcapi_msg_send(other, ep, big, MCAPI_MAX_MSG_SIZE, 0, &status); /* the largest works */
     EXPECT_OK(status);
-    mcapi_msg_recv(ep, big, sizeof big, &size, &status);
+    /* A buffer size beyond any message (here "negative") receives it all the same. */
+    mcapi_msg_recv(ep, big, (size_t)-1, &size, &status);
     EXPECT_OK(status);
     EXPECT(size == MCAPI_MAX_MSG_SIZE);
     EXPECT(mcapi_msg_available(ep, &status) == 0); /* refused sends sent nothing */
@@ -1122,6 +1128,8 @@ static void channels(mcapi_endpoint_t echo_endpoint) {
     mcapi_pktchan_send(hs, NULL, 1, &status);
     EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
     mcapi_pktchan_send(hs, big, 64 * 1024 + 1, &status); /* the default payload limit */
+    EXPECT_STATUS(status, MCAPI_ERR_PKT_SIZE);
+    mcapi_pktchan_send(hs, big, (size_t)-1, &status);
     EXPECT_STATUS(status, MCAPI_ERR_PKT_SIZE);
     mcapi_pktchan_send_i(hs, "x", 1, NULL, &status);
     EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
