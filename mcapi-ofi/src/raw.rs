@@ -397,16 +397,30 @@ impl EpFid {
     }
 }
 
+/// Bytes an address is zero-padded to before `fi_av_insert` reads it: above every provider's
+/// address length (shm's names are at most 256 bytes, sockaddrs 128).
+const PADDED_ADDR_LEN: usize = 512;
+
 impl AvFid {
     /// Inserts one raw address; returns its `fi_addr_t`.
     pub(crate) fn insert(&self, addr: &[u8]) -> Result<sys::fi_addr_t> {
         let mut out: sys::fi_addr_t = sys::FI_ADDR_NOTAVAIL;
-        // SAFETY: addr is readable; providers read one address of their own format from it.
-        // A too-short address would be read out of bounds, so require a plausible length.
         if addr.is_empty() {
             return Err(Error::InvalidArgument("empty fabric address"));
         }
-        // SAFETY: see above; `out` receives exactly one fi_addr_t.
+        // Providers read one address of their own format, of their own length (shm: its
+        // whole name buffer), whatever the bytes given: a shorter one (from a peer's frame)
+        // is zero-padded to a length no provider's address exceeds.
+        let mut padded = [0u8; PADDED_ADDR_LEN];
+        let addr = match padded.get_mut(..addr.len()) {
+            Some(head) => {
+                head.copy_from_slice(addr);
+                &padded[..]
+            }
+            None => addr,
+        };
+        // SAFETY: `addr` is readable for at least `PADDED_ADDR_LEN` bytes, more than any
+        // provider's address; `out` receives exactly one fi_addr_t.
         let ret = unsafe {
             sys::fi_av_insert(
                 self.as_ptr(),

@@ -34,6 +34,9 @@ use std::time::Duration;
 pub const DEFAULT_REQUESTS: usize = 1024;
 /// Default receive buffers per endpoint (`MCAPI_RECV_BUFFERS`).
 pub const DEFAULT_RECV_BUFFERS: usize = 64;
+/// The largest `recv_buffers` (`MCAPI_RECV_BUFFERS`): also the most credits a channel
+/// sender accepts from its receiver (a larger count in a peer's frame is refused).
+pub const MAX_RECV_BUFFERS: usize = 16384;
 /// Default time a blocked call polls before it yields (`MCAPI_SPIN_US`).
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// TCP port of the control plane of node `n` when the topology gives none: `BASE + n`.
@@ -305,6 +308,11 @@ impl Config {
         }
         if let Some(n) = var("MCAPI_RECV_BUFFERS") {
             c.recv_buffers = parse_count("MCAPI_RECV_BUFFERS", &n)?;
+            if c.recv_buffers > MAX_RECV_BUFFERS {
+                return Err(ConfigError(format!(
+                    "MCAPI_RECV_BUFFERS={n}: at most {MAX_RECV_BUFFERS}"
+                )));
+            }
         }
         if let Some(n) = var("MCAPI_MAX_MSG_SIZE") {
             c.max_msg_size = parse_count("MCAPI_MAX_MSG_SIZE", &n)?;

@@ -26,7 +26,7 @@ pub const MCAPI_PARAM_MAGIC: u64 = 0x4d43_4150_4950_524d; // "MCAPIPRM"
 pub const MCAPI_NODE_ATTR_MAGIC: u32 = 0x4d4e_4154; // "MNAT"
 /// `MCAPI_MAX_RECV_BUFFERS`: the largest `mcapi_param_t.recv_buffers` (each buffer is
 /// counted in slots of the node's receive pool, 64 KiB each, the eager message size).
-pub const MCAPI_MAX_RECV_BUFFERS: u32 = 16384;
+pub const MCAPI_MAX_RECV_BUFFERS: u32 = crate::config::MAX_RECV_BUFFERS as u32;
 /// `MCAPI_MAX_REQUESTS`: the largest `mcapi_param_t.request_table_size`.
 pub const MCAPI_MAX_REQUESTS: u32 = MAX_REQUESTS as u32;
 

@@ -306,6 +306,10 @@ impl<T> Binding<T> {
     }
 }
 
+/// The most credits a channel sender counts: above any receiver's pool (whose size is
+/// bounded by `config::MAX_RECV_BUFFERS`).
+pub const MAX_SEND_CREDITS: u32 = 1 << 16;
+
 /// The sender's view of the receiver's free buffers.
 #[derive(Debug, Clone, Copy)]
 pub struct SendCredits {
@@ -332,9 +336,10 @@ impl SendCredits {
         self.available += 1;
     }
 
-    /// Credits the receiver returned.
+    /// Credits the receiver returned. The count comes from the peer: it saturates at
+    /// [`MAX_SEND_CREDITS`] (more than any receiver's pool) rather than overflow.
     pub fn add(&mut self, n: u32) {
-        self.available += n;
+        self.available = self.available.saturating_add(n).min(MAX_SEND_CREDITS);
     }
 
     /// Credits held now.
@@ -483,6 +488,17 @@ impl PoolBuffers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Credits a peer returns are counted without overflow, whatever it sends.
+    #[test]
+    fn returned_credits_saturate() {
+        let mut c = SendCredits::new(4);
+        c.add(u32::MAX);
+        c.add(u32::MAX);
+        assert_eq!(c.available(), MAX_SEND_CREDITS);
+        assert!(c.try_take());
+        assert_eq!(c.available(), MAX_SEND_CREDITS - 1);
+    }
     use status_flags::*;
 
     #[test]

@@ -214,10 +214,12 @@ impl RecvSide {
         self.accept(seq, item).ok().flatten()
     }
 
-    /// A plain receive into buffer or slot `b` failed (say, truncated): it is free again.
+    /// A receive into buffer or slot `b` failed (say, truncated): a plain receive's buffer
+    /// is free again, and so is a multi-receive buffer the provider released with the error
+    /// (`released`: the entry is flagged `FI_MULTI_RECV`).
     #[inline]
-    pub fn receive_failed(&mut self, b: usize) -> Repost {
-        if self.posting == Posting::MultiRecv || !self.buffers.holds(b as u64) {
+    pub fn receive_failed(&mut self, b: usize, released: bool) -> Repost {
+        if !self.buffers.holds(b as u64) || (self.posting == Posting::MultiRecv && !released) {
             return Repost::Later;
         }
         self.buffer_done(b)
@@ -1008,6 +1010,16 @@ mod tests {
         assert_eq!(r.release(b.offset).unwrap().0, Repost::Now(0));
         r.posted(0, true);
         assert!(!r.any_to_post());
+    }
+
+    /// A multi-receive buffer the provider releases with an error completion (a packet
+    /// truncated, say) is posted again; an error that does not release it leaves it posted.
+    #[test]
+    fn a_multi_receive_buffer_released_with_an_error_is_posted_again() {
+        let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);
+        assert_eq!(r.receive_failed(1, false), Repost::Later);
+        assert_eq!(r.receive_failed(1, true), Repost::Now(1));
+        assert_eq!(r.receive_failed(7, true), Repost::Later, "no such buffer");
     }
 
     #[test]

@@ -449,6 +449,13 @@ impl NodeInner {
         let Some(side) = g.as_mut().filter(|s| s.generation == generation) else {
             return Ok(());
         };
+        if side.ready && !side.early {
+            // Connected already: another thread driving the same open, or (compatibility
+            // mode) the other side's `Opened` and our own call both found it opened early
+            // and got here one after the other. Connecting again would add the peer's
+            // credits twice and replace credit receives still posted.
+            return Ok(());
+        }
         side.peer = peer;
         // (Not for a side opened early: its queued packets are staged at that stride. The
         // connect checked that the receiver takes the sender's size anyway.)

@@ -137,6 +137,10 @@ impl NodeInner {
                 max_payload,
                 ref fabric_addr,
             } => {
+                if credits as usize > crate::config::MAX_RECV_BUFFERS {
+                    // No receiver grants that many (the sender would size its staging by it).
+                    return Err(Status::MCAPI_ERR_PARAMETER);
+                }
                 let mut st = self.live_state()?;
                 let ep = st
                     .endpoints

@@ -129,7 +129,13 @@ impl Node {
                     Err(OfiError::Completion(e)) => {
                         s.event(e.context, false, out);
                     }
-                    Err(_) => s.state.zero_copy_sent(false),
+                    Err(_) => {
+                        // The CQ cannot be read: the send's end will never be seen, and only
+                        // closing the endpoint stops the provider reading `data`.
+                        s.state.zero_copy_sent(false);
+                        outcome = Err(Status::MCAPI_ERR_TRANSMISSION);
+                        return SendWait::Abandon;
+                    }
                 }
                 if s.state.zero_copy() != ZeroCopy::Waiting {
                     return SendWait::Done;

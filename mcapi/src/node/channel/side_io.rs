@@ -127,10 +127,12 @@ impl SideIo {
                     SideData::Send(s) => {
                         s.event(e.context, false, &mut self.out);
                     }
-                    // A plain receive that failed (say, truncated): its scalar slot or packet
-                    // buffer is free again (a scalar slot never holds a packet).
+                    // A receive that failed (say, truncated): its scalar slot or packet buffer
+                    // is free again (a scalar slot never holds a packet), a multi-receive
+                    // buffer if the provider released it with the error.
                     SideData::Recv(r) => {
-                        let what = r.state.receive_failed(e.context as usize);
+                        let released = e.flags & flags::MULTI_RECV != 0;
+                        let what = r.state.receive_failed(e.context as usize, released);
                         r.repost(&self.ep, what);
                     }
                     _ => {}
