@@ -10,7 +10,7 @@
 //! | `MCAPI_RUNTIME_DIR` | `runtime_dir` | `$XDG_RUNTIME_DIR/mcapi`, else `/tmp/mcapi-<uid>` |
 //! | `MCAPI_JOB_KEY` (or a file named by `MCAPI_JOB_KEY_FILE`) | `job_key` | one host: generated into the job's private directory; several hosts: none, and initialize fails |
 //! | `MCAPI_REQUESTS` | `request_table_size` | 1024 |
-//! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 |
+//! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 (at most [`MAX_RECV_BUFFERS`], 16384) |
 //! | `MCAPI_COMPAT` (`spec` or `mca`) | `compat` | `spec`: the letter of MCAPI 2.000; `mca`: the reference implementation's readings (docs/c-abi.md) |
 //! | `MCAPI_MAX_MSG_SIZE` | `max_msg_size` | 16 MiB (`MCAPI_MAX_MSG_SIZE`, the ceiling); 64 KiB on a provider without `FI_RMA` |
 //! | `MCAPI_EAGER_MAX` | `eager_max` | the provider's measured eager/rendezvous threshold (8 KiB on shm, 16 KiB under ofi_rxm, else 64 KiB); any value from 1 B to 64 KiB replaces it |
