@@ -865,7 +865,9 @@ mod tests {
     use super::super::credit_plane::control_tag;
     use super::super::rendezvous::RNDV_MARK;
     use crate::node::test_pair::sender_and_receiver;
+    use crate::semantics::request::RequestHandle;
     use crate::semantics::wire::{Kind, Tag};
+    use crate::{EndpointId, Node};
     use mcapi_ofi::RecvBuffer;
     use std::collections::HashSet;
     use std::sync::atomic::Ordering;
@@ -936,23 +938,33 @@ mod tests {
         }
     }
 
+    /// Two tcp nodes connected and a 4 MiB rendezvous message sent by `msg_send_i`, with
+    /// both background threads held: the sender's, since over tcp its progress serves the
+    /// receiver's reads (they wait while it is held), and the receiver's, so that only the
+    /// test's calls read its CQ (else the descriptor may be read ahead before the test's
+    /// receive is there). Returns the nodes, the receiving endpoint, the send and its data.
+    fn held_rendezvous(
+        job: &str,
+        ids: (u32, u32),
+    ) -> (Node, Node, EndpointId, RequestHandle, Vec<u8>) {
+        let (a, b, tx, rx, to) = sender_and_receiver("tcp", job, ids, None);
+        let mut small = [0u8; 8];
+        a.msg_send(tx, to, b"hi", 0).expect("send");
+        assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
+        a.inner.hold_background.store(true, Ordering::Relaxed);
+        b.inner.hold_background.store(true, Ordering::Relaxed);
+        let data = vec![ids.0 as u8; 4 << 20];
+        let send = a.msg_send_i(tx, to, &data, 0).expect("send");
+        (a, b, rx, send, data)
+    }
+
     /// A receive whose rendezvous message is being read into its buffer stays pending when
     /// its endpoint is deleted, until the reads end (the provider writes the buffer until
     /// then), and then completes with them.
     #[test]
     fn a_receive_being_read_into_completes_with_the_read_after_its_endpoint_is_deleted() {
-        // tcp: the reads are served by the sender's progress, held here.
-        let (a, b, tx, rx, to) = sender_and_receiver("tcp", "bound-delete", (16, 17), None);
-        let mut small = [0u8; 8];
-        a.msg_send(tx, to, b"hi", 0).expect("send");
-        assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
-        let len = 4 << 20;
-        a.inner.hold_background.store(true, Ordering::Relaxed);
-        // (Else b's background thread may read the descriptor before the receive is posted
-        // and read it ahead.)
-        b.inner.hold_background.store(true, Ordering::Relaxed);
-        let data = vec![5u8; len];
-        let send = a.msg_send_i(tx, to, &data, 0).expect("send");
+        let (a, b, rx, send, data) = held_rendezvous("bound-delete", (16, 17));
+        let len = data.len();
         let buf = RecvBuffer::from_static(Box::leak(vec![0u8; len].into_boxed_slice()));
         let r = b.msg_recv_i_into(rx, buf).expect("receive");
         let bound = (0..5000).any(|_| {
@@ -982,17 +994,8 @@ mod tests {
     /// for a request the delete completed under it.
     #[test]
     fn a_wait_reading_in_place_ends_with_the_read_after_its_endpoint_is_deleted() {
-        // tcp: the read is served by the sender's progress, held here.
-        let (a, b, tx, rx, to) = sender_and_receiver("tcp", "in-place-delete", (18, 19), None);
-        let mut small = [0u8; 8];
-        a.msg_send(tx, to, b"hi", 0).expect("send");
-        assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
-        let len = 4 << 20;
-        a.inner.hold_background.store(true, Ordering::Relaxed);
-        // (Else b's background thread may read the descriptor first and read it ahead.)
-        b.inner.hold_background.store(true, Ordering::Relaxed);
-        let data = vec![6u8; len];
-        let send = a.msg_send_i(tx, to, &data, 0).expect("send");
+        let (a, b, rx, send, data) = held_rendezvous("in-place-delete", (18, 19));
+        let len = data.len();
         let r = b.msg_recv_i(rx).expect("receive");
         let waiter = {
             let b = b.clone();
