@@ -52,8 +52,11 @@ impl Target {
 /// A receive request's target, as C gave it.
 struct Pending {
     target: Target,
-    /// A `wait` or `wait_any` has it checked out.
+    /// A `wait`, `wait_any` or `test` has it checked out.
     checked_out: bool,
+    /// Cancelled while checked out: forgotten when checked in, whatever the holder saw
+    /// (a wait that timed out just before the cancel would keep it otherwise).
+    cancelled: bool,
 }
 
 /// Requests are per node, so a key is `(domain, node, request)`.
@@ -73,6 +76,7 @@ fn remember(node: &Node, request: RequestHandle, target: Target) {
     let entry = Pending {
         target,
         checked_out: false,
+        cancelled: false,
     };
     targets().insert(key(node, request), entry);
 }
@@ -102,25 +106,33 @@ pub(super) unsafe fn test_now(
     request: RequestHandle,
 ) -> Result<Option<usize>, Status> {
     let key = key(node, request);
-    let mut table = targets();
-    let Some(entry) = table.get(&key) else {
-        drop(table);
-        return node.test(request, None);
+    let target = {
+        let mut table = targets();
+        match table.get_mut(&key) {
+            None => {
+                drop(table);
+                return node.test(request, None);
+            }
+            // A waiter (or another test) is completing it: still pending as far as this
+            // call can tell.
+            Some(entry) if entry.checked_out => return Ok(None),
+            Some(entry) => {
+                entry.checked_out = true;
+                entry.target
+            }
+        }
     };
-    if entry.checked_out {
-        // A waiter is completing it: still pending as far as this call can tell.
-        return Ok(None);
-    }
-    let target = entry.target;
-    // The registry lock, held until the end, keeps every other call away from this target.
+    // Checked out, the target is this call's alone; the registry lock is not held while
+    // the node tests (which may copy a large message), so other requests' tests and waits
+    // in other threads go on meanwhile.
     let result = node.test(request, None);
-    if !matches!(result, Ok(None)) {
-        table.remove(&key);
-    }
-    if let Ok(Some(_)) = result {
+    let delivered = match result {
         // SAFETY: per this function's contract.
-        unsafe { target.deliver(node, request)? };
-    }
+        Ok(Some(_)) => unsafe { target.deliver(node, request) },
+        _ => Ok(()),
+    };
+    check_in(&[key], |_| !matches!(result, Ok(None)));
+    delivered?;
     result
 }
 
@@ -152,7 +164,7 @@ fn check_out(keys: &[Key]) -> Result<Vec<Option<Target>>, Status> {
 fn check_in(keys: &[Key], finished: impl Fn(usize) -> bool) {
     let mut table = targets();
     for (i, k) in keys.iter().enumerate() {
-        if finished(i) {
+        if finished(i) || table.get(k).is_some_and(|b| b.cancelled) {
             table.remove(k);
         } else if let Some(b) = table.get_mut(k) {
             b.checked_out = false;
@@ -346,13 +358,49 @@ pub unsafe extern "C" fn mcapi_cancel(request: *mut mcapi_request_t, status: *mu
         );
         let node = current_node()?;
         node.cancel(handle)?;
-        // A waiter holding the target learns of the cancel and forgets it itself.
+        // A waiter holding the target forgets it when it checks it in.
         let key = key(&node, handle);
         let mut table = targets();
-        if table.get(&key).is_some_and(|b| !b.checked_out) {
-            table.remove(&key);
+        match table.get_mut(&key) {
+            Some(b) if b.checked_out => b.cancelled = true,
+            Some(_) => {
+                table.remove(&key);
+            }
+            None => {}
         }
         drop(table);
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// A receive cancelled while a wait that just timed out still holds its target is
+    /// forgotten when that wait checks it in, not kept until the node finalizes.
+    #[test]
+    fn a_target_cancelled_while_checked_out_is_forgotten_at_check_in() {
+        let mut config = Config::defaults();
+        config.provider = Some("shm".into());
+        config.job = format!("capi-cancel-{}", std::process::id());
+        let node = Node::initialize(0, 40, config).expect("a node");
+        let rx = node.endpoint_create(1).expect("an endpoint");
+        let request = node.msg_recv_i(rx).expect("a receive");
+        remember_message(&node, request);
+        let k = key(&node, request);
+        // A wait has it checked out and is about to report MCAPI_TIMEOUT...
+        assert!(check_out(&[k]).is_ok());
+        // ...when another thread cancels it.
+        let mut raw = request.as_raw();
+        let mut status = Status::MCAPI_SUCCESS.code();
+        // SAFETY: both pointers are to locals.
+        unsafe { mcapi_cancel(&mut raw, &mut status) };
+        assert_eq!(status, Status::MCAPI_SUCCESS.code());
+        assert!(targets().contains_key(&k), "forgotten under the waiter");
+        check_in(&[k], |_| false);
+        assert!(!targets().contains_key(&k), "kept after the cancel");
+        node.finalize().expect("finalize");
+    }
 }
