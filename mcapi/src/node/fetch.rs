@@ -142,6 +142,16 @@ impl Fetches {
         self.of_slot.get(slot as usize).copied().unwrap_or(NO_FETCH)
     }
 
+    /// Sizes the tables for a receive pool of `slots` slots (each may hold a descriptor,
+    /// so at most that many fetches exist at once).
+    pub(super) fn size_for(&mut self, slots: usize) {
+        self.of_slot = vec![NO_FETCH; slots];
+        self.fetches.reserve(slots);
+        self.free.reserve(slots);
+        self.queue.reserve(slots);
+        self.deferred.reserve(slots);
+    }
+
     fn set_slot(&mut self, slot: u32, v: u32) {
         let i = slot as usize;
         if self.of_slot.len() <= i {

@@ -156,7 +156,7 @@ impl Node {
             fab.provider,
             config.job
         );
-        let state = State {
+        let mut state = State {
             endpoints: HashMap::default(),
             next_any_port: 1 << 20,
             next_endpoint_generation: 0,
@@ -189,6 +189,10 @@ impl Node {
             read_in_place: 0,
             finalized: false,
         };
+        // Sized once: which receive slots carry rendezvous descriptors, and how many reads
+        // are under way at once, vary with the traffic; growing then would allocate on the
+        // data path.
+        state.rndv.fetches.size_for(fab.recv_slots as usize);
         let busy_every_poll = fab.provider.contains("ofi_rxm");
         let inner = Arc::new(NodeInner {
             domain_id,
