@@ -131,6 +131,7 @@ fn progress_in_background(node: Weak<NodeInner>) {
             continue;
         }
         node.channels.close_retired();
+        node.send_recounts();
         if Instant::now() >= next_watch {
             node.watch_links();
             next_watch = Instant::now() + LINK_WATCH_PERIOD;

@@ -669,6 +669,8 @@ pub struct SendSide<B> {
     /// A packet failed after it was posted: its sequence number is spent, so the receiver
     /// would wait for it forever; the channel is broken.
     broken: bool,
+    /// The count the receiver was last told, once this side closed.
+    announced: Option<u32>,
 }
 
 impl<B: UserBuffer> SendSide<B> {
@@ -685,6 +687,7 @@ impl<B: UserBuffer> SendSide<B> {
             gone_since: None,
             zero_copy: ZeroCopy::Idle,
             broken: false,
+            announced: None,
         }
     }
 
@@ -922,8 +925,27 @@ impl<B: UserBuffer> SendSide<B> {
 
     /// What a close announces: the packets posted and those still queued to go.
     #[inline]
-    pub fn announced_count(&self) -> u32 {
+    fn announced_count(&self) -> u32 {
         self.next_seq.wrapping_add(self.queued.len() as u32)
+    }
+
+    /// The side closes: the count to tell the receiver (it waits for that many packets).
+    pub fn announce_close(&mut self) -> u32 {
+        let count = self.announced_count();
+        self.announced = Some(count);
+        count
+    }
+
+    /// A smaller count to tell the receiver after a close, when a queued packet will never
+    /// go (withdrawn by a cancel, or refused by the provider): without it the receiver would
+    /// wait for that packet. `None`: not closed, or nothing changed since the last count.
+    pub fn recount(&mut self) -> Option<u32> {
+        let count = self.announced_count();
+        let last = self.announced.as_mut()?;
+        (*last != count).then(|| {
+            *last = count;
+            count
+        })
     }
 
     // ---- the other side gone ----
@@ -1241,7 +1263,7 @@ mod tests {
         assert!(s.queued_posted(Posted::Sent, &mut done));
         assert_eq!(done, [(req(0), Status::MCAPI_SUCCESS, 10)]);
         assert!(s.next_queued().is_none(), "no credit left");
-        assert_eq!(s.announced_count(), 2, "one sent, one queued");
+        assert_eq!(s.announce_close(), 2, "one sent, one queued");
         s.credits_returned(1);
         let zslot = match s.next_queued() {
             Some(NextSend::User { buf, zslot, seq: 1 }) => {
@@ -1276,6 +1298,33 @@ mod tests {
         assert_eq!(done, [(req(0), Status::MCAPI_ERR_TRANSMISSION, 0)]);
         assert!(!s.staging_exhausted());
         assert_eq!(s.seq(), 0, "no sequence number spent");
+    }
+
+    #[test]
+    fn a_closed_sender_recounts_what_will_never_go() {
+        let mut s: SendSide<Buf> = SendSide::new(1, 3);
+        let mut done = Done::new();
+        for i in 0..3 {
+            let slot = s.take_staging().unwrap();
+            s.queue(req(i), Outgoing::Staged { slot, len: 1 });
+        }
+        assert!(s.next_queued().is_some());
+        assert!(s.queued_posted(Posted::Sent, &mut done));
+        assert_eq!(s.recount(), None, "not closed: nothing announced yet");
+        assert_eq!(s.announce_close(), 3, "one sent, two queued");
+        assert_eq!(s.recount(), None, "nothing changed");
+        // The provider refuses the next one: the receiver must not wait for it.
+        s.credits_returned(1);
+        assert!(s.next_queued().is_some());
+        assert!(s.queued_posted(Posted::Failed, &mut done));
+        assert_eq!(s.recount(), Some(2));
+        assert_eq!(s.recount(), None, "told once");
+        // A cancel withdraws the last.
+        assert!(s.withdraw(req(2)).is_some());
+        assert_eq!(s.recount(), Some(1));
+        // What went is never taken back.
+        s.fail_queued(&mut done);
+        assert_eq!(s.recount(), None);
     }
 
     #[test]

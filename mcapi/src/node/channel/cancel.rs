@@ -31,16 +31,12 @@ impl Node {
         let withdrawn = {
             let mut g = self.inner.channels.sides[slot].lock();
             let side = g.as_mut().filter(|s| s.generation == generation);
-            let (closed, port, run) = side
-                .as_ref()
-                .map_or((false, 0, None), |s| (s.closed, s.port, s.peer));
+            let (port, run) = side.as_ref().map_or((0, None), |s| (s.port, s.peer));
             match side.and_then(|s| s.io.as_mut()).map(|io| &mut io.data) {
                 Some(SideData::Recv(r)) => r.state.withdraw(request),
                 Some(SideData::Send(s)) => match s.state.withdraw(request) {
                     Some(_) => {
-                        if closed {
-                            recount = Some((port, s.state.announced_count(), run));
-                        }
+                        recount = s.state.recount().map(|count| (port, count, run));
                         true
                     }
                     None => false,

@@ -108,9 +108,9 @@ impl Node {
                 if let Some(SideIo {
                     data: SideData::Send(s),
                     ..
-                }) = &side.io
+                }) = &mut side.io
                 {
-                    sent = s.state.announced_count();
+                    sent = s.state.announce_close();
                 }
                 if let Some(io) = &mut side.io {
                     if let SideData::Recv(r) = &mut io.data {

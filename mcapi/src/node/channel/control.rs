@@ -43,6 +43,19 @@ impl NodeInner {
         }
     }
 
+    /// Announces the counts closed send sides recounted ([`ChannelTable::recounts`]).
+    ///
+    /// [`ChannelTable::recounts`]: super::table::ChannelTable::recounts
+    pub(in crate::node) fn send_recounts(&self) {
+        let recounts = match self.channels.recounts.try_lock() {
+            Ok(mut r) if !r.is_empty() => std::mem::take(&mut *r),
+            _ => return,
+        };
+        for (port, count, run) in recounts {
+            self.announce_close(port, count, run);
+        }
+    }
+
     /// The id of local endpoint `port` (what channel operations name their sender by).
     pub(super) fn endpoint_id(&self, port: u32) -> Result<EndpointId> {
         EndpointId::encode(self.domain_id, self.node_id, port)

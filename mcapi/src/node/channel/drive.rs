@@ -36,8 +36,11 @@ impl NodeInner {
             } else if let Some(mut g) = table.sides[slot].try_lock() {
                 // A side locked elsewhere keeps its flag: its holder flushes it.
                 table.done.clear(slot);
-                if let Some(io) = g.as_mut().and_then(|s| s.io.as_mut()) {
-                    finished.take(&mut io.out);
+                if let Some(side) = g.as_mut() {
+                    side.recount(&table.recounts);
+                    if let Some(io) = side.io.as_mut() {
+                        finished.take(&mut io.out);
+                    }
                 }
             }
         }

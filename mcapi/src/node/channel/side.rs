@@ -119,6 +119,27 @@ impl Side {
         self.peer
     }
 
+    /// A closed send side whose queued packets failed (the provider refused one, or the
+    /// endpoint closed under them) lists the smaller count for its receiver, which would
+    /// otherwise wait for them. Not for a receiver that is gone.
+    pub(super) fn recount(
+        &mut self,
+        recounts: &std::sync::Mutex<Vec<(u32, u32, Option<PeerRun>)>>,
+    ) {
+        if !self.closed || self.peer_gone.is_some() {
+            return;
+        }
+        if let Some(SideIo {
+            data: SideData::Send(s),
+            ..
+        }) = &mut self.io
+        {
+            if let Some(count) = s.state.recount() {
+                crate::node::common::lock(recounts).push((self.port, count, self.peer));
+            }
+        }
+    }
+
     /// Whether `addr` lies in this side's receive pool.
     pub(super) fn pool_contains(&self, addr: usize) -> bool {
         matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. })

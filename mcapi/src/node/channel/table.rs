@@ -6,6 +6,7 @@ use super::outbox::{DoneFlags, Outbox, ORPHAN_SLOT};
 use super::side::{Side, Sides};
 use crate::node::common::lock;
 use crate::node::fabric::Fab;
+use crate::node::state::PeerRun;
 use mcapi_ofi::{Endpoint, Error as OfiError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -45,6 +46,10 @@ pub(in crate::node) struct ChannelTable {
     pub(super) done: Arc<DoneFlags>,
     /// Completions of sides emptied before they were flushed.
     pub(super) orphans: Mutex<Outbox>,
+    /// Smaller counts closed send sides found to announce (`(port, count, run)`): a packet
+    /// queued at the close that will never go. Sent by the background thread: a control
+    /// call does not belong in the completion flush that finds them.
+    pub(super) recounts: Mutex<Vec<(u32, u32, Option<PeerRun>)>>,
     /// The side a packet was last released into: a hint, checked against the side's pool
     /// under its lock, that spares the pool list's lock.
     pub(super) last_pool: AtomicUsize,
@@ -76,6 +81,7 @@ impl ChannelTable {
             hub: Mutex::new(None),
             done: Arc::new(DoneFlags::default()),
             orphans: Mutex::new(Outbox::new(ORPHAN_SLOT, Arc::new(DoneFlags::default()))),
+            recounts: Mutex::new(Vec::new()),
             last_pool: AtomicUsize::new(0),
         }
     }
