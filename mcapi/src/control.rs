@@ -490,7 +490,12 @@ impl Drop for ControlServer {
             c.handle.shutdown();
         }
         for c in conns.into_values() {
-            if let Some(t) = c.thread {
+            // The node's last handle may go on a connection's own thread (a frame handled
+            // while the application dropped it): that one is left to end by itself.
+            if let Some(t) = c
+                .thread
+                .filter(|t| t.thread().id() != std::thread::current().id())
+            {
                 _ = t.join();
             }
         }

@@ -19,7 +19,7 @@ use crate::config::JobKey;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::io::{self, Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Opens the handshake; not the start of any frame (a frame's length prefix this large is
 /// refused by every version), so a node of a build before authentication and one after
@@ -29,7 +29,8 @@ const MAGIC: [u8; 8] = *b"MCAPIKEY";
 const AUTH_VERSION: u32 = 1;
 const NONCE: usize = 32;
 const PROOF: usize = 32;
-/// How long a peer has to complete the handshake: an idle connection holds a thread.
+/// How long a peer has to complete the whole handshake: an idle or trickling connection
+/// holds a thread (and a handshake slot) until then.
 pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The job's identity: its name and shared key.
@@ -68,7 +69,7 @@ impl JobAuth {
     /// `PermissionDenied` when the server is not of this job (another key, another user),
     /// `InvalidData` for a peer that does not speak the handshake, or the socket's errors.
     pub fn client(&self, stream: &mut Stream) -> io::Result<()> {
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
         same_user(stream)?;
         let client = nonce()?;
         let mut hello = Vec::with_capacity(MAGIC.len() + 4 + NONCE);
@@ -77,7 +78,7 @@ impl JobAuth {
         hello.extend_from_slice(&client);
         stream.write_all(&hello)?;
         let mut reply = [0u8; 8 + 4 + NONCE + PROOF];
-        stream.read_exact(&mut reply)?;
+        read_exact_by(stream, &mut reply, deadline)?;
         check_header(&reply)?;
         let server: [u8; NONCE] = reply[12..12 + NONCE].try_into().expect("sized");
         self.proof(b"server", &client, &server)
@@ -89,7 +90,7 @@ impl JobAuth {
             .into_bytes();
         stream.write_all(&proof)?;
         let mut verdict = [0u8; 1];
-        stream.read_exact(&mut verdict)?;
+        read_exact_by(stream, &mut verdict, deadline)?;
         if verdict[0] != 1 {
             return Err(refused("the node refused our job key"));
         }
@@ -103,10 +104,10 @@ impl JobAuth {
     /// # Errors
     /// Why the peer is refused, or the socket's errors.
     pub fn server(&self, stream: &mut Stream) -> io::Result<()> {
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
         same_user(stream)?;
         let mut hello = [0u8; 8 + 4 + NONCE];
-        stream.read_exact(&mut hello)?;
+        read_exact_by(stream, &mut hello, deadline)?;
         check_header(&hello)?;
         let client: [u8; NONCE] = hello[12..].try_into().expect("sized");
         let server = nonce()?;
@@ -122,7 +123,7 @@ impl JobAuth {
         );
         stream.write_all(&reply)?;
         let mut proof = [0u8; PROOF];
-        stream.read_exact(&mut proof)?;
+        read_exact_by(stream, &mut proof, deadline)?;
         if self
             .proof(b"client", &client, &server)
             .verify_slice(&proof)
@@ -135,6 +136,28 @@ impl JobAuth {
         stream.write_all(&[1])?;
         stream.set_read_timeout(None)
     }
+}
+
+/// Reads `buf` whole by `deadline`: the handshake's limit holds for the whole exchange, not
+/// for each read (a peer sending a byte at a time would otherwise hold on for minutes).
+fn read_exact_by(stream: &mut Stream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the handshake took too long",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn refused(why: &str) -> io::Error {
@@ -211,6 +234,33 @@ mod tests {
             assert_eq!(c.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
             assert!(s.is_err());
         }
+    }
+
+    #[test]
+    fn a_peer_trickling_bytes_gets_no_more_than_the_whole_limit() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let trickle = std::thread::spawn(move || {
+            // Each byte well within the limit, all of them far beyond it.
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(50));
+                if b.write_all(&[7]).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stream = Stream::Unix(a);
+        let mut buf = [0u8; 20];
+        let limit = Instant::now() + Duration::from_millis(300);
+        let e = read_exact_by(&mut stream, &mut buf, limit).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+            ),
+            "{e:?}"
+        );
+        drop(stream);
+        trickle.join().unwrap();
     }
 
     #[test]

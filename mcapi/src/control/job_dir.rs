@@ -4,8 +4,8 @@
 //! Both directories are created mode 0700 and, found existing, checked: a real directory
 //! (not a symlink), owned by this user, writable by no one else. Whoever could write there
 //! could replace a socket or the key, so anything else is refused. The runtime directory's
-//! parent must not let others rename it away (writable by others only with the sticky bit,
-//! as /tmp).
+//! parent must not let others rename it away: owned by this user or root, and writable by
+//! group or others only with the sticky bit (as /tmp).
 
 use crate::config::JobKey;
 use std::io::{self, Write};
@@ -30,14 +30,26 @@ pub(crate) fn private_job_dir(runtime_dir: &Path, job: &str) -> Result<PathBuf, 
             std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         }
         let meta = std::fs::metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        let me = nix::unistd::geteuid().as_raw();
         // Others may create entries there (/tmp) but, without the sticky bit, also rename
-        // ours away and put theirs in its place.
-        if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
-            return Err(format!(
-                "{}: writable by others without the sticky bit (mode {:o}): set \
-                 MCAPI_RUNTIME_DIR elsewhere",
-                parent.display(),
+        // ours away and put theirs in its place; its owner may do so in any case.
+        let why = if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 {
+            Some(format!(
+                "writable by group or others without the sticky bit (mode {:o})",
                 meta.mode() & 0o7777
+            ))
+        } else if meta.uid() != me && meta.uid() != 0 {
+            Some(format!(
+                "owned by uid {}, neither this user nor root",
+                meta.uid()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!(
+                "{}: {why}: set MCAPI_RUNTIME_DIR elsewhere",
+                parent.display()
             ));
         }
     }
@@ -176,5 +188,32 @@ mod tests {
             .unwrap();
         assert!(job_key(&dir).unwrap_err().contains("chmod 600"));
         std::fs::remove_dir_all(&rt).unwrap();
+    }
+
+    #[test]
+    fn a_parent_others_could_rename_the_runtime_directory_in_is_refused() {
+        let top = scratch("parent");
+        std::fs::DirBuilder::new().mode(0o700).create(&top).unwrap();
+        let parent = top.join("p");
+        std::fs::create_dir(&parent).unwrap();
+        let rt = parent.join("rt");
+        for (mode, refused) in [
+            (0o775, true),
+            (0o757, true),
+            (0o1775, false),
+            (0o755, false),
+        ] {
+            std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(mode)).unwrap();
+            let got = private_job_dir(&rt, "j");
+            assert_eq!(got.is_err(), refused, "mode {mode:o}: {got:?}");
+        }
+        // Owned by another user (root may give it away; others cannot make the case).
+        if nix::unistd::geteuid().is_root() {
+            let stranger = Some(nix::unistd::Uid::from_raw(54321));
+            nix::unistd::chown(&parent, stranger, None).unwrap();
+            let e = private_job_dir(&rt, "j").unwrap_err();
+            assert!(e.contains("owned by uid 54321"), "{e}");
+        }
+        std::fs::remove_dir_all(&top).unwrap();
     }
 }

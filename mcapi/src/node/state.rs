@@ -62,7 +62,7 @@ pub(super) struct State {
     pub(super) pending_sends: VecDeque<RequestHandle>,
     /// Peers in their departure grace ([`PeerLife::Departing`]): when none, the progress
     /// loop skips looking for a grace that is over.
-    pub(super) departing: u16,
+    pub(super) departing: u32,
     /// Where the CQ is read into (kept here so no read has to clear a fresh buffer).
     pub(super) cq_buf: [Completion; CQ_BATCH],
     /// Where a queued send small enough to inject is copied out of its send slot (the
