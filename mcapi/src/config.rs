@@ -9,7 +9,7 @@
 //! | `MCAPI_TCP_IFACE` (or libfabric's `FI_TCP_IFACE`) | `tcp_iface` | libfabric's choice |
 //! | `MCAPI_RUNTIME_DIR` | `runtime_dir` | `$XDG_RUNTIME_DIR/mcapi`, else `/tmp/mcapi-<uid>` |
 //! | `MCAPI_JOB_KEY` (or a file named by `MCAPI_JOB_KEY_FILE`) | `job_key` | one host: generated into the job's private directory; several hosts: none, and initialize fails |
-//! | `MCAPI_REQUESTS` | `request_table_size` | 1024 |
+//! | `MCAPI_REQUESTS` | `request_table_size` | 1024 (at most 2^24) |
 //! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 (at most [`MAX_RECV_BUFFERS`], 16384) |
 //! | `MCAPI_COMPAT` (`spec` or `mca`) | `compat` | `spec`: the letter of MCAPI 2.000; `mca`: the reference implementation's readings (docs/c-abi.md) |
 //! | `MCAPI_MAX_MSG_SIZE` | `max_msg_size` | 16 MiB (`MCAPI_MAX_MSG_SIZE`, the ceiling); 64 KiB on a provider without `FI_RMA` |
@@ -24,6 +24,7 @@
 //! libfabric's own `FI_PROVIDER` restricts what libfabric offers at all (read once per
 //! process); `MCAPI_PROVIDER` chooses among what is offered.
 
+use crate::semantics::request::MAX_REQUESTS;
 use std::fmt;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -305,6 +306,11 @@ impl Config {
             .filter(|i| !i.is_empty());
         if let Some(n) = var("MCAPI_REQUESTS") {
             c.request_table_size = parse_count("MCAPI_REQUESTS", &n)?;
+            if c.request_table_size > MAX_REQUESTS {
+                return Err(ConfigError(format!(
+                    "MCAPI_REQUESTS={n}: at most {MAX_REQUESTS}"
+                )));
+            }
         }
         if let Some(n) = var("MCAPI_RECV_BUFFERS") {
             c.recv_buffers = parse_count("MCAPI_RECV_BUFFERS", &n)?;
@@ -336,6 +342,24 @@ impl Config {
             c.spin = Duration::from_micros(us);
         }
         Ok(c)
+    }
+
+    /// Why a node cannot start with this configuration (sizes beyond what the node's
+    /// tables address), if it cannot.
+    pub(crate) fn unusable(&self) -> Option<String> {
+        if self.request_table_size > MAX_REQUESTS {
+            Some(format!(
+                "request_table_size {} is above {MAX_REQUESTS}",
+                self.request_table_size
+            ))
+        } else if self.recv_buffers > MAX_RECV_BUFFERS {
+            Some(format!(
+                "recv_buffers {} is above {MAX_RECV_BUFFERS}",
+                self.recv_buffers
+            ))
+        } else {
+            None
+        }
     }
 
     /// Whether every node of the job runs on this host (no topology, or one naming only
@@ -565,6 +589,12 @@ mod tests {
         assert!(Config::from_vars(vars(&[("MCAPI_SPIN_US", "50us")])).is_err());
 
         assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "0")])).is_err());
+        assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "16777216")])).is_ok());
+        assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "16777217")])).is_err());
+        let mut c = Config::defaults();
+        assert_eq!(c.unusable(), None);
+        c.request_table_size = MAX_REQUESTS + 1;
+        assert!(c.unusable().is_some());
         assert!(Config::from_vars(vars(&[("MCAPI_TOPOLOGY", "/nonexistent/topo")])).is_err());
     }
 

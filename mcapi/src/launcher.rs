@@ -117,7 +117,7 @@ pub fn publish(key: &str, value: &str) -> Result<(), LauncherError> {
 /// As [`publish`].
 pub fn lookup(key: &str, timeout: Option<Duration>) -> Result<Option<String>, LauncherError> {
     let c = app_client()?;
-    let deadline = timeout.map(|t| Instant::now() + t);
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     c.lookup(&app_key(c, key), deadline)
         .map_err(|e| LauncherError(format!("looking up {key}: {e}")))
 }

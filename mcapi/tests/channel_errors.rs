@@ -1463,3 +1463,35 @@ fn every_provokable_row(prov: &str, base: u32) {
         wrong.join("\n")
     );
 }
+
+/// A close whose request is cancelled goes on: it was announced to the other side, which
+/// completes its own close against it, and the endpoint must not stay "close pending".
+#[test]
+fn a_cancelled_close_still_disconnects_the_channel() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in ["shm", "tcp"].into_iter().filter(|p| offered(p)) {
+        let a = Node::initialize(3, 1, config(prov)).unwrap();
+        let b = Node::initialize(3, 2, config(prov)).unwrap();
+        for k in [Pkt, Scl] {
+            let s = endpoint(&a, 1);
+            let r = endpoint(&b, 1);
+            let (hs, hr) = channel(&a, k, &a, s, &b, r);
+            let qs = close_i(&a, k, Tx, hs).unwrap();
+            assert_eq!(
+                a.test(qs, None),
+                Ok(None),
+                "{prov} {k:?}: the receiver is open"
+            );
+            a.cancel(qs).unwrap();
+            let qr = close_i(&b, k, Rx, hr).unwrap();
+            b.wait(qr, None, WAIT).unwrap();
+            // The sender's side finishes its close without its request.
+            until("the cancelled close to finish", || {
+                a.endpoint_delete(s).is_ok()
+            });
+            b.endpoint_delete(r).unwrap();
+        }
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}

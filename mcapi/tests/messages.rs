@@ -2033,3 +2033,73 @@ fn zero_copy_msg_send_i_keeps_content_priorities_and_order() {
         b.finalize().unwrap();
     }
 }
+
+#[test]
+fn requests_keep_the_one_waiter_rule_and_completions_are_not_cancelled() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let node = Node::initialize(0, 42, config("shm", "waiters")).unwrap();
+    let a = node.endpoint_create(1).unwrap();
+    let b = node.endpoint_create(2).unwrap();
+    // A send that completed (queued at once on this node) but was not reported: a cancel
+    // comes too late; once reported, a cancel releases it.
+    let s = node.msg_send_i(a, b, b"x", 1).unwrap();
+    assert_eq!(node.cancel(s), Err(Status::MCAPI_ERR_REQUEST_INVALID));
+    assert_eq!(node.test(s, None), Ok(Some(1)));
+    assert_eq!(node.cancel(s), Ok(()));
+    let mut buf = [0u8; 8];
+    assert_eq!(node.msg_recv(b, &mut buf), Ok(1), "the message went");
+
+    // A wait_any in progress is the waiter of each request it lists ...
+    let r = node.msg_recv_i(b).unwrap();
+    let other = node.msg_recv_i(a).unwrap();
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let mut buf = [0u8; 8];
+            let got = node.wait_any_into(
+                &[other, r],
+                &mut [None, Some(&mut buf[..])],
+                Some(Duration::from_secs(30)),
+            );
+            (got, buf)
+        });
+        await_true("the wait_any to register", || {
+            node.wait(r, None, Some(Duration::ZERO)) == Err(Status::MCAPI_ERR_WAIT_PENDING)
+        });
+        assert_eq!(
+            node.wait_any(&[r], Some(Duration::ZERO)),
+            Err(Status::MCAPI_ERR_WAIT_PENDING)
+        );
+        node.msg_send(a, b, b"yz", 1).unwrap();
+        let (got, buf) = waiting.join().unwrap();
+        assert_eq!(got, Ok((1, Ok(2))));
+        assert_eq!(&buf[..2], b"yz");
+    });
+    // ... and leaves the others valid.
+    assert_eq!(node.cancel(other), Ok(()));
+
+    // A wait in progress keeps a wait_any out.
+    let r = node.msg_recv_i(b).unwrap();
+    std::thread::scope(|scope| {
+        let waiting =
+            scope.spawn(|| node.wait(r, Some(&mut [0u8; 8][..]), Some(Duration::from_secs(30))));
+        await_true("the wait to register", || {
+            node.wait_any(&[r, r], Some(Duration::ZERO)) == Err(Status::MCAPI_ERR_WAIT_PENDING)
+        });
+        node.msg_send(a, b, b"w", 1).unwrap();
+        assert_eq!(waiting.join().unwrap(), Ok(1));
+    });
+    node.finalize().unwrap();
+}
+
+#[test]
+fn a_request_table_beyond_the_handles_is_refused_and_changes_nothing() {
+    let mut cfg = config("shm", "too-many-requests");
+    cfg.request_table_size = (1 << 24) + 1;
+    assert_eq!(
+        Node::initialize(0, 43, cfg.clone()).err(),
+        Some(Status::MCAPI_ERR_NODE_INITFAILED)
+    );
+    cfg.request_table_size = 16;
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    Node::initialize(0, 43, cfg).unwrap().finalize().unwrap();
+}

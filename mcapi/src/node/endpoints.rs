@@ -146,7 +146,7 @@ impl Node {
         timeout: Option<Duration>,
     ) -> Result<EndpointId> {
         let id = EndpointId::encode(domain, node, port)?;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         if (domain, node) == (self.inner.domain_id, self.inner.node_id) {
             let mut backoff = self.inner.backoff();
             loop {

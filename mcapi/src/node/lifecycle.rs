@@ -82,6 +82,10 @@ impl Node {
         if node_id > MAX_NODE {
             return Err(Status::MCAPI_ERR_NODE_INVALID);
         }
+        if let Some(why) = config.unusable() {
+            log::error!("initialize of node {domain_id}.{node_id} failed: {why}");
+            return Err(Status::MCAPI_ERR_NODE_INITFAILED);
+        }
         if !lock(live_nodes()).insert((domain_id, node_id)) {
             return Err(Status::MCAPI_ERR_NODE_INITIALIZED);
         }

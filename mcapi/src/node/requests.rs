@@ -1,7 +1,7 @@
 //! Non-blocking lookups and the request calls (spec 4.2.3, 4.6).
 
 use super::channel::ChanReq;
-use super::common::Result;
+use super::common::{lock, Result};
 use super::state::{Req, State};
 use super::Node;
 use crate::semantics::endpoint_id::EndpointId;
@@ -218,7 +218,9 @@ impl Node {
     ) -> Result<Result<usize>> {
         // A zero timeout looks once: no clock to read (the zero-copy sender's poll).
         let look_once = timeout == Some(Duration::ZERO);
-        let deadline = timeout.filter(|_| !look_once).map(|t| Instant::now() + t);
+        let deadline = timeout
+            .filter(|_| !look_once)
+            .and_then(|t| Instant::now().checked_add(t));
         let mut backoff = self.inner.backoff();
         let mut own_side = None;
         loop {
@@ -392,7 +394,40 @@ impl Node {
         buffers: &mut [Option<&mut [u8]>],
         timeout: Option<Duration>,
     ) -> Result<(usize, Result<usize>)> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // The one waiter of each (spec 4.6.3), for as long as this call waits.
+        {
+            let mut st = self.inner.live_state()?;
+            st.requests.find_ready(requests)?;
+            for (i, &r) in requests.iter().enumerate() {
+                if requests[..i].contains(&r) {
+                    continue;
+                }
+                if let Err(e) = st.requests.begin_wait(r) {
+                    for &earlier in &requests[..i] {
+                        _ = st.requests.end_wait(earlier);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let outcome = self.wait_any_registered(requests, buffers, timeout);
+        if let Ok(mut st) = self.inner.live_state() {
+            // The request taken is released (its handle dead); the others wait again.
+            for &r in requests {
+                _ = st.requests.end_wait(r);
+            }
+        }
+        outcome
+    }
+
+    /// [`Node::wait_any_into`] once registered as the requests' waiter.
+    fn wait_any_registered(
+        &self,
+        requests: &[RequestHandle],
+        buffers: &mut [Option<&mut [u8]>],
+        timeout: Option<Duration>,
+    ) -> Result<(usize, Result<usize>)> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut backoff = self.inner.backoff();
         let own_sides = self.transfer_sides(requests);
         loop {
@@ -496,8 +531,13 @@ impl Node {
                 drop(st);
                 self.cancel_channel_open(port);
             }
-            // Sends and receives were withdrawn above; connects and closes complete at once
-            // or go on regardless.
+            Req::Chan(ChanReq::Close { port, handle }) => {
+                // Announced to the other side already: the close goes on without its
+                // request, or the endpoint would stay closing for good.
+                drop(st);
+                lock(&self.inner.channels.unowned_closes).push((request, port, handle));
+            }
+            // Sends and receives were withdrawn above; connects complete at once.
             Req::Chan(_) => {}
         }
         Ok(())

@@ -197,7 +197,7 @@ impl Deadline {
         let timeout = self.timeout;
         *self
             .at
-            .get_or_insert_with(|| timeout.map(|t| Instant::now() + t))
+            .get_or_insert_with(|| timeout.and_then(|t| Instant::now().checked_add(t)))
     }
 }
 

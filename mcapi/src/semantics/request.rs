@@ -453,9 +453,12 @@ impl<T> RequestTable<T> {
             .position(|&h| !matches!(self.state(h), Ok(RequestState::Pending))))
     }
 
-    /// `mcapi_cancel` (spec 4.6.4) on a pending or completed request: it
-    /// becomes a `Cancelled` tombstone and its payload is returned so the
-    /// driver can cancel the transport operation.
+    /// `mcapi_cancel` (spec 4.6.4) on a pending request, or one whose completion
+    /// `test` reported (cancel then only releases it): it becomes a `Cancelled`
+    /// tombstone and its payload is returned so the driver can cancel the transport
+    /// operation. A completion nobody was told of is not cancelled (spec: "the
+    /// operation may have completed"): a receive's message would be lost with it, and
+    /// a send has gone.
     ///
     /// The request counts as released: `test` then reports
     /// `MCAPI_ERR_REQUEST_INVALID`, and the slot may be reclaimed by `alloc`.
@@ -464,9 +467,13 @@ impl<T> RequestTable<T> {
     /// A tombstone with a registered waiter is never reclaimed.
     ///
     /// # Errors
-    /// `MCAPI_ERR_REQUEST_INVALID` for a dead or already cancelled handle.
+    /// `MCAPI_ERR_REQUEST_INVALID` for a dead or already cancelled handle, and for a
+    /// completion not yet reported (it is waited on or tested as usual).
     pub fn cancel(&mut self, handle: RequestHandle) -> Result<T, Status> {
         let i = self.index(handle)?;
+        if matches!(self.slots[i].state, Some(RequestState::Completed { .. })) {
+            return Err(Status::MCAPI_ERR_REQUEST_INVALID);
+        }
         let tick = self.tick();
         let slot = &mut self.slots[i];
         let payload = slot

@@ -140,19 +140,24 @@ impl Node {
         if let Some(peer_id) = peer_id {
             self.inner.send_closed(peer_id, port, sent, run);
         }
-        self.advance_close(req, port, handle)?;
+        self.inner.advance_close(req, port, handle)?;
         Ok(req)
     }
+}
 
-    pub(super) fn advance_close(
+impl NodeInner {
+    /// Finishes the close of `handle` on `port` once it can; `Ok(true)` once finished.
+    /// `request` completes then, unless it was cancelled: a close announced to the other
+    /// side goes on without its request (the background thread drives it).
+    pub(in crate::node) fn advance_close(
         &self,
         request: RequestHandle,
         port: u32,
         handle: ChannelHandle,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let (slot, generation, ..) = handle.decode().ok_or(Status::MCAPI_ERR_GENERAL)?;
         let (peer, gone, queued) = {
-            let g = self.inner.channels.sides[slot].lock();
+            let g = self.channels.sides[slot].lock();
             match g.as_ref().filter(|s| s.generation == generation) {
                 Some(side) => {
                     // Zero-copy packets posted but not completed count as queued: the
@@ -169,18 +174,17 @@ impl Node {
         // Liveness (the pushed state of the peer's run) is asked only while the peer has not
         // closed: this runs on every poll of the close request.
         let peer_closed = self
-            .inner
             .live_state()?
             .endpoints
             .get(&port)
             .is_some_and(|ep| ep.channel.binding.is_peer_closed());
-        let peer_dead = !peer_closed && peer.is_some() && !self.inner.peer_alive(peer);
+        let peer_dead = !peer_closed && peer.is_some() && !self.peer_alive(peer);
         let finished = {
-            let mut st = self.inner.live_state()?;
+            let mut st = self.live_state()?;
             let Some(ep) = st.endpoints.get_mut(&port) else {
                 st.requests
                     .complete_if_pending(request, Status::MCAPI_ERR_GENERAL, 0);
-                return Ok(());
+                return Ok(true);
             };
             // A peer that died without closing never will: its side counts as closed, and
             // this close reports the loss.
@@ -191,7 +195,7 @@ impl Node {
             // Packets queued here still go out first, unless the receiver is gone.
             let receiver_here = gone.is_none() && !peer_dead;
             if (queued && receiver_here) || !ep.channel.binding.try_finish_close() {
-                return Ok(());
+                return Ok(false);
             }
             ep.channel = EndpointChannel::default();
             let status = if lost {
@@ -206,13 +210,11 @@ impl Node {
             true
         };
         if finished {
-            self.inner.retire_side(handle);
+            self.retire_side(handle);
         }
-        Ok(())
+        Ok(finished)
     }
-}
 
-impl NodeInner {
     /// Finalize: tells the other side of each open channel that this side is gone, as a
     /// close does, so that its calls fail at once instead of reaching an endpoint that is
     /// about to close (on shm within one process that memory is unmapped).
@@ -249,6 +251,21 @@ impl NodeInner {
                 None => continue,
             };
             self.send_closed(peer, port, sent, run);
+        }
+    }
+
+    /// Advances the closes whose request was cancelled (background thread).
+    pub(in crate::node) fn advance_unowned_closes(&self) {
+        let mut closes = match self.channels.unowned_closes.try_lock() {
+            Ok(mut c) if !c.is_empty() => std::mem::take(&mut *c),
+            _ => return,
+        };
+        // Finished, or the node is gone: dropped.
+        closes.retain(|&(request, port, handle)| {
+            matches!(self.advance_close(request, port, handle), Ok(false))
+        });
+        if !closes.is_empty() {
+            lock(&self.channels.unowned_closes).extend(closes);
         }
     }
 

@@ -114,7 +114,9 @@ impl Node {
     pub(in crate::node) fn drive_channel(&self, request: RequestHandle, c: ChanReq) -> Result<()> {
         match c {
             ChanReq::Open { port, handle } => self.advance_open(request, port, handle),
-            ChanReq::Close { port, handle } => self.advance_close(request, port, handle),
+            ChanReq::Close { port, handle } => {
+                self.inner.advance_close(request, port, handle).map(drop)
+            }
             ChanReq::Send { handle } | ChanReq::Recv { handle } => {
                 self.progress_side(handle);
                 Ok(())

@@ -1,5 +1,6 @@
 //! The node's channel table: side slots, their locks, the scalar hub, retired endpoints and table-wide progress.
 
+use super::handle::ChannelHandle;
 use super::hub::ScalarHub;
 use super::limits::MAX_SIDES;
 use super::outbox::{DoneFlags, Outbox, ORPHAN_SLOT};
@@ -7,6 +8,7 @@ use super::side::{Side, Sides};
 use crate::node::common::lock;
 use crate::node::fabric::Fab;
 use crate::node::state::PeerRun;
+use crate::semantics::request::RequestHandle;
 use mcapi_ofi::{Endpoint, Error as OfiError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -50,6 +52,9 @@ pub(in crate::node) struct ChannelTable {
     /// queued at the close that will never go. Sent by the background thread: a control
     /// call does not belong in the completion flush that finds them.
     pub(super) recounts: Mutex<Vec<(u32, u32, Option<PeerRun>)>>,
+    /// Closes whose request was cancelled (`(request, port, handle)`): announced to the
+    /// other side already, they finish without it, driven by the background thread.
+    pub(in crate::node) unowned_closes: Mutex<Vec<(RequestHandle, u32, ChannelHandle)>>,
     /// The side a packet was last released into: a hint, checked against the side's pool
     /// under its lock, that spares the pool list's lock.
     pub(super) last_pool: AtomicUsize,
@@ -82,6 +87,7 @@ impl ChannelTable {
             done: Arc::new(DoneFlags::default()),
             orphans: Mutex::new(Outbox::new(ORPHAN_SLOT, Arc::new(DoneFlags::default()))),
             recounts: Mutex::new(Vec::new()),
+            unowned_closes: Mutex::new(Vec::new()),
             last_pool: AtomicUsize::new(0),
         }
     }

@@ -67,7 +67,7 @@ impl ChannelWait {
     pub(super) fn new(timeout: Option<Duration>, spin: Duration) -> ChannelWait {
         ChannelWait {
             backoff: Backoff::new(spin),
-            deadline: timeout.map(|t| Instant::now() + t),
+            deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
             backoffs: 0,
         }
     }
