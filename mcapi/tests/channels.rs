@@ -2008,3 +2008,47 @@ fn compat_mode_opens_complete_on_their_own() {
         }
     }
 }
+
+/// Compatibility mode: a side whose open completed before the other side's can be closed
+/// then; what it queued still goes once the other side opens, and both closes complete.
+#[test]
+fn compat_mode_an_early_opened_side_closes_before_the_other_opens() {
+    use mcapi::config::Compat;
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let mut cfg = config(prov, "early-close");
+        cfg.compat = Compat::Mca;
+        let p = Pair::with_config(cfg, 160);
+        connect(&p, false);
+        let (hs, qs) = p.a.pktchan_send_open_i(p.tx).unwrap();
+        p.a.wait(qs, None, WAIT).unwrap();
+        let queued: Vec<RequestHandle> = (0..2u8)
+            .map(|i| p.a.pktchan_send_i(hs, &[i; 3]).unwrap())
+            .collect();
+        let closing = p.a.pktchan_send_close_i(hs).unwrap();
+        assert_eq!(
+            p.a.test(closing, None),
+            Ok(None),
+            "{prov}: the receiver is open"
+        );
+        let (hr, qr) = p.b.pktchan_recv_open_i(p.rx).unwrap();
+        p.b.wait(qr, None, WAIT).unwrap();
+        for i in 0..2u8 {
+            let pkt = p.b.pktchan_recv(hr).unwrap();
+            assert_eq!(pkt.to_vec(), [i; 3], "{prov}");
+            release_at(&p.b, pkt.addr()).unwrap();
+        }
+        assert_eq!(
+            p.b.pktchan_recv(hr).err(),
+            Some(Status::MCAPI_ERR_TRANSMISSION),
+            "{prov}: the sender closed after two"
+        );
+        for q in queued {
+            assert_eq!(p.a.wait(q, None, WAIT), Ok(3), "{prov}");
+        }
+        let qr = p.b.pktchan_recv_close_i(hr).unwrap();
+        p.b.wait(qr, None, WAIT).unwrap();
+        p.a.wait(closing, None, WAIT).unwrap();
+        p.finalize();
+    }
+}

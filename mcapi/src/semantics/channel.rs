@@ -77,6 +77,9 @@ pub struct Binding<T> {
     phase: Phase,
     peer_open: Option<T>,
     peer_closed: bool,
+    /// What the other side's close announced it sent (the smallest count, should a recount
+    /// follow), for a side whose receive part did not exist yet to take it.
+    peer_sent: Option<u32>,
 }
 
 impl<T> Default for Binding<T> {
@@ -87,6 +90,7 @@ impl<T> Default for Binding<T> {
             phase: Phase::Connected,
             peer_open: None,
             peer_closed: false,
+            peer_sent: None,
         }
     }
 }
@@ -237,11 +241,18 @@ impl<T> Binding<T> {
         self.phase == Phase::Open && self.connection.is_some()
     }
 
-    /// A close made here.
+    /// A close made here. `opened_early`: compatibility mode completed this side's open
+    /// before the other side's, so it is open for the application while the binding still
+    /// waits for the other open.
     ///
     /// # Errors
     /// `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`, `MCAPI_ERR_CHAN_NOTOPEN`.
-    pub fn close(&mut self, kind: ChannelKind, direction: Direction) -> Result<(), Status> {
+    pub fn close(
+        &mut self,
+        kind: ChannelKind,
+        direction: Direction,
+        opened_early: bool,
+    ) -> Result<(), Status> {
         let Some((k, d)) = self.connection else {
             return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
         };
@@ -251,7 +262,8 @@ impl<T> Binding<T> {
         if d != direction {
             return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
         }
-        if self.phase != Phase::Open {
+        let open = self.phase == Phase::Open || (opened_early && self.phase == Phase::OpenPending);
+        if !open {
             return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
         }
         self.phase = Phase::ClosePending;
@@ -261,6 +273,18 @@ impl<T> Binding<T> {
     /// The other side closed.
     pub fn peer_closed(&mut self) {
         self.peer_closed = true;
+    }
+
+    /// The other side closed, announcing `sent` items sent in all (a receive side
+    /// announces 0).
+    pub fn peer_closed_after(&mut self, sent: u32) {
+        self.peer_closed = true;
+        self.peer_sent = Some(self.peer_sent.map_or(sent, |old| old.min(sent)));
+    }
+
+    /// What the other side's close announced, once it closed.
+    pub fn peer_sent(&self) -> Option<u32> {
+        self.peer_sent
     }
 
     /// Whether the other side has closed.
@@ -523,7 +547,8 @@ mod tests {
             b.open(ChannelKind::Packet, Direction::Receive),
             Err(Status::MCAPI_ERR_CHAN_OPEN)
         );
-        b.close(ChannelKind::Packet, Direction::Receive).unwrap();
+        b.close(ChannelKind::Packet, Direction::Receive, false)
+            .unwrap();
         assert_eq!(b.check_connect(0), Err(Status::MCAPI_ERR_CHAN_CLOSEPENDING));
         assert_eq!(b.status_flags() & CLOSE_PENDING, CLOSE_PENDING);
         assert!(!b.try_finish_close());
@@ -566,7 +591,7 @@ mod tests {
             Err(Status::MCAPI_ERR_CHAN_DIRECTION)
         );
         assert_eq!(
-            b.close(ChannelKind::Scalar, Direction::Send),
+            b.close(ChannelKind::Scalar, Direction::Send, false),
             Err(Status::MCAPI_ERR_CHAN_NOTOPEN)
         );
         assert_eq!(b.status_flags(), before);

@@ -65,7 +65,7 @@ impl Node {
         if d != dir {
             return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
         }
-        let port = {
+        let (port, early) = {
             let g = self.inner.channels.sides[slot].lock();
             let side = g
                 .as_ref()
@@ -74,7 +74,7 @@ impl Node {
             if side.io.is_none() || side.closed {
                 return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
             }
-            side.port
+            (side.port, side.early)
         };
         let (req, peer_id) = {
             let mut st = self.inner.live_state()?;
@@ -85,7 +85,7 @@ impl Node {
                 .endpoints
                 .get_mut(&port)
                 .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
-            ep.channel.binding.close(kind, dir)?;
+            ep.channel.binding.close(kind, dir, early)?;
             let peer_id = ep.channel.peer;
             (
                 st.requests

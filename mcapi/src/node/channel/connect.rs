@@ -300,6 +300,17 @@ impl Node {
                 })
             }
         };
+        // Compatibility mode: the other side may have opened, sent and closed before this
+        // side had its receive part; its close is taken now.
+        let closed_before = self
+            .inner
+            .live_state()?
+            .endpoints
+            .get(&port)
+            .and_then(|ep| ep.channel.binding.peer_sent());
+        if let Some(sent) = closed_before {
+            self.inner.other_side_closed(handle, sent);
+        }
         if let Some((addr, route)) = announce {
             // No liveness pre-check here: `channel_call` fails at once for a run known lost,
             // and otherwise finds a dead node itself (its closed control connection, or 10 s

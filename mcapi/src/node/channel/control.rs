@@ -2,6 +2,7 @@
 
 use super::data::SideData;
 use super::endpoint::PeerOpen;
+use super::handle::ChannelHandle;
 use super::side::side_status;
 use super::side_io::SideIo;
 use crate::config::Compat;
@@ -9,7 +10,7 @@ use crate::control::{ChannelAttributes, ChannelOp, ConnectEnd, Frame};
 use crate::node::common::{lock, refusal, Result};
 use crate::node::inner::NodeInner;
 use crate::node::state::PeerRun;
-use crate::semantics::channel::Direction;
+use crate::semantics::channel::{ChannelKind, Direction};
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::Status;
 use std::time::{Duration, Instant};
@@ -94,8 +95,10 @@ impl NodeInner {
                 ep.channel.binding.check_connect(users)?;
                 // The receiver checks compatibility with the sender's attributes.
                 if let ConnectEnd::Receive { sender } = end {
-                    if sender.max_payload > ep.max_payload as u64 || sender.priority != ep.priority
-                    {
+                    // Scalars are 8 bytes whatever the endpoints' packet payloads.
+                    let too_large =
+                        kind == ChannelKind::Packet && sender.max_payload > ep.max_payload as u64;
+                    if too_large || sender.priority != ep.priority {
                         return Err(Status::MCAPI_ERR_ATTR_INCOMPATIBLE);
                     }
                 }
@@ -193,25 +196,35 @@ impl NodeInner {
                     if ep.channel.peer != Some(from) {
                         return Ok(None);
                     }
-                    ep.channel.binding.peer_closed();
+                    ep.channel.binding.peer_closed_after(sent);
                     ep.channel.side
                 };
-                if let Some((slot, generation, ..)) = handle.and_then(|h| h.decode()) {
-                    let mut g = self.channels.sides[slot].lock();
-                    if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
-                        if side.peer_gone.is_none() {
-                            side.peer_gone = Some(side_status(side.kind));
-                        }
-                        if let Some(SideIo {
-                            data: SideData::Recv(r),
-                            ..
-                        }) = &mut side.io
-                        {
-                            r.state.sender_closed(sent);
-                        }
-                    }
+                if let Some(handle) = handle {
+                    self.other_side_closed(handle, sent);
                 }
                 Ok(None)
+            }
+        }
+    }
+
+    /// The other side of `handle` closed after sending `sent` items: data calls end once
+    /// they arrived. (Also from an open whose side got its receive part after the close
+    /// came: the binding kept the count.)
+    pub(super) fn other_side_closed(&self, handle: ChannelHandle, sent: u32) {
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return;
+        };
+        let mut g = self.channels.sides[slot].lock();
+        if let Some(side) = g.as_mut().filter(|s| s.generation == generation) {
+            if side.peer_gone.is_none() {
+                side.peer_gone = Some(side_status(side.kind));
+            }
+            if let Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) = &mut side.io
+            {
+                r.state.sender_closed(sent);
             }
         }
     }
