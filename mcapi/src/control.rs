@@ -197,6 +197,7 @@ impl Stream {
                     match TcpStream::connect_timeout(&addr, timeout) {
                         Ok(s) => {
                             s.set_nodelay(true)?;
+                            notice_silent_death(&s);
                             return Ok(Stream::Tcp(s));
                         }
                         Err(e) => last = e,
@@ -369,6 +370,24 @@ pub enum StartError {
     Io(io::Error),
 }
 
+/// Keepalive probes after 5 s of silence, 1 s apart, 5 of them; sent data unacknowledged
+/// for 10 s: a TCP control connection to a host that died without closing it (power,
+/// cable, partition) ends within about 10 s, which is how a node learns that a peer on
+/// another host is gone. Best effort: a socket that refuses keeps the kernel's defaults.
+fn notice_silent_death(s: &TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let set = || -> nix::Result<()> {
+        setsockopt(s, sockopt::KeepAlive, &true)?;
+        setsockopt(s, sockopt::TcpKeepIdle, &5)?;
+        setsockopt(s, sockopt::TcpKeepInterval, &1)?;
+        setsockopt(s, sockopt::TcpKeepCount, &5)?;
+        setsockopt(s, sockopt::TcpUserTimeout, &10_000)
+    };
+    if let Err(e) = set() {
+        log::debug!("control connection: keepalive not set: {e}");
+    }
+}
+
 /// A node's control server: a thread accepting connections, one thread per connected peer.
 /// Dropping it stops every thread and removes the socket file.
 pub struct ControlServer {
@@ -381,12 +400,16 @@ pub struct ControlServer {
 }
 
 /// Under PMIx: binds an ephemeral port of this host's control address and publishes it
-/// under `key`, unless a live node already answers at the address published there.
-fn bind_published(config: &Config, key: &str) -> Result<Listener, StartError> {
+/// under `key`, unless a live node of the job (one that proves it holds the job key)
+/// already answers at the address published there.
+fn bind_published(config: &Config, key: &str, auth: &JobAuth) -> Result<Listener, StartError> {
     let io_err = |why: String| StartError::Io(io::Error::other(why));
     let now = Instant::now();
     if let Some(addr) = launcher::lookup_node(key, Some(now)).map_err(io_err)? {
-        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+        // Anyone may listen on a port a dead node left: only the handshake tells.
+        let live = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+            .is_ok_and(|s| auth.client(&mut Stream::Tcp(s)).is_ok());
+        if live {
             return Err(StartError::NodeTaken);
         }
         // Left by a run that died: ours replaces it.
@@ -427,7 +450,7 @@ impl ControlServer {
                 .map_err(StartError::Unsafe)?;
         }
         let listener = match &rendezvous {
-            Rendezvous::Pmix(key) => bind_published(config, key)?,
+            Rendezvous::Pmix(key) => bind_published(config, key, &auth)?,
             other => bind(other)?,
         };
         let wake = match &listener {
@@ -583,6 +606,7 @@ fn accept_loop(
             Listener::Tcp(l) => l.accept().map(|(s, _)| {
                 // A latency hint: without it the connection still works.
                 _ = s.set_nodelay(true);
+                notice_silent_death(&s);
                 Stream::Tcp(s)
             }),
         };
@@ -759,22 +783,24 @@ pub fn connect_when_up(
 
 /// [`connect_when_up`] without the handshake.
 fn connect_raw(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<Stream>> {
-    let resolved;
-    let to = match to {
-        Rendezvous::Pmix(key) => {
-            match launcher::lookup_node(key, deadline).map_err(io::Error::other)? {
-                Some(a) => {
-                    resolved = Rendezvous::Tcp(a.ip().to_string(), a.port());
-                    &resolved
-                }
-                None => return Ok(None),
-            }
-        }
-        other => other,
-    };
     let mut pause = Duration::from_millis(1);
     loop {
-        match Stream::connect(to, Duration::from_secs(1)) {
+        // A published address is looked up again on every try: a node that died left its
+        // old one behind, and its next run publishes another.
+        let resolved;
+        let at = match to {
+            Rendezvous::Pmix(key) => {
+                match launcher::lookup_node(key, deadline).map_err(io::Error::other)? {
+                    Some(a) => {
+                        resolved = Rendezvous::Tcp(a.ip().to_string(), a.port());
+                        &resolved
+                    }
+                    None => return Ok(None),
+                }
+            }
+            other => other,
+        };
+        match Stream::connect(at, Duration::from_secs(1)) {
             Ok(s) => return Ok(Some(s)),
             Err(e)
                 if matches!(
@@ -797,6 +823,20 @@ fn connect_raw(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn tcp_control_connections_notice_a_silent_peer() {
+        use nix::sys::socket::{getsockopt, sockopt};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let to = Rendezvous::Tcp("127.0.0.1".into(), port);
+        let Stream::Tcp(s) = Stream::connect(&to, Duration::from_secs(1)).unwrap() else {
+            panic!("a TCP rendezvous gives a TCP stream");
+        };
+        assert!(getsockopt(&s, sockopt::KeepAlive).unwrap());
+        assert_eq!(getsockopt(&s, sockopt::TcpKeepIdle).unwrap(), 5);
+        assert_eq!(getsockopt(&s, sockopt::TcpUserTimeout).unwrap(), 10_000);
+    }
 
     struct Ports {
         ports: Vec<u32>,

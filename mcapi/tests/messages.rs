@@ -2103,3 +2103,26 @@ fn a_request_table_beyond_the_handles_is_refused_and_changes_nothing() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
     Node::initialize(0, 43, cfg).unwrap().finalize().unwrap();
 }
+
+#[test]
+fn a_contact_waiting_for_a_node_does_not_hold_calls_with_deadlines() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "contact");
+    let a = Node::initialize(0, 44, cfg.clone()).unwrap();
+    std::thread::scope(|scope| {
+        // Waits for node 45 to come up, holding the contact with it meanwhile.
+        let waiting = scope.spawn(|| a.endpoint_get(0, 45, 3, None));
+        std::thread::sleep(Duration::from_millis(200));
+        const NODE_ATTR_TYPE: u32 = 1;
+        assert_eq!(
+            a.node_get_attribute(0, 45, NODE_ATTR_TYPE),
+            Err(Status::MCAPI_ERR_NODE_INVALID),
+            "a node that is not up, after a bounded wait"
+        );
+        let b = Node::initialize(0, 45, cfg).unwrap();
+        let e = b.endpoint_create(3).unwrap();
+        assert_eq!(waiting.join().unwrap(), Ok(e));
+        b.finalize().unwrap();
+    });
+    a.finalize().unwrap();
+}

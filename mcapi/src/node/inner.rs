@@ -57,7 +57,9 @@ pub(super) struct NodeInner {
 }
 
 /// Held while first contact with one node is made.
-type ContactLock = Arc<Mutex<()>>;
+/// parking_lot's: a call with a deadline waits for another thread's contact only until
+/// then (`try_lock_until`).
+type ContactLock = Arc<parking_lot::Mutex<()>>;
 
 impl NodeInner {
     /// `mcapi_node_get_attribute` of this node: the attributes it was initialized with and

@@ -26,6 +26,10 @@ pub(super) enum PeerInput {
     Lost(u64),
 }
 
+/// How long a call with a deadline waits for another thread's contact with the same node
+/// at least (a handshake's time limit).
+const CONTACT_WAIT: Duration = Duration::from_secs(5);
+
 impl NodeInner {
     /// Our peer index for `<domain, node>`, connecting its control plane (and exchanging
     /// fabric addresses) on first use.
@@ -44,7 +48,14 @@ impl NodeInner {
             .entry((domain, node))
             .or_default()
             .clone();
-        let _contact = lock(&contact);
+        // Another thread's contact may wait for the node to come up without a deadline: a
+        // call with one waits for it as long as a handshake may take, or its own deadline.
+        let _contact = match deadline {
+            None => contact.lock(),
+            Some(d) => contact
+                .try_lock_until(d.max(Instant::now() + CONTACT_WAIT))
+                .ok_or(Status::MCAPI_TIMEOUT)?,
+        };
         // Another thread may have made the contact meanwhile.
         if let Some(p) = connected()? {
             return Ok(p);
