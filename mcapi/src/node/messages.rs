@@ -258,8 +258,13 @@ impl Node {
                     want,
                     seen,
                 };
-                let answer = self.inner.control_call(peer, &request)?;
+                let (answer, run) = self.inner.control_call_on(peer, &request)?;
                 st = self.inner.live_state()?;
+                if !st.run_alive((peer, run)) {
+                    // Granted by a run that is gone since (its successor never granted
+                    // it): the message was for that run, as to any peer that died.
+                    return Err(Status::MCAPI_ERR_TRANSMISSION);
+                }
                 let Some(remote) = st.remotes.get_mut(&key) else {
                     return Err(Status::MCAPI_ERR_ENDP_INVALID);
                 };

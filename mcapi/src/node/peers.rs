@@ -101,6 +101,11 @@ impl NodeInner {
             Status::MCAPI_ERR_TRANSMISSION
         })?;
         let mut st = self.live_state()?;
+        // The run that welcomed us may have died since, and a successor's Hello been handled
+        // meanwhile: meeting the dead run now would take the successor for the older one.
+        if stream.is_closed() {
+            return Err(Status::MCAPI_ERR_TRANSMISSION);
+        }
         let addr = self
             .peer_address(&st, index, incarnation, &fabric_addr)
             .map_err(|e| {
@@ -142,6 +147,14 @@ impl NodeInner {
     /// fails is closed for good: the run it talked to is lost, and the next contact makes a
     /// new one (to a restarted run, if one answers).
     pub(super) fn control_call(&self, peer: u16, request: &Frame) -> Result<Frame> {
+        self.control_call_on(peer, request)
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`NodeInner::control_call`], also naming the run that answered: an answer that
+    /// changes state is applied only while that run is still the one alive (a successor
+    /// never granted what its predecessor did).
+    pub(super) fn control_call_on(&self, peer: u16, request: &Frame) -> Result<(Frame, u64)> {
         let link = {
             let st = self.live_state()?;
             st.peers[peer as usize]
@@ -150,7 +163,7 @@ impl NodeInner {
                 .ok_or(Status::MCAPI_ERR_TRANSMISSION)?
         };
         let answer = lock(&link.stream).call(request);
-        answer.map_err(|e| {
+        answer.map(|a| (a, link.incarnation)).map_err(|e| {
             log::info!("control call to peer {peer} failed: {e}");
             link.closed.store(true, Ordering::Release);
             self.peer_event(peer, PeerInput::Lost(link.incarnation));

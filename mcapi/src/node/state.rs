@@ -119,13 +119,13 @@ impl State {
         })
     }
 
-    /// Whether run `run.1` of peer `run.0` is alive (0: whichever run is alive now).
     /// The run that sent the rendezvous descriptor in receive slot `slot` (see
     /// [`State::slot_run`]).
     pub(super) fn arrival_run(&self, slot: u32) -> u64 {
         self.slot_run.get(slot as usize).copied().unwrap_or(0)
     }
 
+    /// Whether run `run.1` of peer `run.0` is alive (0: whichever run is alive now).
     pub(super) fn run_alive(&self, (peer, run): PeerRun) -> bool {
         self.peers.get(peer as usize).is_some_and(|p| match run {
             0 => p.life.is_alive(),
