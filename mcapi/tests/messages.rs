@@ -2055,12 +2055,17 @@ fn requests_keep_the_one_waiter_rule_and_completions_are_not_cancelled() {
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| {
             let mut buf = [0u8; 8];
-            let got = node.wait_any_into(
-                &[other, r],
-                &mut [None, Some(&mut buf[..])],
-                Some(Duration::from_secs(30)),
-            );
-            (got, buf)
+            loop {
+                // (The probe below may be the waiter for a moment.)
+                let got = node.wait_any_into(
+                    &[other, r],
+                    &mut [None, Some(&mut buf[..])],
+                    Some(Duration::from_secs(30)),
+                );
+                if got != Err(Status::MCAPI_ERR_WAIT_PENDING) {
+                    return (got, buf);
+                }
+            }
         });
         await_true("the wait_any to register", || {
             node.wait(r, None, Some(Duration::ZERO)) == Err(Status::MCAPI_ERR_WAIT_PENDING)
@@ -2080,8 +2085,13 @@ fn requests_keep_the_one_waiter_rule_and_completions_are_not_cancelled() {
     // A wait in progress keeps a wait_any out.
     let r = node.msg_recv_i(b).unwrap();
     std::thread::scope(|scope| {
-        let waiting =
-            scope.spawn(|| node.wait(r, Some(&mut [0u8; 8][..]), Some(Duration::from_secs(30))));
+        let waiting = scope.spawn(|| loop {
+            // (The probe below may be the waiter for a moment.)
+            let got = node.wait(r, Some(&mut [0u8; 8][..]), Some(Duration::from_secs(30)));
+            if got != Err(Status::MCAPI_ERR_WAIT_PENDING) {
+                return got;
+            }
+        });
         await_true("the wait to register", || {
             node.wait_any(&[r, r], Some(Duration::ZERO)) == Err(Status::MCAPI_ERR_WAIT_PENDING)
         });

@@ -132,7 +132,6 @@ fn progress_in_background(node: Weak<NodeInner>) {
         }
         node.channels.close_retired();
         node.send_recounts();
-        node.advance_unowned_closes();
         if Instant::now() >= next_watch {
             node.watch_links();
             next_watch = Instant::now() + LINK_WATCH_PERIOD;

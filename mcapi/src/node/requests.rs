@@ -1,7 +1,7 @@
 //! Non-blocking lookups and the request calls (spec 4.2.3, 4.6).
 
 use super::channel::ChanReq;
-use super::common::{lock, Result};
+use super::common::Result;
 use super::state::{Req, State};
 use super::Node;
 use crate::semantics::endpoint_id::EndpointId;
@@ -32,10 +32,12 @@ impl Node {
     /// `MCAPI_ERR_REQUEST_LIMIT` when no slot is free or reclaimable (the caller then reports
     /// the original error alone), `MCAPI_ERR_PARAMETER` for `MCAPI_PENDING`.
     pub fn failed_request(&self, status: Status) -> Result<RequestHandle> {
-        self.inner
-            .live_state()?
-            .requests
-            .alloc_completed(Req::Failed, status, 0)
+        let mut st = self.inner.live_state()?;
+        let request = st.requests.alloc_completed(Req::Failed, status, 0)?;
+        // The call reported its error already: a cancel releases the request, and one
+        // nobody waits on is reclaimed when the table is full.
+        _ = st.requests.test(request);
+        Ok(request)
     }
 
     /// What `mcapi_display_state` prints: the node, its mode, its endpoints (port, messages
@@ -535,7 +537,7 @@ impl Node {
                 // Announced to the other side already: the close goes on without its
                 // request, or the endpoint would stay closing for good.
                 drop(st);
-                lock(&self.inner.channels.unowned_closes).push((request, port, handle));
+                self.close_unowned(request, port, handle);
             }
             // Sends and receives were withdrawn above; connects complete at once.
             Req::Chan(_) => {}

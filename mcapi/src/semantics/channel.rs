@@ -241,9 +241,9 @@ impl<T> Binding<T> {
         self.phase == Phase::Open && self.connection.is_some()
     }
 
-    /// A close made here. `opened_early`: compatibility mode completed this side's open
-    /// before the other side's, so it is open for the application while the binding still
-    /// waits for the other open.
+    /// A close made here. `opened_early`: this side's open completed before the binding
+    /// took the other side's (compatibility mode's early open, or the moment between the
+    /// two), so it is open for the application while the binding still waits.
     ///
     /// # Errors
     /// `MCAPI_ERR_CHAN_TYPE`, `MCAPI_ERR_CHAN_DIRECTION`, `MCAPI_ERR_CHAN_NOTOPEN`.

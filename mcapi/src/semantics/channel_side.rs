@@ -1302,28 +1302,29 @@ mod tests {
 
     #[test]
     fn a_closed_sender_recounts_what_will_never_go() {
-        let mut s: SendSide<Buf> = SendSide::new(1, 3);
+        let mut s: SendSide<Buf> = SendSide::new(1, 4);
         let mut done = Done::new();
-        for i in 0..3 {
+        for i in 0..4 {
             let slot = s.take_staging().unwrap();
             s.queue(req(i), Outgoing::Staged { slot, len: 1 });
         }
         assert!(s.next_queued().is_some());
         assert!(s.queued_posted(Posted::Sent, &mut done));
         assert_eq!(s.recount(), None, "not closed: nothing announced yet");
-        assert_eq!(s.announce_close(), 3, "one sent, two queued");
+        assert_eq!(s.announce_close(), 4, "one sent, three queued");
         assert_eq!(s.recount(), None, "nothing changed");
         // The provider refuses the next one: the receiver must not wait for it.
         s.credits_returned(1);
         assert!(s.next_queued().is_some());
         assert!(s.queued_posted(Posted::Failed, &mut done));
-        assert_eq!(s.recount(), Some(2));
+        assert_eq!(s.recount(), Some(3));
         assert_eq!(s.recount(), None, "told once");
-        // A cancel withdraws the last.
+        // A cancel withdraws one.
         assert!(s.withdraw(req(2)).is_some());
-        assert_eq!(s.recount(), Some(1));
-        // What went is never taken back.
+        assert_eq!(s.recount(), Some(2));
+        // The endpoint closed under the last: only what went counts.
         s.fail_queued(&mut done);
+        assert_eq!(s.recount(), Some(1));
         assert_eq!(s.recount(), None);
     }
 

@@ -3,6 +3,7 @@
 use super::data::SideData;
 use super::handle::ChannelHandle;
 use super::req::ChanReq;
+use super::table::Recount;
 use crate::node::Node;
 use crate::semantics::request::RequestHandle;
 
@@ -36,7 +37,12 @@ impl Node {
                 Some(SideData::Recv(r)) => r.state.withdraw(request),
                 Some(SideData::Send(s)) => match s.state.withdraw(request) {
                     Some(_) => {
-                        recount = s.state.recount().map(|count| (port, count, run));
+                        recount = s.state.recount().map(|count| Recount {
+                            port,
+                            handle,
+                            count,
+                            run,
+                        });
                         true
                     }
                     None => false,
@@ -44,8 +50,8 @@ impl Node {
                 _ => false,
             }
         };
-        if let Some((port, count, run)) = recount {
-            self.inner.announce_close(port, count, run);
+        if let Some(r) = recount {
+            self.inner.announce_close(r);
         }
         if !withdrawn && matches!(c, ChanReq::Send { .. }) {
             self.settle_send(request, handle);

@@ -14,6 +14,8 @@ use crate::semantics::channel_side::Posting;
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::RequestHandle;
 use crate::semantics::Status;
+use std::sync::Arc;
+use std::time::Duration;
 
 impl Node {
     /// `mcapi_pktchan_recv_close_i`: closes the receive side; packets not yet received are
@@ -65,7 +67,7 @@ impl Node {
         if d != dir {
             return Err(Status::MCAPI_ERR_CHAN_DIRECTION);
         }
-        let (port, early) = {
+        let (port, ready) = {
             let g = self.inner.channels.sides[slot].lock();
             let side = g
                 .as_ref()
@@ -74,7 +76,10 @@ impl Node {
             if side.io.is_none() || side.closed {
                 return Err(Status::MCAPI_ERR_CHAN_NOTOPEN);
             }
-            (side.port, side.early)
+            // Open for the application (data calls allowed) while the binding may still wait
+            // for the other side's open: compatibility mode's early open, also while the
+            // other side's open is being taken in.
+            (side.port, side.ready)
         };
         let (req, peer_id) = {
             let mut st = self.inner.live_state()?;
@@ -85,7 +90,7 @@ impl Node {
                 .endpoints
                 .get_mut(&port)
                 .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
-            ep.channel.binding.close(kind, dir, early)?;
+            ep.channel.binding.close(kind, dir, ready)?;
             let peer_id = ep.channel.peer;
             (
                 st.requests
@@ -145,10 +150,37 @@ impl Node {
     }
 }
 
+impl Node {
+    /// A close whose request `request` was cancelled: announced to the other side at the
+    /// call, it goes on without its request, on a thread of its own polling it as a wait
+    /// would (rare), or the endpoint would stay closing for good.
+    pub(in crate::node) fn close_unowned(
+        &self,
+        request: RequestHandle,
+        port: u32,
+        handle: ChannelHandle,
+    ) {
+        let node = Arc::downgrade(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("mcapi-close".into())
+            .spawn(move || loop {
+                let Some(n) = node.upgrade() else { return };
+                if !matches!(n.advance_close(request, port, handle), Ok(false)) {
+                    return;
+                }
+                drop(n);
+                std::thread::sleep(Duration::from_millis(2));
+            });
+        if let Err(e) = spawned {
+            log::warn!("close on port {port} left pending: no thread to finish it: {e}");
+        }
+    }
+}
+
 impl NodeInner {
     /// Finishes the close of `handle` on `port` once it can; `Ok(true)` once finished.
     /// `request` completes then, unless it was cancelled: a close announced to the other
-    /// side goes on without its request (the background thread drives it).
+    /// side goes on without its request ([`Node::close_unowned`]).
     pub(in crate::node) fn advance_close(
         &self,
         request: RequestHandle,
@@ -186,6 +218,11 @@ impl NodeInner {
                     .complete_if_pending(request, Status::MCAPI_ERR_GENERAL, 0);
                 return Ok(true);
             };
+            if ep.channel.side != Some(handle) {
+                // Finished already (by the request's own wait while a cancel was under way,
+                // or the other way round); the endpoint may be in another channel by now.
+                return Ok(true);
+            }
             // A peer that died without closing never will: its side counts as closed, and
             // this close reports the loss.
             let lost = peer_dead && !ep.channel.binding.is_peer_closed();
@@ -251,21 +288,6 @@ impl NodeInner {
                 None => continue,
             };
             self.send_closed(peer, port, sent, run);
-        }
-    }
-
-    /// Advances the closes whose request was cancelled (background thread).
-    pub(in crate::node) fn advance_unowned_closes(&self) {
-        let mut closes = match self.channels.unowned_closes.try_lock() {
-            Ok(mut c) if !c.is_empty() => std::mem::take(&mut *c),
-            _ => return,
-        };
-        // Finished, or the node is gone: dropped.
-        closes.retain(|&(request, port, handle)| {
-            matches!(self.advance_close(request, port, handle), Ok(false))
-        });
-        if !closes.is_empty() {
-            lock(&self.channels.unowned_closes).extend(closes);
         }
     }
 

@@ -5,6 +5,7 @@ use super::endpoint::PeerOpen;
 use super::handle::ChannelHandle;
 use super::side::side_status;
 use super::side_io::SideIo;
+use super::table::Recount;
 use crate::config::Compat;
 use crate::control::{ChannelAttributes, ChannelOp, ConnectEnd, Frame};
 use crate::node::common::{lock, refusal, Result};
@@ -13,6 +14,7 @@ use crate::node::state::PeerRun;
 use crate::semantics::channel::{ChannelKind, Direction};
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::Status;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl NodeInner {
@@ -33,27 +35,41 @@ impl NodeInner {
         }
     }
 
-    /// A closed send side withdrew a queued packet: the receiver must not wait for it.
-    pub(super) fn announce_close(&self, port: u32, sent: u32, run: Option<PeerRun>) {
-        let peer = self
-            .live_state()
-            .ok()
-            .and_then(|st| st.endpoints.get(&port).and_then(|ep| ep.channel.peer));
+    /// A closed send side will not send a queued packet (withdrawn, or refused): its
+    /// receiver must not wait for it. Told only while the endpoint is still in the channel
+    /// of that side (`r.handle`), not one connected since.
+    pub(super) fn announce_close(&self, r: Recount) {
+        let peer = self.live_state().ok().and_then(|st| {
+            let ep = st.endpoints.get(&r.port)?;
+            (ep.channel.side == Some(r.handle)).then_some(ep.channel.peer)?
+        });
         if let Some(peer) = peer {
-            self.send_closed(peer, port, sent, run);
+            self.send_closed(peer, r.port, r.count, r.run);
         }
     }
 
-    /// Announces the counts closed send sides recounted ([`ChannelTable::recounts`]).
+    /// Announces the counts closed send sides recounted ([`ChannelTable::recounts`]), on a
+    /// thread of their own (each is a control round trip; rare).
     ///
     /// [`ChannelTable::recounts`]: super::table::ChannelTable::recounts
-    pub(in crate::node) fn send_recounts(&self) {
+    pub(in crate::node) fn send_recounts(self: &Arc<Self>) {
         let recounts = match self.channels.recounts.try_lock() {
             Ok(mut r) if !r.is_empty() => std::mem::take(&mut *r),
             _ => return,
         };
-        for (port, count, run) in recounts {
-            self.announce_close(port, count, run);
+        let node = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("mcapi-recount".into())
+            .spawn(move || {
+                for r in recounts {
+                    match node.upgrade() {
+                        Some(node) => node.announce_close(r),
+                        None => return,
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("channel close recounts not announced: no thread: {e}");
         }
     }
 

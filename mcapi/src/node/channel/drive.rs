@@ -37,7 +37,7 @@ impl NodeInner {
                 // A side locked elsewhere keeps its flag: its holder flushes it.
                 table.done.clear(slot);
                 if let Some(side) = g.as_mut() {
-                    side.recount(&table.recounts);
+                    side.recount(slot, &table.recounts);
                     if let Some(io) = side.io.as_mut() {
                         finished.take(&mut io.out);
                     }

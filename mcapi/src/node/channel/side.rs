@@ -1,10 +1,12 @@
 //! One side of a channel ([`Side`]): its state, status and CQ progress under its lock.
 
 use super::data::SideData;
+use super::handle::ChannelHandle;
 use super::side_io::SideIo;
+use super::table::Recount;
 use crate::node::common::Result;
 use crate::node::state::PeerRun;
-use crate::semantics::channel::ChannelKind;
+use crate::semantics::channel::{ChannelKind, Direction};
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::Status;
 use std::sync::Arc;
@@ -122,10 +124,7 @@ impl Side {
     /// A closed send side whose queued packets failed (the provider refused one, or the
     /// endpoint closed under them) lists the smaller count for its receiver, which would
     /// otherwise wait for them. Not for a receiver that is gone.
-    pub(super) fn recount(
-        &mut self,
-        recounts: &std::sync::Mutex<Vec<(u32, u32, Option<PeerRun>)>>,
-    ) {
+    pub(super) fn recount(&mut self, slot: usize, recounts: &std::sync::Mutex<Vec<Recount>>) {
         if !self.closed || self.peer_gone.is_some() {
             return;
         }
@@ -135,7 +134,13 @@ impl Side {
         }) = &mut self.io
         {
             if let Some(count) = s.state.recount() {
-                crate::node::common::lock(recounts).push((self.port, count, self.peer));
+                let handle = ChannelHandle::new(slot, self.generation, self.kind, Direction::Send);
+                crate::node::common::lock(recounts).push(Recount {
+                    port: self.port,
+                    handle,
+                    count,
+                    run: self.peer,
+                });
             }
         }
     }

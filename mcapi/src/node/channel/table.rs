@@ -8,7 +8,6 @@ use super::side::{Side, Sides};
 use crate::node::common::lock;
 use crate::node::fabric::Fab;
 use crate::node::state::PeerRun;
-use crate::semantics::request::RequestHandle;
 use mcapi_ofi::{Endpoint, Error as OfiError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -48,13 +47,12 @@ pub(in crate::node) struct ChannelTable {
     pub(super) done: Arc<DoneFlags>,
     /// Completions of sides emptied before they were flushed.
     pub(super) orphans: Mutex<Outbox>,
-    /// Smaller counts closed send sides found to announce (`(port, count, run)`): a packet
-    /// queued at the close that will never go. Sent by the background thread: a control
-    /// call does not belong in the completion flush that finds them.
-    pub(super) recounts: Mutex<Vec<(u32, u32, Option<PeerRun>)>>,
-    /// Closes whose request was cancelled (`(request, port, handle)`): announced to the
-    /// other side already, they finish without it, driven by the background thread.
-    pub(in crate::node) unowned_closes: Mutex<Vec<(RequestHandle, u32, ChannelHandle)>>,
+    /// Smaller counts closed send sides found to announce: a packet queued at the close
+    /// that will never go. Handed by the background thread to a thread of their own: a
+    /// control call belongs neither in the completion flush that finds them nor on the
+    /// thread that progresses the node.
+    pub(super) recounts: Mutex<Vec<Recount>>,
+
     /// The side a packet was last released into: a hint, checked against the side's pool
     /// under its lock, that spares the pool list's lock.
     pub(super) last_pool: AtomicUsize,
@@ -65,6 +63,16 @@ pub(in crate::node) struct ChannelTable {
     ///
     /// [`BusyBurst`]: super::waiting::BusyBurst
     pub(super) busy_every_poll: bool,
+}
+
+/// A closed send side's smaller count to announce again.
+#[derive(Clone, Copy)]
+pub(super) struct Recount {
+    pub(super) port: u32,
+    /// The side: announced only while its endpoint is still in that channel.
+    pub(super) handle: ChannelHandle,
+    pub(super) count: u32,
+    pub(super) run: Option<PeerRun>,
 }
 
 /// How long a retired side's endpoint stays open, unused, before it is closed.
@@ -87,7 +95,6 @@ impl ChannelTable {
             done: Arc::new(DoneFlags::default()),
             orphans: Mutex::new(Outbox::new(ORPHAN_SLOT, Arc::new(DoneFlags::default()))),
             recounts: Mutex::new(Vec::new()),
-            unowned_closes: Mutex::new(Vec::new()),
             last_pool: AtomicUsize::new(0),
         }
     }
