@@ -22,7 +22,7 @@ pub struct AddressVector {
 
 pub(crate) struct AvInner {
     pub(crate) fid: AvFid,
-    _domain: Domain,
+    pub(crate) domain: Domain,
 }
 
 impl AddressVector {
@@ -35,7 +35,7 @@ impl AddressVector {
         Ok(AddressVector {
             inner: Arc::new(AvInner {
                 fid,
-                _domain: domain.clone(),
+                domain: domain.clone(),
             }),
         })
     }

@@ -35,7 +35,7 @@ pub(crate) struct CqInner {
     /// endpoint closes, and completions read from the CQ name the regions' slots.
     pinned: Mutex<Vec<MemoryRegion>>,
     id: u64,
-    domain: Domain,
+    pub(crate) domain: Domain,
     wait: WaitObject,
     /// The fd of an fd wait object, looked up once at open.
     wait_fd: Option<RawFd>,

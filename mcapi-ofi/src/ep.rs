@@ -45,6 +45,9 @@ struct EpInner {
     av: AddressVector,
     domain: Domain,
     address: Vec<u8>,
+    /// The provider's inject limit: longer injects are refused here (providers only assert
+    /// it, and rxm would copy past its buffer).
+    inject_size: usize,
 }
 
 impl Endpoint {
@@ -59,6 +62,12 @@ impl Endpoint {
         av: &AddressVector,
         options: EndpointOptions,
     ) -> Result<Endpoint> {
+        // Objects of another domain would be taken for this one's by the provider.
+        if !cq.inner.domain.is(domain) || !av.inner.domain.is(domain) {
+            return Err(crate::Error::InvalidArgument(
+                "the CQ and the AV must be of the endpoint's domain",
+            ));
+        }
         if domain.inner.info.provider() == "shm" {
             crate::cleanup::clear_recycled_pid_regions();
         }
@@ -78,6 +87,7 @@ impl Endpoint {
                 av: av.clone(),
                 domain: domain.clone(),
                 address,
+                inject_size: domain.attributes().inject_size,
             }),
         })
     }
@@ -116,6 +126,11 @@ impl Endpoint {
         context: u64,
         post: impl FnOnce(u64) -> Result<()>,
     ) -> Result<()> {
+        if !buf.region.inner.domain.is(&self.inner.domain) {
+            return Err(crate::Error::InvalidArgument(
+                "the buffer is registered with another domain",
+            ));
+        }
         self.inner.cq.pin(buf.region);
         let provider_context = buf.begin(op, context)?;
         let r = post(provider_context);
@@ -132,7 +147,19 @@ impl Endpoint {
     /// `-FI_EAGAIN` ([`crate::Error::is_again`]) when the provider has no room; other errors.
     #[inline]
     pub fn inject_tagged(&self, data: &[u8], dest: FiAddr, tag: u64) -> Result<()> {
+        self.injectable(data)?;
         self.inner.fid.tinject(data, None, dest.0, tag)
+    }
+
+    /// `InvalidArgument` for data longer than the provider injects.
+    #[inline(always)]
+    fn injectable(&self, data: &[u8]) -> Result<()> {
+        if data.len() > self.inner.inject_size {
+            return Err(crate::Error::InvalidArgument(
+                "longer than the provider's inject size",
+            ));
+        }
+        Ok(())
     }
 
     /// As [`Endpoint::inject_tagged`], with remote CQ data.
@@ -147,6 +174,7 @@ impl Endpoint {
         dest: FiAddr,
         tag: u64,
     ) -> Result<()> {
+        self.injectable(data)?;
         self.inner.fid.tinject(data, Some(cq_data), dest.0, tag)
     }
 
@@ -156,6 +184,7 @@ impl Endpoint {
     /// As [`Endpoint::inject_tagged`].
     #[inline]
     pub fn inject(&self, data: &[u8], dest: FiAddr) -> Result<()> {
+        self.injectable(data)?;
         self.inner.fid.inject(data, None, dest.0)
     }
 
@@ -165,6 +194,7 @@ impl Endpoint {
     /// As [`Endpoint::inject_tagged`].
     #[inline]
     pub fn inject_data(&self, data: &[u8], cq_data: u64, dest: FiAddr) -> Result<()> {
+        self.injectable(data)?;
         self.inner.fid.inject(data, Some(cq_data), dest.0)
     }
 
@@ -219,10 +249,12 @@ impl Endpoint {
 
     /// Sends `data` with remote CQ data `cq_data` straight from the caller's memory: no
     /// registration, no copy. Returns
-    /// only once the provider is done with `data`: when `wait` (which reads the CQ and looks
-    /// for the completion with `context`) reports [`SendWait::Done`], or, if it reports
-    /// [`SendWait::Abandon`], after closing the endpoint, which is the only way libfabric
-    /// promises to stop touching a buffer. The endpoint comes back unless it was closed.
+    /// only once the provider is done with `data`: `wait` reads the CQ (the completion comes
+    /// back with `context`, as any), and once it reports [`SendWait::Done`] and the send's
+    /// completion was indeed read (tracked here; until then `Done` counts as `Pending`); or,
+    /// if it reports [`SendWait::Abandon`], after closing the endpoint, which is the only way
+    /// libfabric promises to stop touching a buffer. The endpoint comes back unless it was
+    /// closed; `wait` gets no handle of it, so closing it closes it.
     ///
     /// Needs the endpoint's only handle (else closing would not close it) and a provider
     /// without `FI_MR_LOCAL`; otherwise nothing is sent and an `InvalidArgument` error comes
@@ -236,7 +268,7 @@ impl Endpoint {
         cq_data: u64,
         dest: FiAddr,
         context: u64,
-        mut wait: impl FnMut(&Endpoint) -> SendWait,
+        mut wait: impl FnMut() -> SendWait,
     ) -> (Option<Endpoint>, Result<()>) {
         raw::send_unregistered(self, data, cq_data, dest, context, &mut wait)
     }

@@ -54,6 +54,11 @@ pub(crate) struct DomainInner {
 }
 
 impl Domain {
+    /// Whether `other` is a handle of this same domain.
+    pub(crate) fn is(&self, other: &Domain) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Opens the domain that `info` describes, on `fabric`.
     ///
     /// # Errors

@@ -271,8 +271,19 @@ impl Info {
     /// are), `Error::Call` for other `fi_getinfo` failures.
     pub fn query(hints: &Hints) -> Result<Vec<Info>> {
         match raw::getinfo(hints) {
-            Ok(list) if !list.is_empty() => Ok(list.into_iter().map(Info::from_box).collect()),
-            Ok(_) => Err(not_found(hints)),
+            Ok(list) => {
+                // Every object is shared across threads (the handles are Send and Sync):
+                // only FI_THREAD_SAFE domains will do.
+                let safe: Vec<Info> = list
+                    .into_iter()
+                    .map(Info::from_box)
+                    .filter(|i| i.attrs.threading == sys::FI_THREAD_SAFE)
+                    .collect();
+                if safe.is_empty() {
+                    return Err(not_found(hints));
+                }
+                Ok(safe)
+            }
             Err(e) if e.errno() == Some(sys::FI_ENODATA as i32) => Err(not_found(hints)),
             Err(e) => Err(e),
         }

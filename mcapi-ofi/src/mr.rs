@@ -158,7 +158,7 @@ pub(crate) struct MrInner {
     /// One bit per byte: reported by a completion of the multi-receive posted in its slot.
     /// Made at the first multi-receive post.
     received: OnceLock<Box<[AtomicU64]>>,
-    _domain: Domain,
+    pub(crate) domain: Domain,
 }
 
 impl MemoryRegion {
@@ -229,7 +229,7 @@ impl MemoryRegion {
                     })
                     .collect(),
                 received: OnceLock::new(),
-                _domain: domain.clone(),
+                domain: domain.clone(),
             }
         });
         let end = inner.slots.as_ptr_range().end as usize;

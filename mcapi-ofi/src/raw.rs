@@ -228,7 +228,8 @@ macro_rules! owned_fid {
         $(#[$m])*
         pub(crate) struct $name(NonNull<$ty>);
 
-        // SAFETY: every object is opened with FI_THREAD_SAFE threading (checked in info.rs),
+        // SAFETY: every object is opened with FI_THREAD_SAFE threading (`Info::query` keeps
+        // only such domains),
         // so libfabric allows calls on it from any thread, concurrently.
         unsafe impl Send for $name {}
         // SAFETY: as for Send.
@@ -620,14 +621,15 @@ fn ctx(context: u64) -> *mut c_void {
 
 /// `Endpoint::send_unregistered`: sends `data` from memory the provider neither owns nor
 /// has registered (`desc` NULL, allowed without `FI_MR_LOCAL`) and returns only once the
-/// provider is done with it (completion seen, or the endpoint closed).
+/// provider is done with it: its completion seen (tracked here, in a record of its own,
+/// whatever `wait` says), or the endpoint closed.
 pub(crate) fn send_unregistered(
     ep: crate::Endpoint,
     data: &[u8],
     cq_data: u64,
     dest: crate::FiAddr,
     context: u64,
-    wait: &mut dyn FnMut(&crate::Endpoint) -> crate::SendWait,
+    wait: &mut dyn FnMut() -> crate::SendWait,
 ) -> (Option<crate::Endpoint>, Result<()>) {
     if !ep.is_unique() {
         return (
@@ -641,23 +643,50 @@ pub(crate) fn send_unregistered(
             Err(Error::InvalidArgument("provider needs FI_MR_LOCAL")),
         );
     }
-    let context = match crate::mr::plain_context(context) {
-        Ok(c) => c,
-        Err(e) => return (Some(ep), Err(e)),
-    };
-    // SAFETY: `data` stays borrowed until this function returns, which is after the send's
-    // completion was seen or after the endpoint (whose only handle we own) was closed, so
-    // the provider never reads it later.
-    let posted = unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest.0, context) };
+    // On the heap: an abandoned send's completion may already sit in the CQ, to be read
+    // after this function returned; its record is leaked then.
+    let record = Box::new(crate::mr::Slot::posted_alone(context));
+    let provider_context = &*record as *const crate::mr::Slot as usize;
+    if provider_context >= crate::mr::RECORD_LIMIT {
+        return (
+            Some(ep),
+            Err(Error::InvalidArgument("heap above the record limit")),
+        );
+    }
+    // SAFETY: `data` stays borrowed until this function returns, which is after the
+    // completion of this send (the one operation posted with `record` as context) cleared
+    // the record's posted state, or after the endpoint (whose only handle we own: checked
+    // above, and `wait` is given none) was closed, so the provider never reads it later.
+    // `record` stays allocated while posted (leaked if the send is abandoned).
+    let posted =
+        unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest.0, provider_context as u64) };
     if let Err(e) = posted {
         return (Some(ep), Err(e));
     }
+    struct AbortIfPosted<'a>(&'a crate::mr::Slot);
+    impl Drop for AbortIfPosted<'_> {
+        fn drop(&mut self) {
+            if self.0.posted() {
+                // `wait` unwound with the provider still reading memory about to be freed.
+                std::process::abort();
+            }
+        }
+    }
+    let guard = AbortIfPosted(&record);
     loop {
-        match wait(&ep) {
-            crate::SendWait::Pending => continue,
-            crate::SendWait::Done => return (Some(ep), Ok(())),
+        match wait() {
+            // Done only once the completion was read, whatever the waiter thinks.
+            crate::SendWait::Done if !record.posted() => {
+                drop(guard);
+                return (Some(ep), Ok(()));
+            }
+            crate::SendWait::Done | crate::SendWait::Pending => {}
             crate::SendWait::Abandon => {
+                std::mem::forget(guard);
                 drop(ep);
+                if record.posted() {
+                    Box::leak(record);
+                }
                 return (None, Err(Error::InvalidArgument("send abandoned")));
             }
         }
@@ -1543,9 +1572,10 @@ fn finish(
     // keeps every region posted on alive (`CompletionQueue::pin`), so the slot and the
     // `MrInner` it names (its own Arc's data, which owns the slot) are alive and shared
     // (`Slot` and `MrInner` are accessed through atomics and immutable fields only). A record
-    // of an operation posted alone (a read in place, a `RecvBuffer`'s read) has no region
-    // (never a multi-receive) and stays allocated while posted: on the waiting call's frame,
-    // or leaked by a `RecvBuffer` dropped before its reads completed.
+    // of an operation posted alone (a read in place, a `RecvBuffer`'s read, an unregistered
+    // send) has no region (never a multi-receive) and stays allocated while posted: on the
+    // waiting call's frame or heap, or leaked by a `RecvBuffer` dropped before its reads
+    // completed or by an abandoned unregistered send.
     let slot = unsafe { &*(record as *const crate::mr::Slot) };
     crate::mr::completed(slot, generation, err, || {
         let (flags, buf, len) = entry();
@@ -1612,16 +1642,24 @@ impl CqFid {
         }
         match (-ret) as u32 {
             sys::FI_EAGAIN => Ok(0),
-            e if e == sys::FI_EAVAIL => Err(Error::Completion(Box::new(self.read_error()?))),
+            // Another thread may have taken the error entry meanwhile: nothing to report.
+            e if e == sys::FI_EAVAIL => match self.read_error()? {
+                Some(c) => Err(Error::Completion(Box::new(c))),
+                None => Ok(0),
+            },
             e => Err(Error::call("fi_cq_read", e as i32)),
         }
     }
 
-    fn read_error(&self) -> Result<CompletionError> {
+    /// The error entry `-FI_EAVAIL` announced; `None` if there is none (any more).
+    fn read_error(&self) -> Result<Option<CompletionError>> {
         let mut e = sys::fi_cq_err_entry::default();
         // SAFETY: e is a writable fi_cq_err_entry; err_data stays NULL so the provider uses
         // its own buffer, valid until the next read on this CQ (we copy the text now).
         let ret = unsafe { sys::fi_cq_readerr(self.as_ptr(), &mut e, 0) };
+        if ret == -(sys::FI_EAGAIN as isize) {
+            return Ok(None);
+        }
         check("fi_cq_readerr", ret)?;
         let mut text = [0 as c_char; 256];
         // SAFETY: text is writable for its length; strerror returns NULL or a C string.
@@ -1635,7 +1673,7 @@ impl CqFid {
             );
             opt_str(p).unwrap_or_default()
         };
-        Ok(CompletionError {
+        Ok(Some(CompletionError {
             context: finish(e.op_context, e.err.abs(), || (e.flags, e.buf, 0)),
             flags: e.flags,
             len: e.len,
@@ -1645,7 +1683,7 @@ impl CqFid {
             err: e.err.abs(),
             prov_errno: e.prov_errno,
             prov_text,
-        })
+        }))
     }
 
     /// The CQ's wait file descriptor (`fi_control(FI_GETWAIT)`), when it has one.

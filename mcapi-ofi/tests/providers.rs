@@ -72,6 +72,7 @@ fn main() {
         ("endpoint_and_cq_limits", limits),
         ("cq_wait_object_sleeps_and_wakes", cq_wait),
         ("cq_sleep_on_fd_wakes_on_arrival", cq_sleep),
+        ("misuse_is_refused", misuse_is_refused),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -623,6 +624,83 @@ fn remote_cq_data(prov: &str) -> TestResult {
             )
         },
     )
+}
+
+/// What safe code could otherwise get wrong is refused before the provider sees it: an
+/// inject longer than the provider injects, objects of another domain, and a zero-copy send
+/// whose waiter calls it done before its completion was read.
+fn misuse_is_refused(prov: &str) -> TestResult {
+    let (a, b, dest) = pair(prov)?;
+    let long = vec![7u8; a.inject_size() + 1];
+    let invalid = |r: Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    check(invalid(a.ep.inject_tagged(&long, dest, 1)), || {
+        "inject_tagged".into()
+    })?;
+    check(invalid(a.ep.inject_tagged_data(&long, 1, dest, 1)), || {
+        "inject_tagged_data".into()
+    })?;
+    check(invalid(a.ep.inject(&long, dest)), || "inject".into())?;
+    check(invalid(a.ep.inject_data(&long, 1, dest)), || {
+        "inject_data".into()
+    })?;
+    // b's CQ and memory are of another domain than a's endpoint.
+    let opened = Endpoint::open(&a.domain, &b.cq, &a.av, EndpointOptions::default());
+    check(matches!(opened, Err(Error::InvalidArgument(_))), || {
+        "an endpoint bound to another domain's CQ".into()
+    })?;
+    let foreign = MemoryRegion::new(&b.domain, 64)?;
+    check(invalid(a.ep.send_tagged(foreign.all(), dest, 1, 0)), || {
+        "a send from another domain's memory".into()
+    })?;
+    drop(a);
+    // A waiter that calls the send done at once: the call still returns only after the
+    // send's completion was read. (The sender's endpoint is its only handle.)
+    let domain = Domain::open_info(&Info::first(&hints(prov))?)?;
+    let cq = CompletionQueue::open(&domain, 0, WaitObject::None)?;
+    let av = AddressVector::open(&domain, 8)?;
+    let ep = Endpoint::open(&domain, &cq, &av, EndpointOptions::default())?;
+    if !ep.sends_unregistered() {
+        eprintln!("  {prov}: FI_MR_LOCAL, no unregistered sends");
+        return Ok(());
+    }
+    let dest = av.insert(b.ep.address())?;
+    b.av.insert(ep.address())?;
+    let len = MIB;
+    let landing = MemoryRegion::new(&b.domain, len)?;
+    b.ep.recv(landing.all(), FiAddr::UNSPEC, 5)?;
+    let data = pattern(len, 3);
+    let mut seen = false;
+    let start = Instant::now();
+    let mut ep = Some(ep);
+    loop {
+        let Some(sender) = ep.take() else {
+            return Err("the endpoint was closed".into());
+        };
+        let (back, sent) = sender.send_unregistered(&data, 0, dest, 77, || {
+            let mut buf = [Completion::default(); 8];
+            if let Ok(n) = cq.read(&mut buf) {
+                seen |= buf[..n].iter().any(|c| c.context() == 77);
+            }
+            _ = b.cq.read(&mut buf);
+            if start.elapsed() > DEADLINE {
+                return mcapi_ofi::SendWait::Abandon;
+            }
+            mcapi_ofi::SendWait::Done
+        });
+        ep = back;
+        match sent {
+            // Not posted (shm connects first): progress both sides and post again.
+            Err(e) if e.is_again() && start.elapsed() < DEADLINE => {
+                let mut buf = [Completion::default(); 8];
+                _ = cq.read(&mut buf);
+                _ = b.cq.read(&mut buf);
+            }
+            sent => break sent?,
+        }
+    }
+    check(ep.is_some() && seen, || {
+        "returned before the send's completion was read".into()
+    })
 }
 
 /// `MemoryRegion::read_le` (how scalars are read out of a receive pool) against `read`, at

@@ -2048,6 +2048,10 @@ fn requests_keep_the_one_waiter_rule_and_completions_are_not_cancelled() {
     assert_eq!(node.cancel(s), Ok(()));
     let mut buf = [0u8; 8];
     assert_eq!(node.msg_recv(b, &mut buf), Ok(1), "the message went");
+    // A timeout too long to add to the clock is no deadline.
+    let s = node.msg_send_i(a, b, b"x", 1).unwrap();
+    assert_eq!(node.wait(s, None, Some(Duration::MAX)), Ok(1));
+    assert_eq!(node.msg_recv(b, &mut buf), Ok(1));
 
     // A wait_any in progress is the waiter of each request it lists ...
     let r = node.msg_recv_i(b).unwrap();

@@ -115,7 +115,7 @@ impl Node {
             let mut polls = 0u32;
             let mut backoff = self.inner.backoff();
             let mut outcome = Ok(());
-            let (back, result) = ep.send_unregistered(data, seq, io.dest, CTX_ZERO_COPY, |_| {
+            let (back, result) = ep.send_unregistered(data, seq, io.dest, CTX_ZERO_COPY, || {
                 let mut buf = [Completion::default(); 16];
                 match cq.read(&mut buf) {
                     Ok(n) => {
