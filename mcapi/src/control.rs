@@ -864,6 +864,7 @@ mod tests {
                 Frame::Hello { node: 2, .. } => Frame::Welcome {
                     peer: 0,
                     incarnation: 9,
+                    reads_itself: false,
                     fabric_addr: vec![],
                 },
                 Frame::Hello { .. } => Frame::Refused(99),
@@ -909,6 +910,7 @@ mod tests {
             node: 2,
             peer: 0,
             incarnation: 1,
+            reads_itself: false,
             fabric_addr: vec![1],
         };
         // A refused Hello names nobody: its connection's end reports no one gone.
@@ -920,6 +922,7 @@ mod tests {
             node: 5,
             peer: 0,
             incarnation: 1,
+            reads_itself: false,
             fabric_addr: vec![1],
         };
         assert_eq!(refused.call(&stranger).unwrap(), Frame::Refused(99));
@@ -1001,6 +1004,7 @@ mod tests {
             node,
             peer: 0,
             incarnation: 1,
+            reads_itself: false,
             fabric_addr: vec![1],
         }
     }
@@ -1088,6 +1092,7 @@ mod tests {
             node: 2,
             peer: 0,
             incarnation: 1,
+            reads_itself: false,
             fabric_addr: vec![1],
         }
         .encode_into(&mut hello);
@@ -1130,6 +1135,7 @@ mod tests {
         let big = Frame::Welcome {
             peer: 0,
             incarnation: 0,
+            reads_itself: false,
             fabric_addr: vec![0; MAX_FRAME],
         };
         assert_eq!(

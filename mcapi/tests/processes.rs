@@ -49,6 +49,10 @@ fn main() {
                 format!("{prov}::endpoint_deleted_mid_rendezvous"),
                 move || endpoint_deleted_mid_rendezvous(prov),
             ),
+            Trial::test(
+                format!("{prov}::large_messages_to_a_receiver_without_cross_memory_attach"),
+                move || receiver_without_cma(prov),
+            ),
         ]
     });
 }
@@ -244,6 +248,29 @@ fn large_messages(prov: &str) -> Result<(), Failed> {
     }
     if !child.wait()?.success() {
         return Err("the sender failed".into());
+    }
+    node.finalize()?;
+    Ok(())
+}
+
+/// A receiver whose shm cannot attach to other processes (`FI_SHM_DISABLE_CMA` set in its
+/// process alone) reads through the sender's provider: a blocking rendezvous send to it
+/// (which would lend the buffer in place to a receiver that reads itself) is staged, a
+/// buffer that lives for good is still lent, and both arrive whole.
+fn receiver_without_cma(prov: &str) -> Result<(), Failed> {
+    let job = format!("nocma-{prov}-{}", std::process::id());
+    let node = Node::initialize(0, 56, config(prov, &job))?;
+    let tx = node.endpoint_create(1)?;
+    let mut child = Peer::spawn_with("nocma", prov, &job, &[("FI_SHM_DISABLE_CMA", "1")])?;
+    let to = node.endpoint_get(0, 57, 5, Some(Duration::from_secs(30)))?;
+    let len = 4 << 20;
+    node.msg_send(tx, to, &pattern(len, 3), 1)?;
+    let forever: &'static [u8] = Box::leak(pattern(len, 4).into_boxed_slice());
+    let lent = node.msg_send_i_zero_copy(tx, to, SendBuffer::from_static(forever), 1)?;
+    node.wait(lent, None, Some(Duration::from_secs(60)))?;
+    child.expect("ok")?;
+    if !child.wait()?.success() {
+        return Err("the receiver failed".into());
     }
     node.finalize()?;
     Ok(())
@@ -522,6 +549,17 @@ fn child(spec: &str) {
                 );
                 next[prio] += 1;
             }
+            b.finalize().unwrap();
+        }
+        "nocma" => {
+            let b = Node::initialize(0, 57, config(prov, job)).unwrap();
+            let rx = b.endpoint_create(5).unwrap();
+            let mut buf = vec![0u8; 4 << 20];
+            for seed in [3, 4] {
+                let n = b.msg_recv(rx, &mut buf).unwrap();
+                assert!(n == buf.len() && buf == pattern(n, seed), "message {seed}");
+            }
+            println!("ok");
             b.finalize().unwrap();
         }
         "sink" => {

@@ -22,7 +22,7 @@ use crate::semantics::EndpointId;
 use smallvec::SmallVec;
 
 /// The control protocol this build speaks. Change it with any change to the frames.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame body accepted (fabric addresses are small).
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -47,6 +47,9 @@ pub enum Frame {
         peer: u32,
         /// Tells this run of the node from an earlier one with the same id (a restart).
         incarnation: u64,
+        /// The sender's remote reads are made by its own process (shm's cross-memory
+        /// attach), so memory lent to it is never read by the lender's provider.
+        reads_itself: bool,
         /// Sender's fabric (libfabric endpoint) address.
         fabric_addr: Vec<u8>,
     },
@@ -56,6 +59,8 @@ pub enum Frame {
         peer: u32,
         /// As in Hello.
         incarnation: u64,
+        /// As in Hello.
+        reads_itself: bool,
         /// The server's fabric address.
         fabric_addr: Vec<u8>,
     },
@@ -214,6 +219,7 @@ impl Frame {
                 node,
                 peer,
                 incarnation,
+                reads_itself,
                 fabric_addr,
             } => {
                 w.u8(tag::HELLO);
@@ -222,17 +228,20 @@ impl Frame {
                 w.u32(*node);
                 w.u32(*peer);
                 w.u64(*incarnation);
+                w.u8(u8::from(*reads_itself));
                 w.bytes(fabric_addr);
             }
             Frame::Welcome {
                 peer,
                 incarnation,
+                reads_itself,
                 fabric_addr,
             } => {
                 w.u8(tag::WELCOME);
                 w.u32(PROTOCOL_VERSION);
                 w.u32(*peer);
                 w.u64(*incarnation);
+                w.u8(u8::from(*reads_itself));
                 w.bytes(fabric_addr);
             }
             Frame::Lookup { port } => {
@@ -293,6 +302,7 @@ impl Frame {
                     node: r.u32()?,
                     peer: r.u32()?,
                     incarnation: r.u64()?,
+                    reads_itself: r.flag()?,
                     fabric_addr: r.bytes()?,
                 }
             }
@@ -301,6 +311,7 @@ impl Frame {
                 Frame::Welcome {
                     peer: r.u32()?,
                     incarnation: r.u64()?,
+                    reads_itself: r.flag()?,
                     fabric_addr: r.bytes()?,
                 }
             }
@@ -461,6 +472,14 @@ impl Reader<'_> {
     fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take::<1>()?[0])
     }
+    /// A boolean: 0 or 1, anything else malformed (one encoding per frame).
+    fn flag(&mut self) -> Result<bool, DecodeError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError::Malformed),
+        }
+    }
     fn u16(&mut self) -> Result<u16, DecodeError> {
         self.take().map(u16::from_le_bytes)
     }
@@ -521,6 +540,7 @@ mod tests {
                 node: 2,
                 peer: 3,
                 incarnation: u64::MAX - 1,
+                reads_itself: true,
                 fabric_addr: vec![9, 8, 7],
             },
             Frame::Hello {
@@ -528,11 +548,13 @@ mod tests {
                 node: 0,
                 peer: 0,
                 incarnation: 0,
+                reads_itself: false,
                 fabric_addr: vec![],
             },
             Frame::Welcome {
                 peer: 4,
                 incarnation: 5,
+                reads_itself: false,
                 fabric_addr: vec![1; 200],
             },
             Frame::Lookup { port: 5 },
@@ -645,6 +667,23 @@ mod tests {
             old.extend_from_slice(&w.to_le_bytes());
         }
         assert_eq!(Frame::decode(&old), Err(DecodeError::Version(0)));
+    }
+
+    #[test]
+    fn a_flag_is_0_or_1() {
+        let mut hello = encode(&Frame::Hello {
+            domain: 1,
+            node: 2,
+            peer: 3,
+            incarnation: 4,
+            reads_itself: true,
+            fabric_addr: vec![5],
+        });
+        // tag, version, domain, node, peer (4 each after the tag), incarnation (8)
+        let flag = 1 + 4 * 4 + 8;
+        assert_eq!(hello[flag], 1);
+        hello[flag] = 2;
+        assert_eq!(Frame::decode(&hello), Err(DecodeError::Malformed));
     }
 
     #[test]

@@ -55,6 +55,7 @@ impl ControlHandler {
                 node: n,
                 peer,
                 incarnation,
+                reads_itself,
                 fabric_addr,
             } => {
                 let Ok(mut st) = node.live_state() else {
@@ -75,10 +76,17 @@ impl ControlHandler {
                         return Frame::Refused(Status::MCAPI_ERR_MEM_LIMIT.code());
                     }
                 };
-                node.peer_met(&mut st, index, *incarnation, addr, *peer as u16);
+                node.peer_met(
+                    &mut st,
+                    index,
+                    (*incarnation, *reads_itself),
+                    addr,
+                    *peer as u16,
+                );
                 Frame::Welcome {
                     peer: u32::from(index),
                     incarnation: node.incarnation,
+                    reads_itself: node.fab.domain.reads_made_by_reader(),
                     fabric_addr: node.fab.ep.address().to_vec(),
                 }
             }

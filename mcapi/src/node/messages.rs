@@ -187,6 +187,7 @@ impl Node {
                 if data.len() > self.inner.fab.eager_max
                     && timeout.is_none()
                     && self.inner.fab.sends_in_place
+                    && st.peers[peer as usize].reads_itself
                 {
                     return self.send_in_place(st, (peer, seq), key, tag, data);
                 }
@@ -665,6 +666,12 @@ impl Node {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }
         let peer = self.remote_peer(to, None)?;
+        let lent_for_good = self.inner.fab.lends_static && buf.lives_forever();
+        if !lent_for_good && !self.inner.live_state()?.peers[peer as usize].reads_itself {
+            // Its reads would be served here (its shm cannot attach to this process, e.g.
+            // `FI_SHM_DISABLE_CMA` set there): a buffer that may be freed is copied instead.
+            return self.msg_send_i(from, to, buf.as_slice(), priority);
+        }
         let len = buf.len();
         let exposed = self
             .inner

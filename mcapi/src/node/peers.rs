@@ -82,14 +82,16 @@ impl NodeInner {
             node: self.node_id,
             peer: u32::from(index),
             incarnation: self.incarnation,
+            reads_itself: self.fab.domain.reads_made_by_reader(),
             fabric_addr: self.fab.ep.address().to_vec(),
         };
-        let (peer, incarnation, fabric_addr) = match stream.call(&hello) {
+        let (peer, incarnation, reads_itself, fabric_addr) = match stream.call(&hello) {
             Ok(Frame::Welcome {
                 peer,
                 incarnation,
+                reads_itself,
                 fabric_addr,
-            }) => (peer, incarnation, fabric_addr),
+            }) => (peer, incarnation, reads_itself, fabric_addr),
             // It cannot take another peer now.
             Ok(Frame::Refused(c)) if c == Status::MCAPI_ERR_MEM_LIMIT.code() => {
                 return Err(Status::MCAPI_ERR_MEM_LIMIT)
@@ -112,7 +114,13 @@ impl NodeInner {
                 log::info!("node <{domain}, {node}>: its fabric address: {e}");
                 Status::MCAPI_ERR_MEM_LIMIT
             })?;
-        self.peer_met(&mut st, index, incarnation, addr, peer as u16);
+        self.peer_met(
+            &mut st,
+            index,
+            (incarnation, reads_itself),
+            addr,
+            peer as u16,
+        );
         st.peers[index as usize].link = Some(Arc::new(ControlLink {
             stream: Mutex::new(stream),
             closer,
@@ -138,6 +146,7 @@ impl NodeInner {
             index_at_peer: 0,
             life: PeerLife::Unknown,
             link: None,
+            reads_itself: false,
         });
         st.peer_of.insert((domain, node), index);
         Ok(index)
@@ -250,15 +259,19 @@ impl NodeInner {
 
     /// A handshake with run `incarnation` of peer `index` completed: it is alive, at
     /// `addr`, and numbers us `index_at_peer`.
+    /// Run `incarnation` of peer `index` was met (a Hello or Welcome): at fabric address
+    /// `addr`, numbering us `index_at_peer`, its remote reads made by its own process or
+    /// not (`reads_itself`).
     pub(super) fn peer_met(
         &self,
         st: &mut State,
         index: u16,
-        incarnation: u64,
+        (incarnation, reads_itself): (u64, bool),
         addr: FiAddr,
         index_at_peer: u16,
     ) {
         let p = &mut st.peers[index as usize];
+        p.reads_itself = reads_itself;
         if p.addr != addr {
             // The address of a run replaced (or gone): shm maps 256 peers at most.
             self.forget_address(p.addr);
@@ -313,7 +326,7 @@ impl NodeInner {
         self.fail_queued_rendezvous(st, index);
         // What we staged for it will never be read.
         for (exposed, request) in st.rndv.forget_peer(index) {
-            if self.fab.sends_in_place {
+            if self.fab.sends_in_place && st.peers[index as usize].reads_itself {
                 // Its reader made every read: the registration closes before the request
                 // completes.
                 drop(exposed);

@@ -214,6 +214,9 @@ pub(super) struct Peer {
     pub(super) life: PeerLife,
     /// Our control connection to the run in `life`, once made.
     pub(super) link: Option<Arc<ControlLink>>,
+    /// Its remote reads are made by its own process (its Hello or Welcome said so): only
+    /// then is memory the provider here would not serve lent to it.
+    pub(super) reads_itself: bool,
 }
 
 impl Peer {

@@ -48,7 +48,18 @@ pub struct Peer {
 
 impl Peer {
     pub fn spawn(role: &str, prov: &str, job: &str) -> Result<Peer, Failed> {
+        Peer::spawn_with(role, prov, job, &[])
+    }
+
+    /// [`Peer::spawn`] with more environment variables.
+    pub fn spawn_with(
+        role: &str,
+        prov: &str,
+        job: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Peer, Failed> {
         let mut child = Command::new(std::env::current_exe()?)
+            .envs(env.iter().copied())
             .env("MCAPI_TEST_CHILD", format!("{role}:{prov}:{job}"))
             // A peer that fails to start says why on the test's stderr.
             .env(
