@@ -38,10 +38,13 @@ const RECV: u64 = 1 << 63;
 const MULTI: u64 = 1 << 62;
 /// Safe code is writing the slot (or a multi-receive post is clearing its received bits).
 const WRITE: u64 = 1 << 61;
+/// The first of the sends now in flight is setting their shared context: the others wait
+/// for it before they compare theirs.
+const SETTING: u64 = 1 << 60;
 /// One send (or RMA write) from the slot in flight: the provider reads it.
 const SEND: u64 = 1 << 32;
 /// The sends-in-flight count.
-const SENDS: u64 = WRITE - SEND;
+const SENDS: u64 = SETTING - SEND;
 // The low 32 bits count the safe reads under way.
 
 /// Where a multi-receive post's generation sits in the context the provider sees: above
@@ -611,18 +614,39 @@ impl Buf<'_> {
         };
         match op {
             Op::Send => {
-                let prev = s.state.fetch_add(SEND, Ordering::Acquire);
-                if prev & (RECV | WRITE) != 0 {
-                    s.state.fetch_sub(SEND, Ordering::Release);
-                    return Err(in_use());
+                // Counted in, the first of a busy period marking that it sets the context.
+                let mut prev = s.state.load(Ordering::Acquire);
+                loop {
+                    if prev & (RECV | WRITE) != 0 {
+                        return Err(in_use());
+                    }
+                    let first = prev & SENDS == 0;
+                    let next = prev + SEND + if first { SETTING } else { 0 };
+                    match s.state.compare_exchange_weak(
+                        prev,
+                        next,
+                        Ordering::Acquire,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => break,
+                        Err(now) => prev = now,
+                    }
                 }
                 if prev & SENDS == 0 {
                     s.context.store(context, Ordering::Relaxed);
-                } else if s.context.load(Ordering::Relaxed) != context {
-                    s.state.fetch_sub(SEND, Ordering::Release);
-                    return Err(Error::InvalidArgument(
-                        "sends in flight from one slot share one context",
-                    ));
+                    s.state.fetch_sub(SETTING, Ordering::Release);
+                } else {
+                    // Counted in, ours keeps the busy period (and its context) going; the
+                    // context is that of its first send once it is set.
+                    while s.state.load(Ordering::Acquire) & SETTING != 0 {
+                        std::hint::spin_loop();
+                    }
+                    if s.context.load(Ordering::Relaxed) != context {
+                        s.state.fetch_sub(SEND, Ordering::Release);
+                        return Err(Error::InvalidArgument(
+                            "sends in flight from one slot share one context",
+                        ));
+                    }
                 }
             }
             Op::Recv => {
