@@ -716,6 +716,13 @@ fn serve(
             );
             break;
         }
+        // A Hello read after its sender died (a successor's may have been met meanwhile,
+        // on another connection) must not be met: it would pass for a newer run. Its
+        // sender sends nothing more until our answer, so anything but silence is its end.
+        if hello && stream.is_closed() {
+            log::info!("control connection closed: its Hello's sender is gone");
+            break;
+        }
         let answer = handler.handle(peer.map(|p| p.0), &request);
         if let (
             Frame::Hello {
