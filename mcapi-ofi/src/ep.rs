@@ -48,14 +48,17 @@ struct EpInner {
     /// The provider's inject limit: longer injects are refused here (providers only assert
     /// it, and rxm would copy past its buffer).
     inject_size: usize,
+    /// The record an unregistered send is posted with, kept for the next one (a send that
+    /// is abandoned leaks it: its completion may still be in the CQ).
+    send_record: std::sync::Mutex<Option<Box<crate::mr::Slot>>>,
 }
 
 impl Endpoint {
     /// Opens, binds (to `cq` for transmit and receive, and to `av`) and enables an endpoint.
     ///
     /// # Errors
-    /// `fi_endpoint`, `fi_ep_bind`, `fi_setopt` or `fi_enable` failures (e.g. the domain's
-    /// `ep_cnt` is exhausted).
+    /// `InvalidArgument` for a CQ or AV of another domain; `fi_endpoint`, `fi_ep_bind`,
+    /// `fi_setopt` or `fi_enable` failures (e.g. the domain's `ep_cnt` is exhausted).
     pub fn open(
         domain: &Domain,
         cq: &CompletionQueue,
@@ -88,6 +91,7 @@ impl Endpoint {
                 domain: domain.clone(),
                 address,
                 inject_size: domain.attributes().inject_size,
+                send_record: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -144,7 +148,8 @@ impl Endpoint {
     /// and no completion is reported.
     ///
     /// # Errors
-    /// `-FI_EAGAIN` ([`crate::Error::is_again`]) when the provider has no room; other errors.
+    /// `InvalidArgument` for more than `inject_size` bytes; `-FI_EAGAIN`
+    /// ([`crate::Error::is_again`]) when the provider has no room; other errors.
     #[inline]
     pub fn inject_tagged(&self, data: &[u8], dest: FiAddr, tag: u64) -> Result<()> {
         self.injectable(data)?;
@@ -333,6 +338,25 @@ impl Endpoint {
             (src.0, remote_addr, key),
             context,
         )
+    }
+
+    /// An idle record for an unregistered send: the one kept, or a new one.
+    pub(crate) fn take_send_record(&self) -> Box<crate::mr::Slot> {
+        self.inner
+            .send_record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(|| Box::new(crate::mr::Slot::idle()))
+    }
+
+    /// Keeps an idle record for the next unregistered send.
+    pub(crate) fn keep_send_record(&self, record: Box<crate::mr::Slot>) {
+        *self
+            .inner
+            .send_record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
     }
 
     /// Whether this is the endpoint's only handle.

@@ -93,8 +93,9 @@ impl Slot {
         self.region
     }
 
-    /// A record of its own for one receive-like operation into memory no region owns (a
-    /// read in place): posted (the provider may write), with the caller's `context`.
+    /// A record of its own for one operation on memory no region owns (a read in place,
+    /// an unregistered send): posted (the provider may use the memory until its completion
+    /// clears the record), with the caller's `context`.
     pub(crate) fn posted_alone(context: u64) -> Slot {
         Slot {
             state: AtomicU64::new(RECV),

@@ -643,14 +643,15 @@ pub(crate) fn send_unregistered(
             Err(Error::InvalidArgument("provider needs FI_MR_LOCAL")),
         );
     }
-    // On the heap: an abandoned send's completion may already sit in the CQ, to be read
-    // after this function returned; its record is leaked then.
-    let record = Box::new(crate::mr::Slot::posted_alone(context));
+    // On the heap, kept by the endpoint from one send to the next: an abandoned send's
+    // completion may already sit in the CQ, to be read after this function returned; its
+    // record is leaked then.
+    let record = ep.take_send_record();
     let provider_context = &*record as *const crate::mr::Slot as usize;
-    if provider_context >= crate::mr::RECORD_LIMIT {
+    if provider_context >= crate::mr::RECORD_LIMIT || !record.arm_alone(context) {
         return (
             Some(ep),
-            Err(Error::InvalidArgument("heap above the record limit")),
+            Err(Error::InvalidArgument("no record for the send")),
         );
     }
     // SAFETY: `data` stays borrowed until this function returns, which is after the
@@ -661,6 +662,8 @@ pub(crate) fn send_unregistered(
     let posted =
         unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest.0, provider_context as u64) };
     if let Err(e) = posted {
+        record.disarm();
+        ep.keep_send_record(record);
         return (Some(ep), Err(e));
     }
     struct AbortIfPosted<'a>(&'a crate::mr::Slot);
@@ -678,6 +681,9 @@ pub(crate) fn send_unregistered(
             // Done only once the completion was read, whatever the waiter thinks.
             crate::SendWait::Done if !record.posted() => {
                 drop(guard);
+                // Its completion cleared it: idle again.
+                record.disarm();
+                ep.keep_send_record(record);
                 return (Some(ep), Ok(()));
             }
             crate::SendWait::Done | crate::SendWait::Pending => {}
@@ -1130,6 +1136,11 @@ impl ExposedBuffer {
     /// The key peers read it with.
     pub fn key(&self) -> u64 {
         self.key
+    }
+
+    /// Its bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf.as_slice()
     }
 
     /// Where it is in this process (the address peers name with `FI_MR_VIRT_ADDR`).

@@ -271,14 +271,15 @@ impl NodeInner {
         index_at_peer: u16,
     ) {
         let p = &mut st.peers[index as usize];
-        p.reads_itself = reads_itself;
         if p.addr != addr {
             // The address of a run replaced (or gone): shm maps 256 peers at most.
             self.forget_address(p.addr);
         }
         p.addr = addr;
         p.index_at_peer = index_at_peer;
+        // (The old run's exposures are reclaimed by the run that had them.)
         self.peer_event_locked(st, index, PeerInput::Met(incarnation));
+        st.peers[index as usize].reads_itself = reads_itself;
     }
 
     /// A new run of peer `index` replaced the old one, which starts from nothing: what we
