@@ -619,6 +619,19 @@ fn ctx(context: u64) -> *mut c_void {
     context as usize as *mut c_void
 }
 
+/// Held while an operation posted alone on the caller's memory may still be under way: a
+/// waiter that unwinds before the record says the operation completed aborts the process
+/// rather than hand back memory the provider may still read or write.
+struct AbortIfPosted<'a>(&'a crate::mr::Slot);
+
+impl Drop for AbortIfPosted<'_> {
+    fn drop(&mut self) {
+        if self.0.posted() {
+            std::process::abort();
+        }
+    }
+}
+
 /// `Endpoint::send_unregistered`: sends `data` from memory the provider neither owns nor
 /// has registered (`desc` NULL, allowed without `FI_MR_LOCAL`) and returns only once the
 /// provider is done with it: its completion seen (tracked here, in a record of its own,
@@ -665,15 +678,6 @@ pub(crate) fn send_unregistered(
         record.disarm();
         ep.keep_send_record(record);
         return (Some(ep), Err(e));
-    }
-    struct AbortIfPosted<'a>(&'a crate::mr::Slot);
-    impl Drop for AbortIfPosted<'_> {
-        fn drop(&mut self) {
-            if self.0.posted() {
-                // `wait` unwound with the provider still reading memory about to be freed.
-                std::process::abort();
-            }
-        }
     }
     let guard = AbortIfPosted(&record);
     loop {
@@ -1219,15 +1223,6 @@ pub(crate) fn read_in_place(
             // The provider's queue is full: its completions make room.
             Err(e) if e.is_again() => wait(),
             posted => break posted?,
-        }
-    }
-    struct AbortIfPosted<'a>(&'a crate::mr::Slot);
-    impl Drop for AbortIfPosted<'_> {
-        fn drop(&mut self) {
-            if self.0.posted() {
-                // The provider may still write memory that is about to be handed back.
-                std::process::abort();
-            }
         }
     }
     let guard = AbortIfPosted(&record);

@@ -257,11 +257,9 @@ impl NodeInner {
         self.fab.av.insert(fabric_addr)
     }
 
-    /// A handshake with run `incarnation` of peer `index` completed: it is alive, at
-    /// `addr`, and numbers us `index_at_peer`.
-    /// Run `incarnation` of peer `index` was met (a Hello or Welcome): at fabric address
-    /// `addr`, numbering us `index_at_peer`, its remote reads made by its own process or
-    /// not (`reads_itself`).
+    /// A handshake with run `incarnation` of peer `index` completed (a Hello or Welcome): it
+    /// is alive, at `addr`, numbers us `index_at_peer`, and makes its remote reads itself
+    /// or not (`reads_itself`).
     pub(super) fn peer_met(
         &self,
         st: &mut State,
@@ -277,7 +275,8 @@ impl NodeInner {
         }
         p.addr = addr;
         p.index_at_peer = index_at_peer;
-        // (The old run's exposures are reclaimed by the run that had them.)
+        // Set after the event: a restart reclaims the old run's exposures by the old run's
+        // word.
         self.peer_event_locked(st, index, PeerInput::Met(incarnation));
         st.peers[index as usize].reads_itself = reads_itself;
     }

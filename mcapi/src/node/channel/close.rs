@@ -148,9 +148,7 @@ impl Node {
         self.inner.advance_close(req, port, handle)?;
         Ok(req)
     }
-}
 
-impl Node {
     /// A close whose request `request` was cancelled: announced to the other side at the
     /// call, it goes on without its request, on a thread of its own polling it as a wait
     /// would (rare), or the endpoint would stay closing for good.
