@@ -71,20 +71,22 @@ impl Plan {
         }
     }
 
-    /// The hello line's parameters.
+    /// The hello line's parameters (the receiver's side needs `blocking_sends` too: with
+    /// blocking sends `msg-bw`'s receiver receives with blocking `msg_recv`).
     pub fn to_words(&self) -> String {
         format!(
-            "{} {} {} {} {}",
+            "{} {} {} {} {} {}",
             self.test,
             self.warmup,
             self.iterations,
             self.window,
-            self.max_time.as_millis()
+            self.max_time.as_millis(),
+            u8::from(self.blocking_sends)
         )
     }
 
     pub fn from_words(words: &[&str]) -> Option<Plan> {
-        let [test, warmup, iterations, window, max_ms] = words else {
+        let [test, warmup, iterations, window, max_ms, blocking] = words else {
             return None;
         };
         Some(Plan {
@@ -94,7 +96,11 @@ impl Plan {
             window: window.parse().ok().filter(|&w| w > 0)?,
             max_time: Duration::from_millis(max_ms.parse().ok()?),
             rounds: 1,
-            blocking_sends: false,
+            blocking_sends: match *blocking {
+                "0" => false,
+                "1" => true,
+                _ => return None,
+            },
         })
     }
 }
@@ -455,10 +461,16 @@ mod tests {
 
     #[test]
     fn plan_round_trips_through_words() {
-        let p = plan(5, 1000, 32);
-        let words = p.to_words();
-        let parsed = Plan::from_words(&words.split(' ').collect::<Vec<_>>()).unwrap();
-        assert_eq!(parsed, p);
+        for blocking_sends in [false, true] {
+            let p = Plan {
+                blocking_sends,
+                ..plan(5, 1000, 32)
+            };
+            let words = p.to_words();
+            let parsed = Plan::from_words(&words.split(' ').collect::<Vec<_>>()).unwrap();
+            assert_eq!(parsed, p);
+        }
         assert!(Plan::from_words(&["msg-bw", "1"]).is_none());
+        assert!(Plan::from_words(&["msg-bw", "1", "1", "1", "1", "2"]).is_none());
     }
 }

@@ -104,6 +104,8 @@ pub struct SizeResult<'a> {
     /// How MCAPI carried this size, where the layer has a choice (messages: "eager" or
     /// "rendezvous"); shown after the ratio, and as `mcapi_protocol` in JSON.
     pub protocol: Option<&'static str>,
+    /// The call MCAPI's sender made at this size (msg-bw, pkt-bw: `mcapi_send` in JSON).
+    pub send_call: Option<&'static str>,
 }
 
 impl SizeResult<'_> {
@@ -113,7 +115,12 @@ impl SizeResult<'_> {
     pub fn ratio(&self, test: Test) -> Option<f64> {
         let (mc, raw) = (self.mcapi?, self.raw?);
         if let Some(pairs) = self.paired_rounds() {
-            return Some(median(pairs.filter(|&(_, r)| r > 0.0).map(|(m, r)| m / r)));
+            // (No round where raw moved anything: no ratio, as with one round.)
+            let ratios: Vec<f64> = pairs
+                .filter(|&(_, r)| r > 0.0)
+                .map(|(m, r)| m / r)
+                .collect();
+            return (!ratios.is_empty()).then(|| median(ratios.into_iter()));
         }
         match test.metric() {
             Metric::Latency => {
@@ -275,12 +282,17 @@ impl Report {
         s
     }
 
-    /// How MCAPI sends in msg-bw and pkt-bw.
+    /// How MCAPI sends in msg-bw and pkt-bw (the header's summary; each size's JSON line
+    /// names its own call).
     fn mcapi_send(&self) -> Option<&'static str> {
         match (self.test, self.plan.blocking_sends) {
-            (Test::PktBw, false) => Some("pktchan_send_i"),
+            (Test::PktBw, false) => {
+                Some("pktchan_send_i above the inject size, pktchan_send up to it")
+            }
             (Test::PktBw, true) => Some("pktchan_send"),
-            (Test::MsgBw, false) => Some("msg_send_i_zero_copy"),
+            (Test::MsgBw, false) => {
+                Some("msg_send_i_zero_copy above the eager size, msg_send up to it")
+            }
             (Test::MsgBw, true) => Some("msg_send"),
             _ => None,
         }
@@ -304,7 +316,7 @@ impl Report {
                     Value::Null
                 },
             ),
-            ("mcapi_send".into(), self.mcapi_send().into()),
+            ("mcapi_send".into(), r.send_call.into()),
             ("rounds".into(), self.plan.rounds.into()),
         ];
         let num = |v: Option<f64>, digits| v.map_or(Value::Null, |v| round(v, digits));
@@ -455,6 +467,7 @@ mod tests {
             mcapi: None,
             mcapi_not_run: Some("why"),
             protocol: None,
+            send_call: None,
         });
         assert!(line.starts_with("{\"test\":\"msg-lat\",\"provider\":\"shm\",\"size\":8,"));
         let v: Value = serde_json::from_str(&line).unwrap();
@@ -477,6 +490,7 @@ mod tests {
             mcapi: Some(&mc),
             mcapi_not_run: None,
             protocol: None,
+            send_call: None,
         };
         let v: Value = serde_json::from_str(&report.json_line(&both)).unwrap();
         assert_eq!(v["lat_us_p50"], 3.0);
@@ -502,6 +516,7 @@ mod tests {
             mcapi: None,
             mcapi_not_run: Some("too large"),
             protocol: None,
+            send_call: None,
         });
         assert!(
             text.contains("mcapi    1048576   not run: too large"),
@@ -550,6 +565,7 @@ mod tests {
             mcapi: Some(&mc),
             mcapi_not_run: None,
             protocol: None,
+            send_call: None,
         };
         let v: Value = serde_json::from_str(&report.json_line(&r)).unwrap();
         assert_eq!(v["rounds"], 3);

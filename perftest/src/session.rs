@@ -41,7 +41,7 @@ use crate::transport::{Kind, Transport};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-const PROTOCOL: &str = "perftest/1";
+const PROTOCOL: &str = "perftest/2";
 
 /// How long a `--local` client retries while its server starts.
 const LOCAL_CONNECT_RETRY: Duration = Duration::from_secs(10);
@@ -235,7 +235,14 @@ fn client_session(
             raw: raw_rounds.as_ref(),
             mcapi: mc_rounds.as_ref(),
             mcapi_not_run: note,
-            protocol: mcapi.as_ref().and_then(|t| t.protocol(size)),
+            protocol: mcapi
+                .as_ref()
+                .filter(|_| note.is_none())
+                .and_then(|t| t.protocol(size)),
+            send_call: mcapi
+                .as_ref()
+                .filter(|_| note.is_none())
+                .and_then(|t| t.send_call(&plan, size)),
         });
         output.emit(oob, &text)?;
     }

@@ -204,14 +204,16 @@ fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
     ]);
     assert_eq!(lines.len(), 2, "{lines:?}");
     // 128 KiB is above the eager size: a rendezvous, said so.
-    for (v, size, protocol) in [
-        (&lines[0], 64, "eager"),
-        (&lines[1], 128 << 10, "rendezvous"),
+    // Eager messages go by blocking msg_send (it returns at once), rendezvous ones by
+    // msg_send_i_zero_copy: each line names its own.
+    for (v, size, protocol, call) in [
+        (&lines[0], 64, "eager", "msg_send"),
+        (&lines[1], 128 << 10, "rendezvous", "msg_send_i_zero_copy"),
     ] {
         check_line(v, "msg-bw", libfabric_name, size, false, true);
         assert_eq!(v["window"], 32);
         assert_eq!(v["mcapi_protocol"], protocol, "{v}");
-        assert_eq!(v["mcapi_send"], "msg_send_i_zero_copy", "{v}");
+        assert_eq!(v["mcapi_send"], call, "{v}");
     }
     // The same with blocking sends.
     let lines = json_run(&[
@@ -307,18 +309,21 @@ fn shm_packet_bandwidth() {
         &[64, 128 << 10],
         &["-W", "32", "--oob-port", "27642"],
     );
-    let v = &json_run(&[
+    // Packets shm injects (up to 4 KiB) go by blocking pktchan_send, larger ones by
+    // pktchan_send_i.
+    let lines = json_run(&[
         "pkt-bw",
         "--local",
         "-S",
-        "1k",
+        "1k,8k",
         "-I",
         "100",
         "--json",
         "--oob-port",
         "27642",
-    ])[0];
-    assert_eq!(v["mcapi_send"], "pktchan_send_i", "{v}");
+    ]);
+    assert_eq!(lines[0]["mcapi_send"], "pktchan_send", "{}", lines[0]);
+    assert_eq!(lines[1]["mcapi_send"], "pktchan_send_i", "{}", lines[1]);
 }
 
 #[test]

@@ -203,6 +203,11 @@ impl PktTransport {
             window: windowed.then(|| SendWindow::new(window)),
         })
     }
+
+    /// Packets up to this size go by blocking `pktchan_send` (the provider injects them).
+    pub fn inject_size(&self) -> usize {
+        self.chan.node.inject_size()
+    }
 }
 
 impl Transport for PktTransport {

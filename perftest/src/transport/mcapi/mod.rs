@@ -339,6 +339,28 @@ impl McapiLayer {
         }
     }
 
+    /// The call the sender makes at `size` in msg-bw and pkt-bw: sizes the provider injects
+    /// (packets) or sends eagerly (messages) go by the blocking call, which returns at once.
+    pub fn send_call(&self, plan: &Plan, size: usize) -> Option<&'static str> {
+        match self {
+            McapiLayer::Msg(t) if plan.test == Test::MsgBw => {
+                Some(if plan.blocking_sends || size <= t.eager_max() {
+                    "msg_send"
+                } else {
+                    "msg_send_i_zero_copy"
+                })
+            }
+            McapiLayer::Pkt(t) if plan.test == Test::PktBw => {
+                Some(if plan.blocking_sends || size <= t.inject_size() {
+                    "pktchan_send"
+                } else {
+                    "pktchan_send_i"
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// [`pattern::client_size`] over this layer.
     pub fn client_size(&mut self, oob: &mut Oob, plan: &Plan, size: usize) -> Result<Measurement> {
         match self {
