@@ -2140,3 +2140,40 @@ fn a_contact_waiting_for_a_node_does_not_hold_calls_with_deadlines() {
     });
     a.finalize().unwrap();
 }
+
+#[test]
+fn refused_calls_change_nothing_and_name_the_specs_codes() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cfg = config("shm", "refused-calls");
+    cfg.request_table_size = 2;
+    // A topology that names this node only: node 47 is none of the job's.
+    let port = 47700 + (std::process::id() % 100) as u16;
+    cfg.topology =
+        Some(mcapi::config::Topology::parse(&format!("0 46 127.0.0.1:{port}\n")).unwrap());
+    cfg.job_key = Some(mcapi::config::JobKey::new(b"refused-calls-key-0123456789abcd").unwrap());
+    let node = Node::initialize(0, 46, cfg).unwrap();
+    let a = node.endpoint_create(1).unwrap();
+    let b = node.endpoint_create(2).unwrap();
+    // A full request table: a msg_send_i to this node is refused and delivers nothing.
+    let held = [node.msg_recv_i(a).unwrap(), node.msg_recv_i(a).unwrap()];
+    assert_eq!(
+        node.msg_send_i(a, b, b"hello", 0).err(),
+        Some(Status::MCAPI_ERR_REQUEST_LIMIT)
+    );
+    assert_eq!(node.msg_available(b), Ok(0), "nothing was sent");
+    for r in held {
+        node.cancel(r).unwrap();
+    }
+    // A node the job does not have is no node to get an endpoint of, from the first test
+    // of the request on (4.2.2), and has no endpoint to read attributes of (4.2.5 knows
+    // ENDP_INVALID only).
+    let get = node.endpoint_get_i(0, 47, 1).unwrap();
+    assert_eq!(node.test(get, None), Err(Status::MCAPI_ERR_NODE_INVALID));
+    _ = node.cancel(get);
+    let ghost = EndpointId::encode(0, 47, 1).unwrap();
+    assert_eq!(
+        node.endpoint_get_attribute(ghost, 9),
+        Err(Status::MCAPI_ERR_ENDP_INVALID)
+    );
+    node.finalize().unwrap();
+}

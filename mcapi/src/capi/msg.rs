@@ -51,6 +51,10 @@ pub unsafe extern "C" fn mcapi_msg_send_i(
         if buffer.is_null() && buffer_size > 0 {
             return Err(Status::MCAPI_ERR_PARAMETER);
         }
+        // Refused before a buffer is made of it (a size such as `(size_t)-1` would be UB).
+        if buffer_size > MCAPI_MAX_MSG_SIZE {
+            return Err(Status::MCAPI_ERR_MSG_SIZE);
+        }
         // SAFETY: by this function's contract (spec 3.5.4) `buffer` is readable for
         // `buffer_size` bytes and stays valid and unmodified until the request completes,
         // and mcapi completes a send from it only once its receiver is done reading it (or

@@ -10,7 +10,7 @@ use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_IN
 use crate::config::Compat;
 use crate::control::Frame;
 use crate::semantics::credit::{CreditPool, CreditWindow};
-use crate::semantics::endpoint_id::{EndpointId, PORT_ANY};
+use crate::semantics::endpoint_id::{EndpointId, MAX_PORT, PORT_ANY};
 use crate::semantics::queue::{PriorityQueues, SeqReorder};
 use crate::semantics::wire::MAX_WIRE_PORT;
 use crate::semantics::Status;
@@ -23,6 +23,9 @@ const PEER_NOTICE: Duration = Duration::from_secs(1);
 /// preallocated for them).
 const MAX_SENDERS: usize = 256;
 
+/// Where `MCAPI_PORT_ANY` starts handing out ports (below: the application's own).
+pub(super) const FIRST_ANY_PORT: u32 = 1 << 20;
+
 impl Node {
     /// `mcapi_endpoint_create`: a local endpoint on `port` (`PORT_ANY`: a free port).
     ///
@@ -32,13 +35,20 @@ impl Node {
     /// receive limit).
     pub fn endpoint_create(&self, port: u32) -> Result<EndpointId> {
         let mut st = self.inner.live_state()?;
-        let port = if port == PORT_ANY {
+        let any = port == PORT_ANY;
+        let port = if any {
+            // The next free port from where the last one was handed out, round the range
+            // (a node has far fewer endpoints than the range has ports).
             let mut p = st.next_any_port;
-            while st.endpoints.contains_key(&p) {
+            loop {
+                if p > MAX_PORT {
+                    p = FIRST_ANY_PORT;
+                }
+                if !st.endpoints.contains_key(&p) {
+                    break p;
+                }
                 p += 1;
             }
-            st.next_any_port = p + 1;
-            p
         } else {
             port
         };
@@ -78,6 +88,9 @@ impl Node {
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         st.endpoints.insert(port, ep);
+        if any {
+            st.next_any_port = port + 1;
+        }
         Ok(id)
     }
 
@@ -193,28 +206,42 @@ impl Node {
     /// over its node's control plane).
     ///
     /// # Errors
-    /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_ATTR_NUM`, `MCAPI_ERR_TRANSMISSION` (remote node
-    /// gone).
+    /// `MCAPI_ERR_NODE_NOTINIT`, `MCAPI_ERR_ENDP_INVALID` (also a remote endpoint whose
+    /// node cannot be reached, is not running or is finalizing: the spec's table has no
+    /// other code for it), `MCAPI_ERR_ATTR_NUM`.
     pub fn endpoint_get_attribute(&self, endpoint: EndpointId, attribute: u32) -> Result<u64> {
         let attr = EndpointAttribute::from_number(attribute)?;
+        let st = self.inner.live_state()?;
         if (endpoint.domain(), endpoint.node()) == (self.inner.domain_id, self.inner.node_id) {
-            let st = self.inner.live_state()?;
             return self.inner.local_attribute(&st, endpoint.port(), attr);
         }
-        let peer = self.inner.connect_peer(
-            endpoint.domain(),
-            endpoint.node(),
-            Some(Instant::now() + Duration::from_secs(10)),
-        )?;
-        match self.inner.control_call(
-            peer,
-            &Frame::GetAttribute {
-                port: endpoint.port(),
-                attribute,
-            },
-        )? {
+        drop(st);
+        let unreachable = |e: Status| match e {
+            Status::MCAPI_TIMEOUT
+            | Status::MCAPI_ERR_TRANSMISSION
+            | Status::MCAPI_ERR_NODE_INVALID
+            | Status::MCAPI_ERR_NODE_NOTINIT => Status::MCAPI_ERR_ENDP_INVALID,
+            e => e,
+        };
+        let peer = self
+            .inner
+            .connect_peer(
+                endpoint.domain(),
+                endpoint.node(),
+                Some(Instant::now() + Duration::from_secs(10)),
+            )
+            .map_err(unreachable)?;
+        let request = Frame::GetAttribute {
+            port: endpoint.port(),
+            attribute,
+        };
+        match self
+            .inner
+            .control_call(peer, &request)
+            .map_err(unreachable)?
+        {
             Frame::Value(v) => Ok(v),
-            answer => Err(refusal("endpoint_get_attribute", &answer)),
+            answer => Err(unreachable(refusal("endpoint_get_attribute", &answer))),
         }
     }
 
@@ -461,7 +488,30 @@ impl NodeInner {
 
 #[cfg(test)]
 mod tests {
+    use super::FIRST_ANY_PORT;
     use crate::node::test_pair::sender_and_receiver;
+    use crate::semantics::endpoint_id::{MAX_PORT, PORT_ANY};
+
+    /// `MCAPI_PORT_ANY` goes round its range: at its end it starts again with the first
+    /// port free, so create/delete cycles never run out of ports.
+    #[test]
+    fn port_any_goes_round_its_range() {
+        let (a, b, ..) = sender_and_receiver("shm", "port-any", (14, 15), None);
+        b.inner.state.lock().expect("state").next_any_port = MAX_PORT;
+        let last = b.endpoint_create(PORT_ANY).expect("the last port");
+        assert_eq!(last.port(), MAX_PORT);
+        let first = b.endpoint_create(PORT_ANY).expect("round again");
+        assert_eq!(first.port(), FIRST_ANY_PORT);
+        b.endpoint_delete(first).expect("delete");
+        // A failed create hands out nothing: the next one gets the same port.
+        assert!(b.endpoint_create(MAX_PORT + 1).is_err());
+        assert_eq!(
+            b.endpoint_create(PORT_ANY).map(|e| e.port()),
+            Ok(FIRST_ANY_PORT + 1)
+        );
+        a.finalize().expect("finalize");
+        b.finalize().expect("finalize");
+    }
 
     /// An endpoint deleted while a message of its is taken and not done with (read in place
     /// right now; here its slot is simply left taken) gives its credits back to the node,

@@ -756,6 +756,10 @@ impl Node {
     fn send_local_i(&self, to: EndpointId, data: &[u8], priority: u8) -> Result<RequestHandle> {
         let port = to.port();
         let mut st = self.inner.live_state()?;
+        // Refused before anything is delivered: a failed call sends nothing.
+        if !st.requests.has_room() {
+            return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
+        }
         if st.pending_sends.is_empty() {
             let fill = |buf: &mut [u8]| buf.copy_from_slice(data);
             if self

@@ -85,17 +85,25 @@ impl Node {
             }
         };
         let found = if (id.domain(), id.node()) == (self.inner.domain_id, self.inner.node_id) {
-            self.inner.live_state()?.endpoints.contains_key(&id.port())
+            Ok(self.inner.live_state()?.endpoints.contains_key(&id.port()))
         } else {
-            self.resolve_remote(id, Some(Instant::now())).is_ok()
+            match self.resolve_remote(id, Some(Instant::now())) {
+                Ok(_) => Ok(true),
+                // No such node in the job (not in the topology, no key under PMIx): it
+                // never will be, unlike an endpoint not created yet or a node not up yet.
+                Err(Status::MCAPI_ERR_NODE_INVALID) => Err(Status::MCAPI_ERR_NODE_INVALID),
+                Err(_) => Ok(false),
+            }
         };
-        if found {
-            self.inner.live_state()?.requests.complete_if_pending(
-                request,
-                Status::MCAPI_SUCCESS,
-                0,
-            );
-        }
+        let status = match found {
+            Ok(false) => return Ok(()),
+            Ok(true) => Status::MCAPI_SUCCESS,
+            Err(e) => e,
+        };
+        self.inner
+            .live_state()?
+            .requests
+            .complete_if_pending(request, status, 0);
         Ok(())
     }
 

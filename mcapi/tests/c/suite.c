@@ -677,6 +677,8 @@ static void requests(mcapi_endpoint_t echo_endpoint) {
     EXPECT_STATUS(status, MCAPI_ERR_ENDP_INVALID);
     mcapi_msg_send_i(tx, ep, big, MCAPI_MAX_MSG_SIZE + 1, 0, &r, &status);
     EXPECT_STATUS(status, MCAPI_ERR_MSG_SIZE);
+    mcapi_msg_send_i(tx, ep, big, (size_t)-1, 0, &r, &status); /* a "negative" size */
+    EXPECT_STATUS(status, MCAPI_ERR_MSG_SIZE);
     mcapi_msg_send_i(tx, ep, "x", 1, MCAPI_MAX_PRIORITY + 1, &r, &status);
     EXPECT_STATUS(status, MCAPI_ERR_PRIORITY);
     mcapi_msg_recv_i(ep, buffer, sizeof buffer, NULL, &status);
