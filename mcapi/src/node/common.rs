@@ -32,6 +32,19 @@ pub(super) fn ofi_status(e: OfiError) -> Status {
     Status::MCAPI_ERR_TRANSMISSION
 }
 
+/// An error reaching another node's endpoint (its node not running, unknown to the job,
+/// gone, or finalizing, whose refusal names *its* state) as the ERRORS tables of calls on
+/// endpoints have it: the endpoint is no valid one. Call only once this node is known live.
+pub(super) fn endpoint_unreachable(e: Status) -> Status {
+    match e {
+        Status::MCAPI_TIMEOUT
+        | Status::MCAPI_ERR_TRANSMISSION
+        | Status::MCAPI_ERR_NODE_INVALID
+        | Status::MCAPI_ERR_NODE_NOTINIT => Status::MCAPI_ERR_ENDP_INVALID,
+        e => e,
+    }
+}
+
 /// What a control answer other than the one asked for means: the refusal's status, else
 /// `MCAPI_ERR_GENERAL` (a code this build does not know, or another kind of answer: a peer
 /// of another build), with the reason logged.

@@ -1,7 +1,9 @@
 //! Endpoints: create, delete, get (resolving remote ones), attributes.
 
 use super::channel::{EndpointChannel, MAX_PKT_SIZE};
-use super::common::{refusal, Result, EAGER_SLOT, MAX_ENDPOINTS, NUM_PRIORITIES};
+use super::common::{
+    endpoint_unreachable, refusal, Result, EAGER_SLOT, MAX_ENDPOINTS, NUM_PRIORITIES,
+};
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;
 use super::state::{LocalEndpoint, Remote, State, LOCAL_SLOT};
@@ -216,13 +218,6 @@ impl Node {
             return self.inner.local_attribute(&st, endpoint.port(), attr);
         }
         drop(st);
-        let unreachable = |e: Status| match e {
-            Status::MCAPI_TIMEOUT
-            | Status::MCAPI_ERR_TRANSMISSION
-            | Status::MCAPI_ERR_NODE_INVALID
-            | Status::MCAPI_ERR_NODE_NOTINIT => Status::MCAPI_ERR_ENDP_INVALID,
-            e => e,
-        };
         let peer = self
             .inner
             .connect_peer(
@@ -230,7 +225,7 @@ impl Node {
                 endpoint.node(),
                 Some(Instant::now() + Duration::from_secs(10)),
             )
-            .map_err(unreachable)?;
+            .map_err(endpoint_unreachable)?;
         let request = Frame::GetAttribute {
             port: endpoint.port(),
             attribute,
@@ -238,10 +233,13 @@ impl Node {
         match self
             .inner
             .control_call(peer, &request)
-            .map_err(unreachable)?
+            .map_err(endpoint_unreachable)?
         {
             Frame::Value(v) => Ok(v),
-            answer => Err(unreachable(refusal("endpoint_get_attribute", &answer))),
+            answer => Err(endpoint_unreachable(refusal(
+                "endpoint_get_attribute",
+                &answer,
+            ))),
         }
     }
 

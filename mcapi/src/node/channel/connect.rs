@@ -7,7 +7,7 @@ use super::req::ChanReq;
 use super::side::LocalPeer;
 use crate::config::Compat;
 use crate::control::{ChannelOp, ConnectEnd};
-use crate::node::common::{lock, Result};
+use crate::node::common::{endpoint_unreachable, lock, Result};
 use crate::node::inner::NodeInner;
 use crate::node::state::PeerRun;
 use crate::node::state::Req;
@@ -64,12 +64,6 @@ impl Node {
         };
         // An endpoint whose node cannot be reached (not running, finalized or dead) is no
         // valid endpoint: the connect's ERRORS table has no MCAPI_ERR_TRANSMISSION.
-        let unreachable = |e: Status| match e {
-            Status::MCAPI_TIMEOUT
-            | Status::MCAPI_ERR_NODE_INVALID
-            | Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_ENDP_INVALID,
-            e => e,
-        };
         let connected = self
             .inner
             .channel_call(
@@ -113,7 +107,7 @@ impl Node {
                 log::info!("connect {send:?} -> {receive:?} failed: {e}");
                 // Allocated above: releasing it cannot fail.
                 _ = st.requests.release(h);
-                Err(unreachable(e))
+                Err(endpoint_unreachable(e))
             }
         }
     }
