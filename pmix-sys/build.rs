@@ -16,10 +16,14 @@ fn main() {
     // MCAPI_NO_PMIX=1 at build time: build as on a machine without PMIx (tests that path).
     let wanted = env::var("MCAPI_NO_PMIX").map_or(true, |v| v.is_empty() || v == "0");
     let lib = if wanted {
-        pkg_config::Config::new()
-            .atleast_version("4")
-            .probe("pmix")
-            .ok()
+        match pkg_config::Config::new().atleast_version("4").probe("pmix") {
+            Ok(lib) => Some(lib),
+            Err(e) => {
+                let why = e.to_string().replace('\n', " ");
+                println!("cargo:warning=building without PMIx (no launcher bootstrap): {why}");
+                None
+            }
+        }
     } else {
         None
     };

@@ -11,7 +11,9 @@
 #[path = "common/launch.rs"]
 mod launch;
 
-use launch::{output_bounded, wait_bounded, which, TwoHosts, MPIRUN_FLAGS};
+use launch::{
+    output_bounded, required, skip, wait_bounded, which, NoHosts, TwoHosts, MPIRUN_FLAGS,
+};
 use mcapi::config::{Bootstrap, Config};
 use mcapi::Node;
 use std::path::{Path, PathBuf};
@@ -43,6 +45,16 @@ impl Tally {
             }
         }
     }
+
+    /// `run` needs `provider`, which libfabric does not offer here.
+    fn not_offered(&mut self, run: &str, provider: &str) {
+        let why = format!("libfabric offers no {provider}");
+        if required() {
+            self.report(run, Err(why), Instant::now());
+        } else {
+            println!("launcher {run}: not run ({why})");
+        }
+    }
 }
 
 fn succeeded(status: Option<ExitStatus>) -> Result<(), String> {
@@ -62,12 +74,16 @@ fn main() {
         return;
     }
     if !mcapi::launcher::built_with_pmix() {
-        println!("launcher: skipped: this build has no PMIx (libpmix-dev, pkg-config)");
-        return;
+        skip(
+            "launcher",
+            "this build has no PMIx (libpmix-dev, pkg-config)",
+        );
     }
     let Ok(mpirun) = which("mpirun") else {
-        println!("launcher: skipped: no mpirun on PATH (apt-get install openmpi-bin)");
-        return;
+        skip(
+            "launcher",
+            "no mpirun on PATH (apt-get install openmpi-bin)",
+        );
     };
     let me = std::env::current_exe().expect("own path");
     let mut tally = Tally::default();
@@ -87,7 +103,7 @@ fn main() {
             }
         );
         if !offered(provider) {
-            println!("launcher {provider}: not run (libfabric offers no {provider})");
+            tally.not_offered(provider, provider);
             continue;
         }
         let t0 = Instant::now();
@@ -108,7 +124,7 @@ fn main() {
         Ok(halo) => {
             for provider in ["shm", "tcp"] {
                 if !offered(provider) {
-                    println!("launcher halo {provider}: not run (libfabric offers no {provider})");
+                    tally.not_offered(&format!("halo {provider}"), provider);
                     continue;
                 }
                 let t0 = Instant::now();
@@ -116,7 +132,10 @@ fn main() {
                 tally.report(&format!("halo {provider}: mpirun -n {RANKS}"), result, t0);
             }
         }
-        Err(why) => println!("launcher halo: skipped: {why}"),
+        Err(NoHalo::NoTool(why)) if !required() => println!("launcher halo: skipped: {why}"),
+        Err(NoHalo::NoTool(why) | NoHalo::Failed(why)) => {
+            tally.report("halo: built", Err(why.clone()), Instant::now());
+        }
     }
     match TwoHosts::new(Path::new(env!("CARGO_TARGET_TMPDIR"))) {
         Ok(hosts) => {
@@ -144,7 +163,12 @@ fn main() {
                 );
             }
         }
-        Err(why) => println!("launcher two hosts: skipped: {why}"),
+        Err(NoHosts::Unsupported(why)) if !required() => {
+            println!("launcher two hosts: skipped: {why}");
+        }
+        Err(NoHosts::Unsupported(why) | NoHosts::Broken(why)) => {
+            tally.report("two hosts: set up", Err(why), Instant::now());
+        }
     }
     println!(
         "\nlauncher: {} passed, {} failed",
@@ -192,11 +216,25 @@ fn halo_result(cmd: &mut Command, provider: &str) -> Result<(), String> {
 
 /// Builds `examples/halo.c` the way its Makefile does (`cc $(pkg-config --cflags --libs
 /// mcapi)`), against libmcapi of this test build installed into a private prefix with
-/// `scripts/install`. `Err`: why it cannot be built here (no cc or pkg-config).
-fn build_halo() -> Result<PathBuf, String> {
+/// `scripts/install`.
+fn build_halo() -> Result<PathBuf, NoHalo> {
     for tool in ["cc", "pkg-config", "nm"] {
-        which(tool).map_err(|()| format!("no {tool} on PATH to build examples/halo.c"))?;
+        which(tool)
+            .map_err(|()| NoHalo::NoTool(format!("no {tool} on PATH to build examples/halo.c")))?;
     }
+    build_halo_with_tools().map_err(NoHalo::Failed)
+}
+
+/// Why the example was not built.
+enum NoHalo {
+    /// A tool it needs is missing here: a reason to skip.
+    NoTool(String),
+    /// Installing the library or compiling the example failed: a failure.
+    Failed(String),
+}
+
+/// [`build_halo`] once its tools are known to be there.
+fn build_halo_with_tools() -> Result<PathBuf, String> {
     // target/<profile>/deps: where this build put libmcapi.so and libmcapi.a.
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let lib = exe.parent().ok_or("no directory")?.to_path_buf();

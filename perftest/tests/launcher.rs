@@ -12,7 +12,9 @@
 #[path = "../../mcapi/tests/common/launch.rs"]
 mod launch;
 
-use launch::{output_bounded, wait_bounded, which, Captured, TwoHosts, MPIRUN_FLAGS};
+use launch::{
+    output_bounded, required, skip, wait_bounded, which, Captured, NoHosts, TwoHosts, MPIRUN_FLAGS,
+};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,16 +31,19 @@ const KEY: &str = "perftest-launcher-test-key-0123456789";
 
 fn main() {
     if !mcapi::launcher::built_with_pmix() {
-        println!("perftest launcher: skipped: this build has no PMIx (libpmix-dev, pkg-config)");
-        return;
+        skip(
+            "perftest launcher",
+            "this build has no PMIx (libpmix-dev, pkg-config)",
+        );
     }
     let Ok(mpirun) = which("mpirun") else {
-        println!("perftest launcher: skipped: no mpirun on PATH (apt-get install openmpi-bin)");
-        return;
+        skip(
+            "perftest launcher",
+            "no mpirun on PATH (apt-get install openmpi-bin)",
+        );
     };
     if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("tcp")).is_err() {
-        println!("perftest launcher: not run (libfabric offers no tcp)");
-        return;
+        skip("perftest launcher", "libfabric offers no tcp");
     }
     let perftest = Path::new(PERFTEST);
     let (mut passed, mut failed) = (0, 0);
@@ -109,7 +114,12 @@ fn main() {
                 t0,
             );
         }
-        Err(why) => println!("perftest launcher two hosts: skipped: {why}"),
+        Err(NoHosts::Unsupported(why)) if !required() => {
+            println!("perftest launcher two hosts: skipped: {why}");
+        }
+        Err(NoHosts::Unsupported(why) | NoHosts::Broken(why)) => {
+            report("two hosts: set up", Err(why), Instant::now());
+        }
     }
     println!("\nperftest launcher: {passed} passed, {failed} failed");
     if failed > 0 {

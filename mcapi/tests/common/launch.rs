@@ -22,6 +22,26 @@ pub const CLEARED: &[&str] = &[
     "MCAPI_BOOTSTRAP",
 ];
 
+/// Set by the test command (`scripts/test`): a test that needs a tool or capability this
+/// machine lacks fails instead of skipping, so CI never passes having tested nothing.
+pub const REQUIRE_ALL: &str = "MCAPI_TEST_REQUIRE_ALL";
+
+/// Whether [`REQUIRE_ALL`] is set.
+pub fn required() -> bool {
+    std::env::var_os(REQUIRE_ALL).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `what` cannot run here for `why`: said, and the process exits (with 1 if every test is
+/// required, else 0: skipped).
+pub fn skip(what: &str, why: &str) -> ! {
+    if required() {
+        println!("{what}: FAILED: {why} ({REQUIRE_ALL} is set: nothing may be skipped)");
+        std::process::exit(1);
+    }
+    println!("{what}: skipped: {why}");
+    std::process::exit(0);
+}
+
 /// `cmd` on PATH.
 pub fn which(cmd: &str) -> Result<PathBuf, ()> {
     std::env::split_paths(&std::env::var_os("PATH").ok_or(())?)
@@ -93,6 +113,21 @@ pub struct TwoHosts {
     agent: PathBuf,
 }
 
+/// Why [`TwoHosts::new`] made no hosts.
+#[derive(Debug)]
+pub enum NoHosts {
+    /// This machine cannot make network namespaces: a reason to skip.
+    Unsupported(String),
+    /// It can, and setting them up failed: a failure.
+    Broken(String),
+}
+
+impl From<String> for NoHosts {
+    fn from(why: String) -> NoHosts {
+        NoHosts::Broken(why)
+    }
+}
+
 /// The veth addresses of hosts A and B.
 pub const HOST_ADDR: [&str; 2] = ["198.51.100.11", "198.51.100.12"];
 
@@ -100,12 +135,16 @@ impl TwoHosts {
     /// Creates the namespaces; `scratch` holds the agent script.
     ///
     /// # Errors
-    /// Why not (no CAP_NET_ADMIN, no `ip`), to print as the reason for skipping.
-    pub fn new(scratch: &Path) -> Result<TwoHosts, String> {
+    /// [`NoHosts::Unsupported`]: no namespace can be made here (no CAP_NET_ADMIN, no `ip`),
+    /// a reason to skip; [`NoHosts::Broken`]: one could, and a later step failed.
+    pub fn new(scratch: &Path) -> Result<TwoHosts, NoHosts> {
         let id = std::process::id();
         let ns = [format!("mcapi-pmix-a{id}"), format!("mcapi-pmix-b{id}")];
-        sh(&["ip", "netns", "add", &ns[0]])
-            .map_err(|e| format!("cannot create network namespaces (needs CAP_NET_ADMIN): {e}"))?;
+        sh(&["ip", "netns", "add", &ns[0]]).map_err(|e| {
+            NoHosts::Unsupported(format!(
+                "cannot create network namespaces (needs CAP_NET_ADMIN and iproute2): {e}"
+            ))
+        })?;
         let hosts = TwoHosts {
             agent: scratch.join(format!("pmix-agent-{id}.sh")),
             ns,
@@ -128,10 +167,10 @@ impl TwoHosts {
             "#!/bin/sh\nshift\nexec ip netns exec {} sh -c \"$*\"\n",
             hosts.ns[1]
         );
-        std::fs::write(&hosts.agent, script).map_err(|e| e.to_string())?;
+        std::fs::write(&hosts.agent, script).map_err(|e| NoHosts::Broken(e.to_string()))?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&hosts.agent, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| NoHosts::Broken(e.to_string()))?;
         Ok(hosts)
     }
 
