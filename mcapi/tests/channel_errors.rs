@@ -1517,3 +1517,37 @@ fn scalar_channels_connect_whatever_the_packet_payloads() {
     a.finalize().unwrap();
     b.finalize().unwrap();
 }
+
+/// A channel request whose completion `test` reported is released by `mcapi_cancel`
+/// (spec 4.6.1: wait, wait_any or cancel release a request), as a message request is.
+#[test]
+fn cancel_releases_a_reported_channel_request() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let a = Node::initialize(3, 5, config("shm")).unwrap();
+    let b = Node::initialize(3, 6, config("shm")).unwrap();
+    let s = endpoint(&a, 1);
+    let r = endpoint(&b, 1);
+    let (hs, hr) = channel(&a, Pkt, &a, s, &b, r);
+    let reported = |n: &Node, q: RequestHandle| {
+        until("the request to complete", || {
+            n.test(q, None).unwrap().is_some()
+        })
+    };
+    let sent = a.pktchan_send_i(hs, b"abc").unwrap();
+    reported(&a, sent);
+    assert_eq!(a.cancel(sent), Ok(()), "a reported send");
+    assert_eq!(a.test(sent, None), Err(Status::MCAPI_ERR_REQUEST_INVALID));
+    let received = b.pktchan_recv_i(hr).unwrap();
+    reported(&b, received);
+    let packet = b.received_packet(received).expect("the packet");
+    assert_eq!(packet.to_vec(), b"abc");
+    b.pktchan_release(packet).unwrap();
+    assert_eq!(b.cancel(received), Ok(()), "a reported receive");
+    assert_eq!(
+        b.test(received, None),
+        Err(Status::MCAPI_ERR_REQUEST_INVALID)
+    );
+    disconnect(Pkt, &a, hs, &b, hr);
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}

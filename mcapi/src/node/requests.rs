@@ -498,9 +498,12 @@ impl Node {
         let data = {
             let st = self.inner.live_state()?;
             let pending = matches!(st.requests.state(request), Ok(RequestState::Pending));
+            // Only a pending operation is withdrawn from its side; a completion already
+            // reported is released by the table's cancel below (spec 4.6.1).
             match st.requests.get(request) {
-                Ok(Req::Chan(c @ (ChanReq::Send { .. } | ChanReq::Recv { .. }))) => Some(*c),
-                Ok(Req::Chan(c @ ChanReq::Open { .. })) if pending => Some(*c),
+                Ok(Req::Chan(
+                    c @ (ChanReq::Send { .. } | ChanReq::Recv { .. } | ChanReq::Open { .. }),
+                )) if pending => Some(*c),
                 _ => None,
             }
         };
