@@ -201,6 +201,12 @@ fn held_packets_block_the_sender_until_released_out_of_order() {
         assert!(!sender.is_finished(), "{prov}: sender did not block");
         assert_eq!(p.b.pktchan_available(hr).unwrap(), 0);
         assert!(!p.b.pktchan_release_test(held[3].addr()).unwrap());
+        // Inside a packet is not where a packet began (spec 4.4.10: a buffer descriptor).
+        assert_eq!(
+            p.b.pktchan_release_test(held[3].addr() + 1),
+            Err(Status::MCAPI_ERR_BUF_INVALID),
+            "{prov}"
+        );
         // Release in reverse order; the rest flows.
         while let Some(pkt) = held.pop() {
             release_at(&p.b, pkt.addr()).unwrap();

@@ -88,6 +88,8 @@ pub struct RecvSide {
     to_post: Vec<u32>,
     /// Packets the application holds.
     held: Held,
+    /// Where packets began in each multi-receive buffer (for `pktchan_release_test`).
+    starts: PacketStarts,
     received: u32,
     /// How many the sender sent in all, once it closed or died.
     peer_sent: Option<u32>,
@@ -124,6 +126,7 @@ impl RecvSide {
                     total: 0,
                 }
             },
+            starts: PacketStarts::new(if posting == Posting::MultiRecv { n } else { 0 }),
             received: 0,
             peer_sent: None,
             pending: VecDeque::with_capacity(16),
@@ -164,6 +167,7 @@ impl RecvSide {
         seq: u32,
     ) -> (Option<u32>, Repost) {
         self.buffers.arrived(b);
+        self.starts.arrived(b, offset);
         let item = Item {
             offset,
             len,
@@ -230,6 +234,7 @@ impl RecvSide {
     pub fn posted(&mut self, b: usize, ok: bool) {
         if ok {
             self.buffers.reposted(b);
+            self.starts.reposted(b);
         } else {
             self.list(b as u32);
         }
@@ -246,6 +251,7 @@ impl RecvSide {
     pub fn posted_again(&mut self) {
         if let Some(b) = self.to_post.pop() {
             self.buffers.reposted(b as usize);
+            self.starts.reposted(b as usize);
         }
     }
 
@@ -312,6 +318,23 @@ impl RecvSide {
                 self.plain_buffer(offset).is_some_and(|b| counts[b] > 0)
             }
         }
+    }
+
+    /// `mcapi_pktchan_release_test` of `offset`: `Some(false)` while the application holds
+    /// the packet there, `Some(true)` once it released it, `None` if no packet began there
+    /// (a plain receive's packets begin their buffers; a multi-receive buffer remembers
+    /// where its packets began until it receives again after being posted again).
+    pub fn release_state(&self, offset: usize) -> Option<bool> {
+        if self.is_held(offset) {
+            return Some(false);
+        }
+        let began = match &self.held {
+            Held::ByBuffer { .. } => self.plain_buffer(offset).is_some(),
+            Held::ByOffset(_) => offset
+                .checked_div(self.buffer_size)
+                .is_some_and(|b| self.starts.began(b, offset)),
+        };
+        began.then_some(true)
     }
 
     /// Whether the application holds any packet.
@@ -572,6 +595,50 @@ enum Held {
     /// Plain receives: a packet starts its buffer, so a count per buffer (no hashing on a
     /// packet's way), and their sum.
     ByBuffer { counts: Vec<u32>, total: usize },
+}
+
+/// Where the packets of each multi-receive buffer began, from its first arrival after it
+/// was posted until the first one after it is posted again: in arrival order (a buffer
+/// fills front to back), an empty packet's offset once however many share it, so at most a
+/// buffer's size plus one per buffer. Allocated as packets first fill a buffer, kept after.
+struct PacketStarts(Box<[BufferStarts]>);
+
+#[derive(Clone, Default)]
+struct BufferStarts {
+    offsets: Vec<usize>,
+    /// Posted again since its last arrival: the next arrival starts a new list.
+    stale: bool,
+}
+
+impl PacketStarts {
+    fn new(buffers: usize) -> PacketStarts {
+        PacketStarts(vec![BufferStarts::default(); buffers].into_boxed_slice())
+    }
+
+    #[inline(always)]
+    fn arrived(&mut self, b: usize, offset: usize) {
+        let Some(buffer) = self.0.get_mut(b) else {
+            return;
+        };
+        if buffer.stale {
+            buffer.offsets.clear();
+            buffer.stale = false;
+        }
+        if buffer.offsets.last() != Some(&offset) {
+            buffer.offsets.push(offset);
+        }
+    }
+
+    #[inline(always)]
+    fn reposted(&mut self, b: usize) {
+        if let Some(buffer) = self.0.get_mut(b) {
+            buffer.stale = true;
+        }
+    }
+
+    fn began(&self, b: usize, offset: usize) -> bool {
+        self.0.get(b).is_some_and(|s| s.offsets.contains(&offset))
+    }
 }
 
 /// Where requests a side completes go (the driver's outbox; a `Vec` in tests).
@@ -1032,6 +1099,36 @@ mod tests {
         assert_eq!(r.release(b.offset).unwrap().0, Repost::Now(0));
         r.posted(0, true);
         assert!(!r.any_to_post());
+    }
+
+    /// `release_state` (`mcapi_pktchan_release_test`): held, released, or where no packet
+    /// began; a released packet's address is known until its buffer receives again.
+    #[test]
+    fn release_test_knows_where_packets_began() {
+        let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);
+        assert_eq!(r.packet_arrived(0, 0, 10, 0), (None, Repost::Later));
+        assert_eq!(r.packet_arrived(0, 16, 10, 1), (None, Repost::Later));
+        assert_eq!(r.buffer_done(0), Repost::Later);
+        let (a, b) = (r.take_packet().unwrap(), r.take_packet().unwrap());
+        assert_eq!(r.release_state(a.offset), Some(false));
+        assert_eq!(r.release(a.offset).unwrap().0, Repost::Later);
+        assert_eq!(r.release_state(a.offset), Some(true));
+        assert_eq!(r.release_state(b.offset), Some(false));
+        for never in [1, 8, 17, SIZE, SIZE + 16, 2 * SIZE, usize::MAX] {
+            assert_eq!(r.release_state(never), None, "{never}");
+        }
+        // Posted again: still known until the buffer receives anew.
+        assert_eq!(r.release(b.offset).unwrap().0, Repost::Now(0));
+        r.posted(0, true);
+        assert_eq!(r.release_state(b.offset), Some(true));
+        let _ = r.packet_arrived(0, 0, 4, 2);
+        assert_eq!(r.release_state(b.offset), None, "received into again");
+        assert_eq!(r.release_state(0), Some(true), "arrived, not taken");
+        // Plain receives: packets begin their buffers.
+        let mut p = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 4, 4);
+        assert_eq!(p.release_state(SIZE), Some(true));
+        assert_eq!(p.release_state(SIZE + 1), None);
+        assert_eq!(p.release_state(4 * SIZE), None);
     }
 
     /// A multi-receive buffer the provider releases with an error completion (a packet

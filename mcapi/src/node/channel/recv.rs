@@ -186,18 +186,23 @@ impl Node {
         Ok(())
     }
 
-    /// `mcapi_pktchan_release_test`: `Ok(true)` if the buffer at `addr` (inside a receive
-    /// pool of this node) is released, `Ok(false)` while the application still holds it.
+    /// `mcapi_pktchan_release_test`: `Ok(true)` if the packet at `addr` was released,
+    /// `Ok(false)` while the application still holds it.
     ///
     /// # Errors
-    /// `MCAPI_ERR_BUF_INVALID` for an address outside every receive pool of this node.
+    /// `MCAPI_ERR_BUF_INVALID` for an address where no packet of this node's receive pools
+    /// began (see [`RecvSide::release_state`](crate::semantics::channel_side::RecvSide::release_state)
+    /// for how long a released packet's address is remembered).
     pub fn pktchan_release_test(&self, addr: usize) -> Result<bool> {
         let (_, g) = self.inner.pool_side(addr)?;
         match g.as_ref().and_then(|s| s.io.as_ref()) {
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
-            }) => Ok(!r.state.is_held(addr.wrapping_sub(r.pool.addr()))),
+            }) => r
+                .state
+                .release_state(addr.wrapping_sub(r.pool.addr()))
+                .ok_or(Status::MCAPI_ERR_BUF_INVALID),
             _ => Ok(true),
         }
     }
