@@ -165,6 +165,12 @@ impl Fetches {
         matches!(self.state_of(slot), NO_FETCH | DEFERRED)
     }
 
+    /// The message in `slot` (from `peer`, to `port`) waits for room to be read ahead.
+    pub(super) fn defer(&mut self, slot: u32, peer: u16, port: u32) {
+        self.set_slot(slot, DEFERRED);
+        self.deferred.push_back((slot, peer, port));
+    }
+
     /// The message in `slot` no longer waits for its reads (taken or discarded).
     pub(super) fn undefer(&mut self, slot: u32) {
         if self.state_of(slot) == DEFERRED {
@@ -244,8 +250,7 @@ impl NodeInner {
         {
             self.start_fetch(st, slot, peer, port, None);
         } else {
-            st.rndv.fetches.set_slot(slot, DEFERRED);
-            st.rndv.fetches.deferred.push_back((slot, peer, port));
+            st.rndv.fetches.defer(slot, peer, port);
         }
     }
 
@@ -292,7 +297,8 @@ impl NodeInner {
                 Err(e) => log::info!("the rendezvous receive staging: {e}"),
             }
         }
-        let usable = n <= MAX_CHUNKS && len <= self.fab.max_msg;
+        // Any message up to the ceiling is received, whatever this node's own maximum.
+        let usable = n <= MAX_CHUNKS && len <= MAX_MSG_SIZE;
         if usable && into.is_none() && f.free_chunks.len() < n {
             f.set_slot(slot, DEFERRED);
             f.deferred.push_front((slot, peer, port));
@@ -531,7 +537,7 @@ impl NodeInner {
             if !fits
                 || !head.rndv
                 || head.slot & LOCAL_SLOT != 0
-                || len > self.fab.max_msg
+                || len > MAX_MSG_SIZE
                 || !st.rndv.fetches.not_started(head.slot)
                 || st.reading_into(request)
             {

@@ -426,9 +426,7 @@ impl NodeInner {
         taken: TakenSlot,
     ) -> Option<InPlace> {
         let len = head.len as usize;
-        if !self.fab.reads_in_place
-            || len > self.fab.max_msg
-            || !st.rndv.fetches.not_started(head.slot)
+        if !self.fab.reads_in_place || len > MAX_MSG_SIZE || !st.rndv.fetches.not_started(head.slot)
         {
             return None;
         }
@@ -787,6 +785,11 @@ impl NodeInner {
                 .is_some_and(|h| h.slot == slot);
         if !for_receive {
             self.prefetch(st, slot, peer, port);
+        } else {
+            // Listed, not read ahead: the waiting receive reads it in place if it is for
+            // its port (and takes it off the list), else (another port sharing the count, or
+            // a receive that leaves without it) the background thread starts its read.
+            st.rndv.fetches.defer(slot, peer, port);
         }
     }
 

@@ -1125,7 +1125,7 @@ mod tests {
         assert_eq!(r.release_state(b.offset), None, "received into again");
         assert_eq!(r.release_state(0), Some(true), "arrived, not taken");
         // Plain receives: packets begin their buffers.
-        let mut p = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 4, 4);
+        let p = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 4, 4);
         assert_eq!(p.release_state(SIZE), Some(true));
         assert_eq!(p.release_state(SIZE + 1), None);
         assert_eq!(p.release_state(4 * SIZE), None);
