@@ -2251,3 +2251,46 @@ fn a_large_message_arriving_while_another_port_waits_is_read() {
         b.finalize().unwrap();
     }
 }
+
+/// A rendezvous message that arrived for a waiting receive which then leaves without it
+/// (its buffer too small: MCAPI_ERR_MSG_TRUNCATED) is read as any other, so a sender
+/// blocked until its buffer is read goes on, and a later receive gets it.
+#[test]
+fn a_large_message_its_waiting_receive_leaves_is_read() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    for prov in providers() {
+        let cfg = config(prov, "receive-leaves");
+        let a = Node::initialize(0, 67, cfg.clone()).unwrap();
+        let b = Node::initialize(0, 68, cfg).unwrap();
+        let tx = a.endpoint_create(1).unwrap();
+        let rx = b.endpoint_create(1).unwrap();
+        let to = a
+            .endpoint_get(0, 68, 1, Some(Duration::from_secs(10)))
+            .unwrap();
+        let data = vec![7u8; 1 << 20];
+        std::thread::scope(|s| {
+            let small = s.spawn(|| {
+                let mut buf = [0u8; 16];
+                b.msg_recv(rx, &mut buf)
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            let (done, sent) = std::sync::mpsc::channel();
+            let (a_ref, data) = (&a, &data);
+            let sender = s.spawn(move || done.send(a_ref.msg_send(tx, to, data, 0)));
+            assert_eq!(
+                small.join().unwrap(),
+                Err(Status::MCAPI_ERR_MSG_TRUNCATED),
+                "{prov}"
+            );
+            // A bound, not a timing: the sender waits for the read.
+            let outcome = sent.recv_timeout(Duration::from_secs(30));
+            let mut big = vec![0u8; 1 << 20];
+            assert_eq!(b.msg_recv(rx, &mut big), Ok(1 << 20), "{prov}");
+            assert!(big.iter().all(|&x| x == 7), "{prov}: content");
+            assert_eq!(outcome, Ok(Ok(())), "{prov}: the large send");
+            sender.join().unwrap().ok();
+        });
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}

@@ -165,8 +165,13 @@ impl Fetches {
         matches!(self.state_of(slot), NO_FETCH | DEFERRED)
     }
 
+    /// Whether the message in `slot` is neither being read nor listed to be.
+    pub(super) fn not_listed(&self, slot: u32) -> bool {
+        self.state_of(slot) == NO_FETCH
+    }
+
     /// The message in `slot` (from `peer`, to `port`) waits for room to be read ahead.
-    pub(super) fn defer(&mut self, slot: u32, peer: u16, port: u32) {
+    fn defer(&mut self, slot: u32, peer: u16, port: u32) {
         self.set_slot(slot, DEFERRED);
         self.deferred.push_back((slot, peer, port));
     }
@@ -378,7 +383,10 @@ impl NodeInner {
             if in_flight >= READ_WINDOW && !(alone && in_flight < ONE_MESSAGE_READ_WINDOW) {
                 return;
             }
-            let dest = st.peers[f.peer as usize].addr;
+            // A run that is gone (its successor may have the address now) gets no read.
+            let (peer, run) = (f.peer, f.run);
+            let alive = st.run_alive((peer, run));
+            let dest = st.peers[peer as usize].addr;
             let chunks = &st.rndv.fetches.chunks;
             let Some(f) = st.rndv.fetches.fetches[(index & 0xFFFF) as usize].as_mut() else {
                 return;
@@ -387,9 +395,13 @@ impl NodeInner {
             let at = k * CHUNK;
             let len = (f.len - at).min(CHUNK);
             let ctx = Context::Read(index).encode();
-            let remote = f.addr + at as u64;
-            let posted = match f.into {
-                Some((request, _)) => match st.requests.get(request) {
+            // A hostile descriptor's address may overflow: its read fails.
+            let remote = f.addr.checked_add(at as u64).filter(|_| alive);
+            let posted = match (f.into, remote) {
+                (_, None) => Err(mcapi_ofi::Error::InvalidArgument(
+                    "the sender's run is gone, or its address overflows",
+                )),
+                (Some((request, _)), Some(remote)) => match st.requests.get(request) {
                     Ok(Req::Recv {
                         posted: Some(buf), ..
                     }) => self.fab.ep.read_to(buf, at, len, dest, remote, f.key, ctx),
@@ -397,7 +409,7 @@ impl NodeInner {
                         "the request has no buffer",
                     )),
                 },
-                None => {
+                (None, Some(remote)) => {
                     let chunk = &chunks[f.chunks[k] as usize];
                     chunk
                         .region
@@ -630,6 +642,26 @@ impl NodeInner {
         st.rndv.fetches.free(index, Some(&self.fab.domain));
         self.send_rndv_done(st, (peer, run), port, id);
         FetchOutcome::Failed(Status::MCAPI_ERR_TRANSMISSION)
+    }
+
+    /// Orphaned fetches (their endpoint deleted) from runs of peer `peer` that are gone:
+    /// nobody takes them, and where a dead peer's read never ends theirs never would (the
+    /// read-ahead budget lost, and every wait polling for them): freed, their chunks
+    /// replaced as an abandoned read's are.
+    pub(super) fn abandon_orphans_of(&self, st: &mut State, peer: u16) {
+        let gone: Vec<u32> = st
+            .rndv
+            .fetches
+            .fetches
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| Some((i, f.as_ref()?)))
+            .filter(|(_, f)| f.orphan && f.peer == peer && !st.run_alive((peer, f.run)))
+            .map(|(i, f)| u32::from(f.generation) << 16 | i as u32)
+            .collect();
+        for index in gone {
+            st.rndv.fetches.free(index, Some(&self.fab.domain));
+        }
     }
 
     /// The rendezvous message in `slot` is discarded with its endpoint: its sender is told

@@ -785,11 +785,26 @@ impl NodeInner {
                 .is_some_and(|h| h.slot == slot);
         if !for_receive {
             self.prefetch(st, slot, peer, port);
-        } else {
-            // Listed, not read ahead: the waiting receive reads it in place if it is for
-            // its port (and takes it off the list), else (another port sharing the count, or
-            // a receive that leaves without it) the background thread starts its read.
-            st.rndv.fetches.defer(slot, peer, port);
+        }
+    }
+
+    /// A blocking receive (or a wait on a receive posted with its buffer) on `port` ends:
+    /// if it was the last, a rendezvous message left at the head of the port's queue
+    /// unread for it (the receive timed out, or its buffer was too small) is read ahead as
+    /// any other, so its sender goes on.
+    pub(super) fn receive_left(&self, st: &mut State, port: u32) {
+        if !st.waiting_receives.leave(port) {
+            return;
+        }
+        let head = st
+            .endpoints
+            .get(&port)
+            .and_then(|e| e.queue.peek())
+            .copied();
+        if let Some(h) = head.filter(|h| h.rndv && h.slot & LOCAL_SLOT == 0) {
+            if st.rndv.fetches.not_listed(h.slot) {
+                self.prefetch(st, h.slot, h.peer, port);
+            }
         }
     }
 

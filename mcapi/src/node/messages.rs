@@ -525,7 +525,7 @@ impl Node {
         let mut rndv_seen = st.rndv.events();
         let leave = |st: &mut State| {
             if in_place.is_some() {
-                st.waiting_receives.leave(port);
+                self.inner.receive_left(st, port);
             }
         };
         if in_place.is_some() {

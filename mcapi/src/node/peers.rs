@@ -324,6 +324,7 @@ impl NodeInner {
     /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
         self.fail_queued_rendezvous(st, index);
+        self.abandon_orphans_of(st, index);
         // What we staged for it will never be read.
         for (exposed, request) in st.rndv.forget_peer(index) {
             if self.fab.sends_in_place && st.peers[index as usize].reads_itself {

@@ -250,7 +250,7 @@ impl Node {
                 if let Ok(mut st) = self.inner.live_state() {
                     let _ = st.requests.end_wait(request);
                     if let Some(port) = waited_port {
-                        st.waiting_receives.leave(port);
+                        self.inner.receive_left(&mut st, port);
                     }
                 }
                 return Err(e);
@@ -285,7 +285,7 @@ impl Node {
             }
             let done = taken(took);
             if let (Ok(Some(_)), Some(port)) = (&done, waited_port) {
-                st.waiting_receives.leave(port);
+                self.inner.receive_left(st, port);
             }
             done
         };

@@ -311,32 +311,42 @@ impl Remote {
     }
 }
 
-/// Counts of blocked receives by endpoint port, folded onto 64 counters (no lookup on the
-/// receive path; two ports sharing a counter only cost a message its read-ahead).
-pub(super) struct WaitingReceives([u16; 64]);
+/// Counts of blocked receives by endpoint port (the ports some receive waits on: a few,
+/// scanned; room for 16 made once, so entering allocates nothing until then).
+pub(super) struct WaitingReceives(Vec<(u32, u32)>);
 
 impl Default for WaitingReceives {
     fn default() -> WaitingReceives {
-        WaitingReceives([0; 64])
+        WaitingReceives(Vec::with_capacity(16))
     }
 }
 
 impl WaitingReceives {
     #[inline(always)]
     pub(super) fn enter(&mut self, port: u32) {
-        let c = &mut self.0[port as usize % 64];
-        *c = c.saturating_add(1);
+        match self.0.iter_mut().find(|(p, _)| *p == port) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((port, 1)),
+        }
     }
 
+    /// One receive on `port` stopped waiting; `true` if it was the last.
     #[inline(always)]
-    pub(super) fn leave(&mut self, port: u32) {
-        let c = &mut self.0[port as usize % 64];
-        *c = c.saturating_sub(1);
+    pub(super) fn leave(&mut self, port: u32) -> bool {
+        let Some(i) = self.0.iter().position(|(p, _)| *p == port) else {
+            return false;
+        };
+        self.0[i].1 -= 1;
+        if self.0[i].1 > 0 {
+            return false;
+        }
+        self.0.swap_remove(i);
+        true
     }
 
-    /// Whether a blocking receive may be waiting on `port`.
+    /// Whether a blocking receive is waiting on `port`.
     #[inline(always)]
     pub(super) fn on(&self, port: u32) -> bool {
-        self.0[port as usize % 64] > 0
+        self.0.iter().any(|(p, _)| *p == port)
     }
 }
