@@ -5,7 +5,7 @@ use crate::cq::CompletionQueue;
 use crate::error::Result;
 use crate::fabric::Domain;
 use crate::info::Attributes;
-use crate::mr::{Buf, Op};
+use crate::mr::{Buf, MemoryRegion, Op};
 use crate::raw::{self, EpFid, ExposedBuffer, RecvBuffer, SendBuffer};
 use std::sync::Arc;
 
@@ -39,8 +39,9 @@ struct EpInner {
     // Declared first: the endpoint is closed before the objects it is bound to, and before the
     // memory that its operations may still be using.
     fid: EpFid,
-    /// Exposures whose reads may still be served: closed only after the endpoint.
-    kept: std::sync::Mutex<Vec<ExposedBuffer>>,
+    /// Exposures and regions whose reads may still be served: closed only after the
+    /// endpoint.
+    kept: std::sync::Mutex<Vec<KeptMemory>>,
     cq: CompletionQueue,
     av: AddressVector,
     domain: Domain,
@@ -508,15 +509,35 @@ impl Endpoint {
         self.inner.fid.cancel(context)
     }
 
-    /// Keeps `exposed` registered until this endpoint is closed (its last handle dropped),
-    /// when the provider can no longer serve reads of it through the endpoint: for an
-    /// exposure abandoned while a peer may be reading it (the peer died mid-read), which
-    /// fi_mr(3) does not let us close under a read in flight.
-    pub fn keep_until_closed(&self, exposed: ExposedBuffer) {
+    /// Keeps `memory` registered (and allocated) until this endpoint is closed (its last
+    /// handle dropped), when the provider can no longer serve reads of it through the
+    /// endpoint: for memory abandoned while a peer may be reading it (the peer died
+    /// mid-read), which fi_mr(3) does not let us close under a read in flight.
+    pub fn keep_until_closed(&self, memory: impl Into<KeptMemory>) {
         self.inner
             .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(exposed);
+            .push(memory.into());
+    }
+}
+
+/// Memory a peer may still read through an endpoint ([`Endpoint::keep_until_closed`]).
+pub enum KeptMemory {
+    /// An application's buffer, exposed.
+    Exposed(ExposedBuffer),
+    /// A region of ours, exposed.
+    Region(MemoryRegion),
+}
+
+impl From<ExposedBuffer> for KeptMemory {
+    fn from(exposed: ExposedBuffer) -> KeptMemory {
+        KeptMemory::Exposed(exposed)
+    }
+}
+
+impl From<MemoryRegion> for KeptMemory {
+    fn from(region: MemoryRegion) -> KeptMemory {
+        KeptMemory::Region(region)
     }
 }

@@ -82,7 +82,7 @@ mod raw;
 
 pub use av::{AddressVector, FiAddr};
 pub use cq::{Completion, CompletionError, CompletionQueue, Sleep, WaitObject};
-pub use ep::{Endpoint, EndpointOptions, SendWait};
+pub use ep::{Endpoint, EndpointOptions, KeptMemory, SendWait};
 pub use error::{Error, Result};
 pub use fabric::{Domain, Fabric};
 pub use info::{available_providers, flags, libfabric_version, Attributes, Hints, Info, Progress};

@@ -2,14 +2,14 @@
 
 use super::common::{lock, Result};
 use super::inner::NodeInner;
-use super::rendezvous::NO_STAGING;
+use super::rendezvous::{Forgotten, NO_STAGING};
 use super::state::{ControlLink, LocalEndpoint, Peer, Req, State};
 use crate::control::{self, Frame, Rendezvous};
 use crate::semantics::credit::SenderId;
 use crate::semantics::peer::{PeerEvent, PeerLife};
 use crate::semantics::wire::MAX_PEERS;
 use crate::semantics::Status;
-use mcapi_ofi::FiAddr;
+use mcapi_ofi::{FiAddr, KeptMemory};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -323,17 +323,26 @@ impl NodeInner {
     /// The credits and sequence state a lost run held at our endpoints go back, and our
     /// endpoints connected to one of its endpoints but not opened are unbound.
     fn reclaim_run(&self, st: &mut State, index: u16) {
+        // Credit grants and RndvDones queued for the lost run are not for its successor
+        // (a grant would lend credits the pool takes back below; an id may name another
+        // message of the new run).
+        st.outbox.retain(|&(peer, ..)| peer != index);
         self.fail_queued_rendezvous(st, index);
         self.abandon_orphans_of(st, index);
         // What we staged for it will never be read.
-        for (exposed, request) in st.rndv.forget_peer(index) {
-            if self.fab.sends_in_place && st.peers[index as usize].reads_itself {
+        let reader_reads = self.fab.sends_in_place && st.peers[index as usize].reads_itself;
+        for forgotten in st.rndv.forget_peer(index) {
+            let (memory, request): (KeptMemory, _) = match forgotten {
+                Forgotten::Lent(exposed, request) => (exposed.into(), request),
+                Forgotten::Staged(region) => (region.into(), None),
+            };
+            if reader_reads {
                 // Its reader made every read: the registration closes before the request
                 // completes.
-                drop(exposed);
+                drop(memory);
             } else {
                 // Our provider serves its reads: one may have been under way.
-                self.fab.ep.keep_until_closed(exposed);
+                self.fab.ep.keep_until_closed(memory);
             }
             if let Some(h) = request {
                 st.requests

@@ -283,10 +283,11 @@ impl Rendezvous {
         Some(ended)
     }
 
-    /// Frees what peer `peer` was sent and will never read (its run is gone); returns the
-    /// exposures of lent buffers among them (a read of which may still be served) with
-    /// their requests, for the caller to dispose of and fail.
-    pub(super) fn forget_peer(&mut self, peer: u16) -> Vec<(ExposedBuffer, Option<RequestHandle>)> {
+    /// Frees what peer `peer` was sent and will never read (its run is gone); returns what
+    /// a read of may still be served (lent buffers' exposures with their requests, staging
+    /// regions), for the caller to dispose of and fail. Exposed application buffers end
+    /// with their waiting senders.
+    pub(super) fn forget_peer(&mut self, peer: u16) -> Vec<Forgotten> {
         let ids: Vec<u64> = self
             .staged
             .iter()
@@ -296,10 +297,37 @@ impl Rendezvous {
                 Some(u64::from(s.generation) << 32 | i as u64)
             })
             .collect();
-        ids.into_iter()
-            .filter_map(|id| self.free(id, None))
-            .collect()
+        let mut forgotten = Vec::new();
+        for id in ids {
+            let i = id as u32 as usize;
+            let staging = matches!(&self.staged[i], Some(s) if matches!(s.data, Data::Staged(_)));
+            if staging {
+                // Not cached for the next message: the peer's read may still be served.
+                if let Some(Staged {
+                    data: Data::Staged(region),
+                    len,
+                    ..
+                }) = self.staged[i].take()
+                {
+                    self.released = self.released.wrapping_add(1);
+                    self.free_ids.push(i as u32);
+                    self.staged_bytes -= len;
+                    forgotten.push(Forgotten::Staged(region));
+                }
+            } else if let Some((exposed, request)) = self.free(id, None) {
+                forgotten.push(Forgotten::Lent(exposed, request));
+            }
+        }
+        forgotten
     }
+}
+
+/// What [`Rendezvous::forget_peer`] freed that its peer may still be reading.
+pub(super) enum Forgotten {
+    /// A lent buffer, with the request of its `msg_send_i_zero_copy`.
+    Lent(ExposedBuffer, Option<RequestHandle>),
+    /// A staging region.
+    Staged(MemoryRegion),
 }
 
 impl NodeInner {
