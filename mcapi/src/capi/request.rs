@@ -7,13 +7,15 @@
 //! call, so this module remembers that per request and hands it to whichever call completes
 //! the request. A `wait`/`wait_any` checks a receive request out while it blocks (a
 //! concurrent `test` then reports it pending, a second waiter gets
-//! `MCAPI_ERR_WAIT_PENDING`), so no two calls complete it at once.
+//! `MCAPI_ERR_WAIT_PENDING`), and a `test` while it looks (a wait starting meanwhile waits
+//! for it to finish), so no two calls complete it at once.
 
 use super::{
     boolean, current_node, mcapi_boolean_t, mcapi_request_t, mcapi_status_t, mcapi_timeout_t,
     mcapi_uint_t, put, required, timeout, StatusOut, MCAPI_RETURN_VALUE_INVALID, MCA_FALSE,
 };
 use crate::config::Compat;
+use crate::semantics::request::MAX_REQUESTS;
 use crate::semantics::Status;
 use crate::{Node, RequestHandle};
 use std::collections::BTreeMap;
@@ -49,11 +51,20 @@ impl Target {
     }
 }
 
+/// Which call has a target checked out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// A `test`: briefly (it never blocks); a wait waits for it to check in.
+    Test,
+    /// A `wait` or `wait_any`: a second wait gets `MCAPI_ERR_WAIT_PENDING`.
+    Wait,
+}
+
 /// A receive request's target, as C gave it.
 struct Pending {
     target: Target,
-    /// A `wait`, `wait_any` or `test` has it checked out.
-    checked_out: bool,
+    /// The call that has it checked out, if any.
+    checked_out: Option<Holder>,
     /// Cancelled while checked out: forgotten when checked in, whatever the holder saw
     /// (a wait that timed out just before the cancel would keep it otherwise).
     cancelled: bool,
@@ -75,7 +86,7 @@ fn targets() -> MutexGuard<'static, BTreeMap<Key, Pending>> {
 fn remember(node: &Node, request: RequestHandle, target: Target) {
     let entry = Pending {
         target,
-        checked_out: false,
+        checked_out: None,
         cancelled: false,
     };
     targets().insert(key(node, request), entry);
@@ -115,9 +126,9 @@ pub(super) unsafe fn test_now(
             }
             // A waiter (or another test) is completing it: still pending as far as this
             // call can tell.
-            Some(entry) if entry.checked_out => return Ok(None),
+            Some(entry) if entry.checked_out.is_some() => return Ok(None),
             Some(entry) => {
-                entry.checked_out = true;
+                entry.checked_out = Some(Holder::Test);
                 entry.target
             }
         }
@@ -136,27 +147,36 @@ pub(super) unsafe fn test_now(
     result
 }
 
-/// Checks out the targets of `requests` (those that have one) for a wait.
+/// Checks out the targets of `requests` (those that have one) for a wait, once no `test`
+/// holds one of them (a test never blocks: it checks in soon).
 ///
 /// # Errors
 /// `MCAPI_ERR_WAIT_PENDING` if another wait holds one of them; nothing is checked out then.
 fn check_out(keys: &[Key]) -> Result<Vec<Option<Target>>, Status> {
-    let mut table = targets();
-    if keys
-        .iter()
-        .any(|k| table.get(k).is_some_and(|b| b.checked_out))
-    {
-        return Err(Status::MCAPI_ERR_WAIT_PENDING);
-    }
-    Ok(keys
-        .iter()
-        .map(|k| {
-            table.get_mut(k).map(|b| {
-                b.checked_out = true;
-                b.target
+    loop {
+        let mut table = targets();
+        let held = |by: Holder| {
+            keys.iter()
+                .any(|k| table.get(k).is_some_and(|b| b.checked_out == Some(by)))
+        };
+        if held(Holder::Wait) {
+            return Err(Status::MCAPI_ERR_WAIT_PENDING);
+        }
+        if held(Holder::Test) {
+            drop(table);
+            std::thread::yield_now();
+            continue;
+        }
+        return Ok(keys
+            .iter()
+            .map(|k| {
+                table.get_mut(k).map(|b| {
+                    b.checked_out = Some(Holder::Wait);
+                    b.target
+                })
             })
-        })
-        .collect())
+            .collect());
+    }
 }
 
 /// Gives checked-out targets back: `finished` ones are forgotten, the others can be used
@@ -167,7 +187,7 @@ fn check_in(keys: &[Key], finished: impl Fn(usize) -> bool) {
         if finished(i) || table.get(k).is_some_and(|b| b.cancelled) {
             table.remove(k);
         } else if let Some(b) = table.get_mut(k) {
-            b.checked_out = false;
+            b.checked_out = None;
         }
     }
 }
@@ -288,7 +308,8 @@ pub unsafe extern "C" fn mcapi_wait(
 /// named by its index, with its error as the status, as the reference implementation does.
 ///
 /// # Safety
-/// `requests` is NULL or readable for `number` pointers, each NULL or readable; `size` and
+/// `requests` is NULL or aligned and readable for `number` pointers, each NULL or aligned
+/// and readable; `size` and
 /// `status` are NULL or writable; receive requests' buffers (and packet pointers) are still
 /// writable.
 #[no_mangle]
@@ -304,10 +325,13 @@ pub unsafe extern "C" fn mcapi_wait_any(
     status.call_reporting(MCAPI_RETURN_VALUE_INVALID, || {
         required(size)?;
         required(requests)?;
-        if number == 0 || number >= MCAPI_RETURN_VALUE_INVALID as usize {
+        // No list longer than the request table can name distinct requests (and a huge
+        // `number` would make from_raw_parts' size bound fail on a 32-bit target).
+        if number == 0 || number > MAX_REQUESTS {
             return Err(Status::MCAPI_ERR_PARAMETER);
         }
-        // SAFETY: non-NULL and readable for `number` pointers by the contract.
+        // SAFETY: non-NULL, aligned and readable for `number` pointers by the contract;
+        // `number` pointers are at most 2^24 * 8 bytes, under isize::MAX.
         let pointers = unsafe { std::slice::from_raw_parts(requests, number) };
         let handles = pointers
             .iter()
@@ -362,7 +386,7 @@ pub unsafe extern "C" fn mcapi_cancel(request: *mut mcapi_request_t, status: *mu
         let key = key(&node, handle);
         let mut table = targets();
         match table.get_mut(&key) {
-            Some(b) if b.checked_out => b.cancelled = true,
+            Some(b) if b.checked_out.is_some() => b.cancelled = true,
             Some(_) => {
                 table.remove(&key);
             }
@@ -402,5 +426,31 @@ mod tests {
         check_in(&[k], |_| false);
         assert!(!targets().contains_key(&k), "kept after the cancel");
         node.finalize().expect("finalize");
+    }
+
+    /// A wait that starts while a `test` looks at the same receive waits for the test to
+    /// finish (it is no other wait: not MCAPI_ERR_WAIT_PENDING); a second wait is refused.
+    #[test]
+    fn a_wait_during_a_test_waits_for_it_a_second_wait_is_refused() {
+        let k = (u32::MAX, u32::MAX, 7);
+        let entry = Pending {
+            target: Target::Message,
+            checked_out: Some(Holder::Test),
+            cancelled: false,
+        };
+        targets().insert(k, entry);
+        let waiter = std::thread::spawn(move || check_out(&[k]).map(|t| t.len()));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !waiter.is_finished(),
+            "the wait went on while the test held it"
+        );
+        check_in(&[k], |_| false);
+        assert_eq!(waiter.join().unwrap(), Ok(1));
+        assert_eq!(
+            check_out(&[k]).map(|t| t.len()),
+            Err(Status::MCAPI_ERR_WAIT_PENDING)
+        );
+        targets().remove(&k);
     }
 }

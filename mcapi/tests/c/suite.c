@@ -823,6 +823,10 @@ static void requests(mcapi_endpoint_t echo_endpoint) {
     EXPECT_STATUS(status, MCAPI_ERR_REQUEST_INVALID);
     EXPECT(mcapi_wait_any(0, list, &size, 0, &status) == MCAPI_RETURN_VALUE_INVALID);
     EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
+    /* More requests than any request table holds: refused before the list is read. */
+    EXPECT(mcapi_wait_any((size_t)MCAPI_MAX_REQUESTS + 1, list, &size, 0, &status) ==
+           MCAPI_RETURN_VALUE_INVALID);
+    EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
     mcapi_wait_any(1, NULL, &size, 0, &status);
     EXPECT_STATUS(status, MCAPI_ERR_PARAMETER);
     mcapi_wait_any(1, list, NULL, 0, &status);
