@@ -5,15 +5,15 @@
 //! | `MCAPI_JOB` | `job` | `default` (so two processes of one user meet without configuration) |
 //! | `MCAPI_BOOTSTRAP` (`pmix`, `topology` or `local`) | `bootstrap` | `pmix` under a PMIx launcher (`PMIX_NAMESPACE`, `PMIX_RANK` or `PMIX_SERVER_URI*` set) when built with PMIx, else `topology` when `MCAPI_TOPOLOGY` is set, else `local` |
 //! | `MCAPI_TOPOLOGY` | `topology` | none: every node on this host |
-//! | `MCAPI_PROVIDER` | `provider` | `shm` when every node is on this host, else the best network provider |
-//! | `MCAPI_TCP_IFACE` (or libfabric's `FI_TCP_IFACE`) | `tcp_iface` | libfabric's choice |
+//! | `MCAPI_PROVIDER` | `provider` | `shm` (then `tcp`) when every node is on this host, else the best network provider |
+//! | `MCAPI_TCP_IFACE` (or libfabric's `FI_TCP_IFACE`) | `tcp_iface` | none: the topology host; under a launcher the published control address; else 127.0.0.1 |
 //! | `MCAPI_RUNTIME_DIR` | `runtime_dir` | `$XDG_RUNTIME_DIR/mcapi`, else `/tmp/mcapi-<uid>` |
 //! | `MCAPI_JOB_KEY` (or a file named by `MCAPI_JOB_KEY_FILE`) | `job_key` | one host: generated into the job's private directory; several hosts: none, and initialize fails |
 //! | `MCAPI_REQUESTS` | `request_table_size` | 1024 (at most 2^24) |
 //! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 (at most [`MAX_RECV_BUFFERS`], 16384) |
 //! | `MCAPI_COMPAT` (`spec` or `mca`) | `compat` | `spec`: the letter of MCAPI 2.000; `mca`: the reference implementation's readings (docs/c-abi.md) |
-//! | `MCAPI_MAX_MSG_SIZE` | `max_msg_size` | 16 MiB (`MCAPI_MAX_MSG_SIZE`, the ceiling); 64 KiB on a provider without `FI_RMA` |
-//! | `MCAPI_EAGER_MAX` | `eager_max` | the provider's measured eager/rendezvous threshold (8 KiB on shm, 16 KiB under ofi_rxm, else 64 KiB); any value from 1 B to 64 KiB replaces it |
+//! | `MCAPI_MAX_MSG_SIZE` | `max_msg_size` | 16 MiB (`MCAPI_MAX_MSG_SIZE`, the ceiling; above it refused); 64 KiB on a provider without `FI_RMA` |
+//! | `MCAPI_EAGER_MAX` | `eager_max` | the provider's measured eager/rendezvous threshold (8 KiB on shm, 16 KiB under ofi_rxm, else 64 KiB); any value from 1 B to 64 KiB replaces it (others are refused) |
 //! | `MCAPI_SPIN_US` | `spin` | 50: a blocked call polls for 50 µs before it yields the core (then sleeps); large values busy-poll, 0 yields at once |
 //!
 //! The job key authenticates every control connection (docs/security.md). It is at least
@@ -320,11 +320,25 @@ impl Config {
                 )));
             }
         }
+        // Above their ceilings these are refused, as in `mcapi_param_t` (not clamped).
         if let Some(n) = var("MCAPI_MAX_MSG_SIZE") {
             c.max_msg_size = parse_count("MCAPI_MAX_MSG_SIZE", &n)?;
+            if c.max_msg_size > crate::MAX_MSG_SIZE {
+                return Err(ConfigError(format!(
+                    "MCAPI_MAX_MSG_SIZE={n}: at most {}",
+                    crate::MAX_MSG_SIZE
+                )));
+            }
         }
         if let Some(n) = var("MCAPI_EAGER_MAX") {
-            c.eager_max = Some(parse_count("MCAPI_EAGER_MAX", &n)?);
+            let eager_max = parse_count("MCAPI_EAGER_MAX", &n)?;
+            if eager_max > crate::node::EAGER_SLOT {
+                return Err(ConfigError(format!(
+                    "MCAPI_EAGER_MAX={n}: at most {}",
+                    crate::node::EAGER_SLOT
+                )));
+            }
+            c.eager_max = Some(eager_max);
         }
         c.compat = match var("MCAPI_COMPAT").as_deref() {
             None | Some("") | Some("spec") => Compat::Spec,
@@ -591,6 +605,17 @@ mod tests {
         assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "0")])).is_err());
         assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "16777216")])).is_ok());
         assert!(Config::from_vars(vars(&[("MCAPI_REQUESTS", "16777217")])).is_err());
+        let sized = |name: &str, n: usize| Config::from_vars(vars(&[(name, &n.to_string())]));
+        assert_eq!(
+            sized("MCAPI_MAX_MSG_SIZE", crate::MAX_MSG_SIZE).map(|c| c.max_msg_size),
+            Ok(crate::MAX_MSG_SIZE)
+        );
+        assert!(sized("MCAPI_MAX_MSG_SIZE", crate::MAX_MSG_SIZE + 1).is_err());
+        assert_eq!(
+            sized("MCAPI_EAGER_MAX", 65536).map(|c| c.eager_max),
+            Ok(Some(65536))
+        );
+        assert!(sized("MCAPI_EAGER_MAX", 65537).is_err());
         let mut c = Config::defaults();
         assert_eq!(c.unusable(), None);
         c.request_table_size = MAX_REQUESTS + 1;

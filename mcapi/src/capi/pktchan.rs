@@ -390,8 +390,8 @@ pub unsafe fn pktchan_release_at(node: &Node, addr: usize) -> Result<(), Status>
 
 /// `mcapi_pktchan_release_test` (4.4.10): `MCA_TRUE` (`MCAPI_SUCCESS`) once the packet at
 /// `buffer` was released, `MCA_FALSE` with `MCAPI_PENDING` while the application holds it;
-/// `MCAPI_ERR_PARAMETER` for NULL, `MCAPI_ERR_BUF_INVALID` for an address outside every
-/// receive pool of the node.
+/// `MCAPI_ERR_PARAMETER` for NULL, `MCAPI_ERR_BUF_INVALID` for an address where no packet
+/// of the node's receive pools began.
 ///
 /// # Safety
 /// `status` is NULL or writable. `buffer` is only compared, never dereferenced.
