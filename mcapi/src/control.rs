@@ -395,6 +395,12 @@ pub struct ControlServer {
     rendezvous: Rendezvous,
     /// Where the acceptor is woken from (the bound address for TCP).
     wake: Rendezvous,
+    /// The listening socket (a duplicate of the acceptor's): shut down to wake it, with no
+    /// path to reach (a socket file may be gone).
+    listening: std::os::fd::OwnedFd,
+    /// The Unix socket file this server bound (device, inode): removed only if it is still
+    /// that one, never a successor's.
+    socket_file: Option<(u64, u64)>,
     acceptor: Option<JoinHandle<()>>,
     connections: Connections,
 }
@@ -453,11 +459,21 @@ impl ControlServer {
             Rendezvous::Pmix(key) => bind_published(config, key, &auth)?,
             other => bind(other)?,
         };
-        let wake = match &listener {
-            Listener::Unix(_) => rendezvous.clone(),
-            Listener::Tcp(l) => {
+        let (wake, listening, socket_file) = match (&listener, &rendezvous) {
+            (Listener::Unix(l), Rendezvous::Unix(path)) => (
+                rendezvous.clone(),
+                l.try_clone().map_err(StartError::Io)?.into(),
+                file_identity(path),
+            ),
+            (Listener::Unix(l), _) => (
+                rendezvous.clone(),
+                l.try_clone().map_err(StartError::Io)?.into(),
+                None,
+            ),
+            (Listener::Tcp(l), _) => {
                 let a = l.local_addr().map_err(StartError::Io)?;
-                Rendezvous::Tcp(a.ip().to_string(), a.port())
+                let dup = l.try_clone().map_err(StartError::Io)?.into();
+                (Rendezvous::Tcp(a.ip().to_string(), a.port()), dup, None)
             }
         };
         let stop = Arc::new(AtomicBool::new(false));
@@ -473,6 +489,8 @@ impl ControlServer {
             stop,
             rendezvous,
             wake,
+            listening,
+            socket_file,
             acceptor: Some(acceptor),
             connections,
         })
@@ -494,9 +512,23 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the acceptor with a connection of our own, to the address it is bound to.
-        // Unanswered, the acceptor sees `stop` first.
-        _ = Stream::connect(&self.wake, Duration::from_millis(200));
+        if let (Rendezvous::Unix(path), Some(bound)) = (&self.rendezvous, self.socket_file) {
+            // First, while we still listen: a successor starting now binds a fresh file
+            // (ours would refuse it, or be taken for stale and replaced, and removing it
+            // later would remove the successor's). Only if it is still the file we bound.
+            if file_identity(path) == Some(bound) {
+                _ = std::fs::remove_file(path);
+            }
+        }
+        // Wake the acceptor: shut its socket down (accept fails at once), and as a
+        // fallback connect to the address it is bound to. It sees `stop` first.
+        _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&self.listening),
+            nix::sys::socket::Shutdown::Both,
+        );
+        if let Rendezvous::Tcp(..) = self.wake {
+            _ = Stream::connect(&self.wake, Duration::from_millis(200));
+        }
         // The threads catch nothing and end on their sockets' errors; a join error would
         // only repeat a panic already printed.
         if let Some(t) = self.acceptor.take() {
@@ -526,9 +558,6 @@ impl Drop for ControlServer {
             launcher::unpublish_node(key);
         }
         if let Rendezvous::Unix(path) = &self.rendezvous {
-            // Cleanup only: a socket file left behind is detected and replaced by the next
-            // node at this path.
-            _ = std::fs::remove_file(path);
             // The job's directory goes with its last node (a no-op while others remain).
             if let Some(dir) = path.parent() {
                 _ = std::fs::remove_dir(dir);
@@ -540,6 +569,14 @@ impl Drop for ControlServer {
 enum Listener {
     Unix(UnixListener),
     Tcp(TcpListener),
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Binds the socket; the caller made its directory private. The socket file is made mode
@@ -771,8 +808,10 @@ fn next_request(stream: &mut Stream) -> Option<Frame> {
 }
 
 /// Connects to `to` and proves we are of job `auth` (and checks the peer is), retrying
-/// while the peer has not started yet, until `deadline` (`None`: forever). Returns
-/// `Ok(None)` at the deadline.
+/// while the peer has not started yet, until `deadline` (`None`: forever) or until
+/// `gave_up()` says so, which it asks between tries (at least every second: a node
+/// finalized under a call waiting for another node to come up ends that call). Returns
+/// `Ok(None)` then.
 ///
 /// # Errors
 /// Errors other than "not there yet" (e.g. permission denied, a failed handshake).
@@ -780,8 +819,9 @@ pub fn connect_when_up(
     to: &Rendezvous,
     deadline: Option<Instant>,
     auth: &JobAuth,
+    gave_up: &dyn Fn() -> bool,
 ) -> io::Result<Option<Stream>> {
-    let Some(mut stream) = connect_raw(to, deadline)? else {
+    let Some(mut stream) = connect_raw(to, deadline, gave_up)? else {
         return Ok(None);
     };
     auth.client(&mut stream)?;
@@ -789,34 +829,48 @@ pub fn connect_when_up(
 }
 
 /// [`connect_when_up`] without the handshake.
-fn connect_raw(to: &Rendezvous, deadline: Option<Instant>) -> io::Result<Option<Stream>> {
+fn connect_raw(
+    to: &Rendezvous,
+    deadline: Option<Instant>,
+    gave_up: &dyn Fn() -> bool,
+) -> io::Result<Option<Stream>> {
     let mut pause = Duration::from_millis(1);
     loop {
+        if gave_up() {
+            return Ok(None);
+        }
         // A published address is looked up again on every try: a node that died left its
-        // old one behind, and its next run publishes another.
+        // old one behind, and its next run publishes another. Each look waits a second at
+        // most, so `gave_up` is asked again.
         let resolved;
         let at = match to {
             Rendezvous::Pmix(key) => {
-                match launcher::lookup_node(key, deadline).map_err(io::Error::other)? {
+                let look = Instant::now() + Duration::from_secs(1);
+                let until = deadline.map_or(look, |d| d.min(look));
+                match launcher::lookup_node(key, Some(until)).map_err(io::Error::other)? {
                     Some(a) => {
                         resolved = Rendezvous::Tcp(a.ip().to_string(), a.port());
-                        &resolved
+                        Some(&resolved)
                     }
-                    None => return Ok(None),
+                    None => None,
                 }
             }
-            other => other,
+            other => Some(other),
         };
-        match Stream::connect(at, Duration::from_secs(1)) {
-            Ok(s) => return Ok(Some(s)),
-            Err(e)
-                if matches!(
+        match at.map(|at| Stream::connect(at, Duration::from_secs(1))) {
+            Some(Ok(s)) => return Ok(Some(s)),
+            Some(Err(e))
+                if !matches!(
                     e.kind(),
                     io::ErrorKind::NotFound
                         | io::ErrorKind::ConnectionRefused
                         | io::ErrorKind::TimedOut
-                ) => {}
-            Err(e) => return Err(e),
+                ) =>
+            {
+                return Err(e)
+            }
+            // Not published yet, or not listening yet: tried again.
+            _ => {}
         }
         if deadline.is_some_and(|d| Instant::now() + pause > d) {
             return Ok(None);
@@ -909,7 +963,7 @@ mod tests {
             Err(StartError::NodeTaken)
         ));
 
-        let mut s = connect_when_up(server.rendezvous(), None, &auth())
+        let mut s = connect_when_up(server.rendezvous(), None, &auth(), &|| false)
             .unwrap()
             .unwrap();
         let hello = Frame::Hello {
@@ -921,7 +975,7 @@ mod tests {
             fabric_addr: vec![1],
         };
         // A refused Hello names nobody: its connection's end reports no one gone.
-        let mut refused = connect_when_up(server.rendezvous(), None, &auth())
+        let mut refused = connect_when_up(server.rendezvous(), None, &auth(), &|| false)
             .unwrap()
             .unwrap();
         let stranger = Frame::Hello {
@@ -969,6 +1023,59 @@ mod tests {
         let _ = std::fs::remove_dir_all(&c.runtime_dir);
     }
 
+    /// A server stops even when its socket file is gone (removed by a cleaner, say): its
+    /// acceptor is woken without the path. And a server that stops while a successor at
+    /// the same path took over (a restart) leaves the successor's socket alone.
+    #[test]
+    fn a_server_stops_without_its_socket_file_and_spares_a_successors() {
+        let c = config("gone");
+        let handler = || {
+            Arc::new(Ports {
+                ports: vec![],
+                gone: AtomicUsize::new(0),
+                handled: AtomicUsize::new(0),
+            })
+        };
+        let path = match Rendezvous::of(&c, 0, 1).unwrap() {
+            Rendezvous::Unix(p) => p,
+            _ => unreachable!(),
+        };
+        // Bounded: a hang fails the test instead of blocking the run.
+        let stops_within = |server: ControlServer| {
+            let (done, stopped) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                drop(server);
+                _ = done.send(());
+            });
+            stopped.recv_timeout(Duration::from_secs(10)).is_ok()
+        };
+        let server = ControlServer::start(&c, 0, 1, handler(), auth()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(stops_within(server), "stopped without its socket file");
+
+        let first = ControlServer::start(&c, 0, 1, handler(), auth()).unwrap();
+        // The successor takes over the path while the first still runs (as a restarted
+        // node finding a file it takes for stale would).
+        std::fs::remove_file(&path).unwrap();
+        let successor = ControlServer::start(&c, 0, 1, handler(), auth()).unwrap();
+        assert!(stops_within(first));
+        assert!(path.exists(), "the successor's socket was removed");
+        assert!(
+            connect_when_up(
+                successor.rendezvous(),
+                Some(Instant::now()),
+                &auth(),
+                &|| false
+            )
+            .unwrap()
+            .is_some(),
+            "the successor is reachable"
+        );
+        assert!(stops_within(successor));
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&c.runtime_dir);
+    }
+
     /// A TCP server listens on the address its topology entry names and on no other (the
     /// other loopback family, another loopback address are refused), and stops (no hang).
     #[test]
@@ -988,7 +1095,9 @@ mod tests {
             let server = ControlServer::start(&c, 0, 3, handler, auth()).unwrap();
             assert_eq!(server.bound(), &Rendezvous::Tcp(host.into(), 47731));
             let to = Rendezvous::Tcp(host.into(), 47731);
-            let mut s = connect_when_up(&to, None, &auth()).unwrap().unwrap();
+            let mut s = connect_when_up(&to, None, &auth(), &|| false)
+                .unwrap()
+                .unwrap();
             assert!(matches!(s.call(&hello(2)).unwrap(), Frame::Welcome { .. }));
             assert_eq!(s.call(&Frame::Lookup { port: 8 }).unwrap(), Frame::Value(1));
             for other in others {
@@ -1041,27 +1150,31 @@ mod tests {
             op: ChannelOp::UndoConnect,
         };
         for frame in [hello(2), Frame::Lookup { port: 3 }, channel.clone()] {
-            let mut s = connect_raw(server.rendezvous(), None).unwrap().unwrap();
+            let mut s = connect_raw(server.rendezvous(), None, &|| false)
+                .unwrap()
+                .unwrap();
             raw_frame(&mut s, &frame);
             s.write_all(&[0; 64]).unwrap();
             assert!(s.recv().is_err(), "{frame:?} answered");
         }
         // Another key.
-        let mut s = connect_raw(server.rendezvous(), None).unwrap().unwrap();
+        let mut s = connect_raw(server.rendezvous(), None, &|| false)
+            .unwrap()
+            .unwrap();
         let e = auth_with("another key, long enough")
             .client(&mut s)
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
         // The key but no Hello: closed at the first request.
         for frame in [Frame::Lookup { port: 3 }, channel] {
-            let mut s = connect_when_up(server.rendezvous(), None, &auth())
+            let mut s = connect_when_up(server.rendezvous(), None, &auth(), &|| false)
                 .unwrap()
                 .unwrap();
             raw_frame(&mut s, &frame);
             assert_eq!(s.recv().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
         }
         // A second Hello on a welcomed connection ends it.
-        let mut s = connect_when_up(server.rendezvous(), None, &auth())
+        let mut s = connect_when_up(server.rendezvous(), None, &auth(), &|| false)
             .unwrap()
             .unwrap();
         assert!(matches!(s.call(&hello(2)).unwrap(), Frame::Welcome { .. }));
@@ -1109,7 +1222,7 @@ mod tests {
             before_versions.extend_from_slice(&w.to_le_bytes());
         }
         for body in [&hello[..], &before_versions] {
-            let mut s = connect_when_up(server.rendezvous(), None, &auth())
+            let mut s = connect_when_up(server.rendezvous(), None, &auth(), &|| false)
                 .unwrap()
                 .unwrap();
             s.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
@@ -1167,9 +1280,11 @@ mod tests {
         let to = Rendezvous::of(&c, 0, 9).unwrap();
         let t0 = Instant::now();
         assert!(
-            connect_when_up(&to, Some(t0 + Duration::from_millis(50)), &auth())
-                .unwrap()
-                .is_none()
+            connect_when_up(&to, Some(t0 + Duration::from_millis(50)), &auth(), &|| {
+                false
+            })
+            .unwrap()
+            .is_none()
         );
         // The server stays up until the client has connected (a loaded machine may take
         // longer than any fixed pause for the handshake), at most 10 s.
@@ -1188,7 +1303,12 @@ mod tests {
                 drop(s);
             })
         };
-        let s = connect_when_up(&to, Some(Instant::now() + Duration::from_secs(10)), &auth());
+        let s = connect_when_up(
+            &to,
+            Some(Instant::now() + Duration::from_secs(10)),
+            &auth(),
+            &|| false,
+        );
         _ = connected.send(());
         assert!(s.unwrap().is_some());
         late.join().unwrap();

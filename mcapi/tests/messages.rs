@@ -2294,3 +2294,42 @@ fn a_large_message_its_waiting_receive_leaves_is_read() {
         b.finalize().unwrap();
     }
 }
+
+/// `finalize` ends a call of another thread that waits, without a deadline, for a node
+/// that never comes up (`endpoint_get` with no timeout): it returns MCAPI_ERR_NODE_NOTINIT
+/// instead of retrying for good (and keeping the finalized node alive).
+#[test]
+fn finalize_ends_a_wait_for_a_node_that_never_comes_up() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let a = Node::initialize(0, 70, config("shm", "finalize-absent")).unwrap();
+    let (done, ended) = std::sync::mpsc::channel();
+    let waiter = {
+        let a = a.clone();
+        std::thread::spawn(move || done.send(a.endpoint_get(0, 99, 1, None)))
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    a.finalize().unwrap();
+    // A bound, not a timing: the waiter asks at least every second.
+    let got = ended.recv_timeout(Duration::from_secs(20));
+    assert!(
+        matches!(got, Ok(Err(Status::MCAPI_ERR_NODE_NOTINIT))),
+        "{got:?}"
+    );
+    waiter.join().unwrap().ok();
+}
+
+/// A node whose every handle is dropped without `finalize` frees its id: it can be
+/// initialized again in the process.
+#[test]
+fn a_node_dropped_without_finalize_can_be_initialized_again() {
+    let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
+    let cfg = config("shm", "dropped");
+    let a = Node::initialize(0, 71, cfg.clone()).unwrap();
+    assert_eq!(
+        Node::initialize(0, 71, cfg.clone()).err(),
+        Some(Status::MCAPI_ERR_NODE_INITIALIZED)
+    );
+    drop(a);
+    let again = Node::initialize(0, 71, cfg).expect("initialized again");
+    again.finalize().unwrap();
+}

@@ -282,3 +282,14 @@ impl Node {
         Ok(())
     }
 }
+
+impl Drop for NodeInner {
+    /// A node whose last handle went without `finalize` frees its id, so it can be
+    /// initialized again (a finalized one freed it already, and its id may be another
+    /// node's since).
+    fn drop(&mut self) {
+        if !self.finalized.load(Ordering::Acquire) {
+            lock(live_nodes()).remove(&(self.domain_id, self.node_id));
+        }
+    }
+}

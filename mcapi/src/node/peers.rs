@@ -62,9 +62,14 @@ impl NodeInner {
         }
         let to =
             Rendezvous::of(&self.config, domain, node).ok_or(Status::MCAPI_ERR_NODE_INVALID)?;
-        let mut stream = match control::connect_when_up(&to, deadline, &self.auth) {
+        let finalized = || self.finalized.load(Ordering::Relaxed);
+        let mut stream = match control::connect_when_up(&to, deadline, &self.auth, &finalized) {
             Ok(Some(s)) => s,
-            Ok(None) => return Err(Status::MCAPI_TIMEOUT),
+            // Finalized meanwhile: MCAPI_ERR_NODE_NOTINIT.
+            Ok(None) => {
+                drop(self.live_state()?);
+                return Err(Status::MCAPI_TIMEOUT);
+            }
             Err(e) => {
                 log::warn!("node <{domain}, {node}>: no control connection: {e}");
                 return Err(Status::MCAPI_ERR_TRANSMISSION);
