@@ -199,8 +199,10 @@ impl StatusOut {
         on_error: T,
         body: impl FnOnce() -> Result<(T, Status), Status>,
     ) -> T {
-        // AssertUnwindSafe: after a panic the caller sees only `on_error` and a status; the
-        // node's state is behind mutexes whose poisoning the node module ignores by design.
+        // AssertUnwindSafe: after a panic the caller sees only `on_error` and a status, and
+        // the calling thread's node is marked broken (its state, behind mutexes whose
+        // poisoning the node module ignores, may be half-changed): every later call on it
+        // fails with MCAPI_ERR_GENERAL, as after a panic of its background thread.
         let (value, code) = match catch_unwind(AssertUnwindSafe(body)) {
             Ok(Ok((value, code))) => (value, code),
             Ok(Err(code)) => (on_error, code),
@@ -211,6 +213,9 @@ impl StatusOut {
                     .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
                     .unwrap_or("unknown");
                 log::error!("MCAPI_ERR_GENERAL: a panic caught at the C boundary: {why}");
+                if let Ok(node) = current_node() {
+                    node.mark_broken("a C call", &*panic);
+                }
                 (on_error, Status::MCAPI_ERR_GENERAL)
             }
         };
@@ -328,5 +333,31 @@ fn boolean(value: bool) -> mcapi_boolean_t {
         MCA_TRUE
     } else {
         MCA_FALSE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// A panic caught at the C boundary marks the calling thread's node broken: the call
+    /// reports MCAPI_ERR_GENERAL, and so does every later call on the node.
+    #[test]
+    fn a_panic_in_a_c_call_breaks_the_node() {
+        let mut config = Config::defaults();
+        config.provider = Some("shm".into());
+        config.job = format!("capi-panic-{}", std::process::id());
+        let node = Node::initialize(0, 41, config).expect("a node");
+        let mut code = Status::MCAPI_SUCCESS.code();
+        // SAFETY: a pointer to a local.
+        let out = unsafe { StatusOut::new(&mut code) };
+        let value = out.call(0u32, || -> Result<u32, Status> { panic!("injected") });
+        assert_eq!((value, code), (0, Status::MCAPI_ERR_GENERAL.code()));
+        assert_eq!(
+            node.endpoint_create(1).err(),
+            Some(Status::MCAPI_ERR_GENERAL)
+        );
+        _ = node.finalize();
     }
 }

@@ -139,6 +139,12 @@ impl Node {
         }
     }
 
+    /// Marks the node broken by `panic` in `what` (caught at the C boundary): every later
+    /// call fails with `MCAPI_ERR_GENERAL`.
+    pub(crate) fn mark_broken(&self, what: &str, panic: &(dyn std::any::Any + Send)) {
+        self.inner.mark_broken(what, panic);
+    }
+
     /// The libfabric provider this node runs over.
     pub fn provider(&self) -> &str {
         &self.inner.fab.provider
