@@ -21,8 +21,10 @@ use crate::semantics::channel::ChannelKind;
 use crate::semantics::EndpointId;
 use smallvec::SmallVec;
 
-/// The control protocol this build speaks. Change it with any change to the frames.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The control protocol this build speaks. Change it with any change to the frames, their
+/// answers' meaning, or the fabric's control tags (3: a `Lookup` and a `CreditRequest` are
+/// answered with the endpoint's generation, which credit control tags carry).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest frame body accepted (fabric addresses are small).
 pub const MAX_FRAME: usize = 64 * 1024;

@@ -120,8 +120,11 @@ impl ControlHandler {
                 Err(s) => Frame::Refused(s.code()),
             },
             Frame::Lookup { port } => match node.live_state() {
-                Ok(st) if st.endpoints.contains_key(port) => Frame::Value(1),
-                Ok(_) => Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code()),
+                // Its generation: the asker's credit window is for this endpoint.
+                Ok(st) => match st.endpoints.get(port) {
+                    Some(ep) => Frame::Value(u64::from(ep.generation)),
+                    None => Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code()),
+                },
                 Err(s) => Frame::Refused(s.code()),
             },
             _ => Frame::Refused(Status::MCAPI_ERR_PARAMETER.code()),
@@ -185,11 +188,13 @@ impl NodeInner {
         while let Some(ctl) = ep.credits.poll() {
             match ctl {
                 Control::Grant(g) if g.to == me => granted += u64::from(g.credits),
-                other => queue_control(peers, outbox, port, other),
+                other => queue_control(peers, outbox, (port, ep.generation), other),
             }
         }
+        // With the endpoint's generation: the asker's window must be for this endpoint.
+        let generation = u64::from(ep.generation) << 32;
         self.settle_credits(&mut st, port);
         self.flush_outbox(&mut st);
-        Frame::Value(granted)
+        Frame::Value(granted | generation)
     }
 }

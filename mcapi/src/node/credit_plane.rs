@@ -6,11 +6,11 @@ use crate::semantics::credit::{Control, SenderId};
 use crate::semantics::wire::{Kind, Tag};
 use std::collections::VecDeque;
 
-/// Queues a credit decision of endpoint `port` for the fabric.
+/// Queues a credit decision of endpoint `port` (of generation `epoch`) for the fabric.
 pub(super) fn queue_control(
     peers: &[Peer],
     outbox: &mut VecDeque<(u16, Tag, u64)>,
-    port: u32,
+    (port, epoch): (u32, u8),
     ctl: Control,
 ) {
     let (kind, to, n) = match ctl {
@@ -19,17 +19,20 @@ pub(super) fn queue_control(
     };
     let peer = to.0 as u16;
     if let Some(p) = peers.get(peer as usize) {
-        outbox.push_back((peer, control_tag(kind, port, p.index_at_peer), u64::from(n)));
+        let tag = control_tag(kind, (port, epoch), p.index_at_peer);
+        outbox.push_back((peer, tag, u64::from(n)));
     }
 }
 
-pub(super) fn control_tag(kind: Kind, port: u32, peer: u16) -> Tag {
+/// The tag of a control message about endpoint `port` of generation `epoch` (carried in
+/// the sequence field, which controls do not use otherwise).
+pub(super) fn control_tag(kind: Kind, (port, epoch): (u32, u8), peer: u16) -> Tag {
     Tag {
         kind,
         priority: 0,
         port,
         peer,
-        seq: 0,
+        seq: u16::from(epoch),
     }
 }
 
@@ -40,23 +43,29 @@ impl NodeInner {
             // No peer of ours (a stranger or a corrupt tag): it may change nothing.
             return;
         }
+        let epoch = tag.seq as u8;
         match tag.kind {
             Kind::Grant | Kind::Recall => {
-                let Some(remote) = st.remotes.get_mut(&(from, tag.port)) else {
-                    return;
-                };
-                if tag.kind == Kind::Grant {
-                    remote.window.add(data as u32);
-                } else {
-                    let back = remote.window.recall(data as u32);
-                    if back > 0 {
-                        let index = st.peers[from as usize].index_at_peer;
-                        st.outbox.push_back((
-                            from,
-                            control_tag(Kind::Return, tag.port, index),
-                            u64::from(back),
-                        ));
+                let remote = st
+                    .remotes
+                    .get_mut(&(from, tag.port))
+                    .filter(|r| r.epoch == epoch);
+                let back = match (remote, tag.kind) {
+                    (Some(remote), Kind::Grant) => {
+                        remote.window.add(data as u32);
+                        0
                     }
+                    (Some(remote), _) => remote.window.recall(data as u32),
+                    // A grant of an endpoint we no longer send to (deleted, or replaced
+                    // at its port): the credits go back to its node, never lost.
+                    (None, Kind::Grant) => data as u32,
+                    // A recall of one: we hold nothing of it any more.
+                    (None, _) => 0,
+                };
+                if back > 0 {
+                    let index = st.peers[from as usize].index_at_peer;
+                    let tag = control_tag(Kind::Return, (tag.port, epoch), index);
+                    st.outbox.push_back((from, tag, u64::from(back)));
                 }
             }
             Kind::Request | Kind::Return => {
@@ -64,9 +73,24 @@ impl NodeInner {
                     endpoints,
                     recv_free,
                     recv_held,
+                    recv_strays,
                     ..
                 } = st;
-                let Some(ep) = endpoints.get_mut(&tag.port) else {
+                let Some(ep) = endpoints
+                    .get_mut(&tag.port)
+                    .filter(|e| e.generation == epoch)
+                else {
+                    if tag.kind == Kind::Return {
+                        // Credits of an endpoint deleted since: counted as held by its
+                        // senders when it went (strays), they are the node's again.
+                        let back = (data as u32).min(*recv_strays);
+                        *recv_strays -= back;
+                        *recv_free += back;
+                        if back > 0 && !st.hungry.is_empty() {
+                            let p = st.hungry[0];
+                            self.settle_credits(st, p);
+                        }
+                    }
                     return;
                 };
                 let sender = SenderId(u32::from(from));
@@ -87,6 +111,22 @@ impl NodeInner {
             Kind::RndvDone => self.rndv_done(st, from, data),
             Kind::Message => {}
         }
+    }
+
+    /// Queues the return of `credits` lent by the endpoint `remote` (peer, port) of
+    /// generation `epoch` to its node: they go back to it even once the endpoint is gone.
+    pub(super) fn return_credits(
+        &self,
+        st: &mut State,
+        remote: (u16, u32),
+        (epoch, credits): (u8, u32),
+    ) {
+        let Some(p) = st.peers.get(remote.0 as usize) else {
+            return;
+        };
+        let tag = control_tag(Kind::Return, (remote.1, epoch), p.index_at_peer);
+        st.outbox.push_back((remote.0, tag, u64::from(credits)));
+        self.flush_outbox(st);
     }
 
     /// Sends the control messages queued, once every credit lent has a receive slot posted
@@ -120,3 +160,7 @@ impl NodeInner {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "credit_plane_tests.rs"]
+mod tests;

@@ -11,7 +11,7 @@ use super::Node;
 use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE};
 use crate::config::Compat;
 use crate::control::Frame;
-use crate::semantics::credit::{CreditPool, CreditWindow};
+use crate::semantics::credit::CreditPool;
 use crate::semantics::endpoint_id::{EndpointId, MAX_PORT, PORT_ANY};
 use crate::semantics::queue::{PriorityQueues, SeqReorder};
 use crate::semantics::wire::MAX_WIRE_PORT;
@@ -181,25 +181,30 @@ impl Node {
     pub(super) fn resolve_remote(&self, id: EndpointId, deadline: Option<Instant>) -> Result<u16> {
         let port = id.port();
         let mut backoff = self.inner.backoff();
-        let peer = loop {
+        let (peer, epoch) = loop {
             let peer = self.inner.connect_peer(id.domain(), id.node(), deadline)?;
             match self.inner.control_call(peer, &Frame::Lookup { port }) {
-                Ok(Frame::Value(_)) => break peer,
+                // The endpoint's generation: our credit window is for that one.
+                Ok(Frame::Value(generation)) => break (peer, generation as u8),
                 // Not created yet; or the run we reached is gone: wait for the next one.
                 Ok(_) | Err(Status::MCAPI_ERR_TRANSMISSION) => backoff.wait(deadline)?,
                 Err(e) => return Err(e),
             }
         };
         let mut st = self.inner.live_state()?;
-        if let std::collections::hash_map::Entry::Vacant(e) = st.remotes.entry((peer, port)) {
-            e.insert(Remote {
-                window: CreditWindow::new(),
-                spare: 0,
-                next_seq: 0,
-            });
-            self.inner
-                .fab
-                .post_control_slots(&mut st, CONTROL_SLOTS_PER_REMOTE)?;
+        match st.remotes.entry((peer, port)) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Remote::new(epoch));
+                self.inner
+                    .fab
+                    .post_control_slots(&mut st, CONTROL_SLOTS_PER_REMOTE)?;
+            }
+            // Replaced at its port while we were not told (its node could not reach us).
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                if let Some(back) = e.get_mut().replace(epoch) {
+                    self.inner.return_credits(&mut st, (peer, port), back);
+                }
+            }
         }
         Ok(peer)
     }

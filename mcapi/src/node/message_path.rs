@@ -159,7 +159,7 @@ impl NodeInner {
                     let want = self.config.recv_buffers as u64;
                     st.outbox.push_back((
                         peer,
-                        control_tag(Kind::Request, remote.1, index),
+                        control_tag(Kind::Request, (remote.1, r.epoch), index),
                         want << 32 | u64::from(seen),
                     ));
                 }
@@ -648,7 +648,7 @@ impl NodeInner {
             *recv_free -= ep.credits.lend(lendable);
             *recv_free += ep.credits.reclaim();
             while let Some(ctl) = ep.credits.poll() {
-                queue_control(peers, outbox, port, ctl);
+                queue_control(peers, outbox, (port, ep.generation), ctl);
             }
             if ep.credits.has_waiters() {
                 // Full (N lent) while its senders still wait: they wait for their own
@@ -672,7 +672,7 @@ impl NodeInner {
                 ep.credits.recall_all();
                 *recv_free += ep.credits.reclaim();
                 while let Some(ctl) = ep.credits.poll() {
-                    queue_control(peers, outbox, port, ctl);
+                    queue_control(peers, outbox, (port, ep.generation), ctl);
                 }
             }
             if *recv_free > 0 {
@@ -861,7 +861,7 @@ fn settle_pool(
         hungry.push_back(port);
     }
     while let Some(ctl) = ep.credits.poll() {
-        queue_control(peers, outbox, port, ctl);
+        queue_control(peers, outbox, (port, ep.generation), ctl);
     }
 }
 
@@ -927,7 +927,9 @@ mod tests {
             };
             // A credit request in a stranger's name first (were it granted, the stranger's
             // messages below would pass the credit check).
-            let request = control_tag(Kind::Request, 1, 9999).encode().to_le_bytes();
+            let request = control_tag(Kind::Request, (1, 0), 9999)
+                .encode()
+                .to_le_bytes();
             a.inner
                 .fab
                 .ep

@@ -270,11 +270,23 @@ impl Node {
                     return Err(Status::MCAPI_ERR_ENDP_INVALID);
                 };
                 match answer {
-                    Frame::Value(n) => remote.window.add(n as u32),
-                    // Refused (e.g. the endpoint serves too many senders, or was deleted):
-                    // forget the request so a later send asks again, and report why.
+                    Frame::Value(v) => {
+                        // Granted by the endpoint of that generation: if it replaced the one
+                        // our window was for, the window is the new one's from now on.
+                        let (granted, epoch) = (v as u32, (v >> 32) as u8);
+                        if let Some(back) = remote.replace(epoch) {
+                            self.inner.return_credits(&mut st, key, back);
+                        }
+                        if let Some(remote) = st.remotes.get_mut(&key) {
+                            remote.window.add(granted);
+                        }
+                    }
+                    // Refused (e.g. the endpoint serves too many senders, is connected to a
+                    // channel, or was deleted): forget the request so a later send asks
+                    // again (the window's stamp stays: it is the pool's count), and report
+                    // why.
                     answer => {
-                        remote.window.reset();
+                        remote.window.request_refused();
                         return Err(refusal("credit request", &answer));
                     }
                 }

@@ -434,7 +434,7 @@ impl NodeInner {
         let Some(p) = st.peers.get(peer as usize) else {
             return;
         };
-        let tag = control_tag(Kind::RndvDone, port, p.index_at_peer);
+        let tag = control_tag(Kind::RndvDone, (port, 0), p.index_at_peer);
         st.outbox.push_back((peer, tag, id));
     }
 

@@ -295,6 +295,10 @@ pub(super) struct Arrived {
 }
 
 pub(super) struct Remote {
+    /// The generation of the endpoint this window is for (`LocalEndpoint::generation` at
+    /// its node): credit controls carry it, so those of an endpoint deleted since (or of
+    /// one created at the port after it) never mix with this one's.
+    pub(super) epoch: u8,
     pub(super) window: CreditWindow,
     /// A credit taken for a send the provider refused (-FI_EAGAIN), used first next time.
     pub(super) spare: u32,
@@ -302,6 +306,28 @@ pub(super) struct Remote {
 }
 
 impl Remote {
+    /// A window for endpoint generation `epoch`: no credits yet, sequence numbers from 0.
+    pub(super) fn new(epoch: u8) -> Remote {
+        Remote {
+            epoch,
+            window: CreditWindow::new(),
+            spare: 0,
+            next_seq: 0,
+        }
+    }
+
+    /// This window is for the endpoint of generation `epoch` from now on (the one it was for
+    /// was replaced at its port): emptied, and what the old one lent is returned (`Some`:
+    /// a Return to queue, of `(old epoch, credits)`).
+    pub(super) fn replace(&mut self, epoch: u8) -> Option<(u8, u32)> {
+        if self.epoch == epoch {
+            return None;
+        }
+        let unspent = self.window.available() + self.spare;
+        let old = std::mem::replace(self, Remote::new(epoch));
+        (unspent > 0).then_some((old.epoch, unspent))
+    }
+
     pub(super) fn take_credit(&mut self) -> bool {
         if self.spare > 0 {
             self.spare -= 1;

@@ -613,6 +613,12 @@ impl CreditWindow {
         back
     }
 
+    /// The request was refused (not answered with a grant): a later send asks again. The
+    /// stamp stays, so the pool, which counts what it granted, still knows it.
+    pub fn request_refused(&mut self) {
+        self.requested = false;
+    }
+
     /// Forgets everything (the peer endpoint restarted). The driver drops
     /// control messages of the old connection still in flight.
     pub fn reset(&mut self) {

@@ -1,0 +1,153 @@
+//! Credits across an endpoint's delete and re-creation, and a refused request, between
+//! two nodes over shm (found by review; each failed before the endpoint generation in the
+//! credit controls and the stamp kept on refusal).
+
+use crate::node::test_pair::sender_and_receiver;
+use crate::semantics::Status;
+use crate::Node;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+const T: Option<Duration> = Some(Duration::from_secs(3));
+
+/// Until `done` holds, progressing both nodes (a bound, not a timing).
+fn until(a: &Node, b: &Node, what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+        for n in [a, b] {
+            if let Ok(mut st) = n.inner.live_state() {
+                n.inner.progress(&mut st);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The grants of the last messages consumed are still in the sender's CQ when the
+/// endpoint is deleted: the sender gives them back when they arrive, and the receiving
+/// node's credits all come back.
+#[test]
+fn grants_crossing_a_delete_come_back() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-delete", (44, 45), Some(8));
+    let p = b.inner.fab.recv_slots;
+    for i in 0..8u8 {
+        a.msg_send(tx, to, &[i], 0).unwrap();
+    }
+    a.inner.hold_background.store(true, Relaxed);
+    let mut buf = [0u8; 8];
+    for _ in 0..8 {
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
+    }
+    b.endpoint_delete(rx).unwrap();
+    a.inner.hold_background.store(false, Relaxed);
+    until(&a, &b, "the node's credits to come back", || {
+        let st = b.inner.state.lock().unwrap();
+        (st.recv_free, st.recv_strays) == (p, 0)
+    });
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// Delete and create again, twenty times, with nothing held: no credit is lost on the way
+/// (each round's sends would block once the node had none left).
+#[test]
+fn deletes_after_the_last_receive_lose_no_credit() {
+    let (a, b, tx, mut rx, mut to) = sender_and_receiver("shm", "cp-rounds", (50, 51), Some(8));
+    let p = b.inner.fab.recv_slots;
+    let mut buf = [0u8; 8];
+    a.set_endpoint_timeout(tx, T).unwrap();
+    for round in 0..20u32 {
+        for i in 0..8u8 {
+            assert_eq!(a.msg_send(tx, to, &[i], 0), Ok(()), "round {round}");
+        }
+        for _ in 0..8 {
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
+        }
+        b.endpoint_delete(rx).unwrap();
+        rx = b.endpoint_create(10 + round).unwrap();
+        to = a.endpoint_get(0, 51, 10 + round, None).unwrap();
+    }
+    b.endpoint_delete(rx).unwrap();
+    until(&a, &b, "the node's credits to come back", || {
+        let st = b.inner.state.lock().unwrap();
+        (st.recv_free, st.recv_strays) == (p, 0)
+    });
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// As above, and the endpoint is created again at the port before the sender reads the old
+/// one's grants: they are not spent on the new endpoint (whose pool never lent them, so
+/// its messages would be dropped as sent without a credit), and sending goes on.
+#[test]
+fn stale_grants_are_not_spent_on_an_endpoint_created_again() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-recreate", (46, 47), Some(8));
+    for i in 0..8u8 {
+        a.msg_send(tx, to, &[i], 0).unwrap();
+    }
+    a.inner.hold_background.store(true, Relaxed);
+    let mut buf = [0u8; 8];
+    for _ in 0..8 {
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
+    }
+    b.endpoint_delete(rx).unwrap();
+    let rx2 = b.endpoint_create(1).unwrap();
+    a.set_endpoint_timeout(tx, T).unwrap();
+    b.set_endpoint_timeout(rx2, T).unwrap();
+    for round in 0..3u8 {
+        for i in 0..8u8 {
+            assert_eq!(a.msg_send(tx, to, &[round, i], 0), Ok(()));
+        }
+        if round == 0 {
+            a.inner.hold_background.store(false, Relaxed);
+        }
+        for i in 0..8u8 {
+            assert_eq!(b.msg_recv(rx2, &mut buf), Ok(2), "round {round}");
+            assert_eq!(buf[..2], [round, i]);
+        }
+    }
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// A credit request refused while the endpoint is connected to a channel leaves the
+/// sender's grant count as the pool's: once the channel is closed, the sender's requests
+/// are answered again.
+#[test]
+fn a_refused_request_keeps_the_senders_count() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-refused", (48, 49), Some(8));
+    let mut buf = [0u8; 8];
+    a.msg_send(tx, to, b"m1", 0).unwrap();
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(2));
+    let tx2 = a.endpoint_create(2).unwrap();
+    let c = a.pktchan_connect_i(tx2, to).unwrap();
+    a.wait(c, None, T).unwrap();
+    let (hs, qs) = a.pktchan_send_open_i(tx2).unwrap();
+    let (hr, qr) = b.pktchan_recv_open_i(rx).unwrap();
+    let a2 = a.clone();
+    let opened = std::thread::spawn(move || a2.wait(qs, None, T));
+    b.wait(qr, None, T).unwrap();
+    opened.join().unwrap().unwrap();
+    // The connect recalled the sender's unspent credits.
+    until(&a, &b, "the sender's credits to be recalled", || {
+        let st = a.inner.state.lock().unwrap();
+        st.remotes
+            .values()
+            .all(|r| r.window.available() == 0 && r.spare == 0)
+    });
+    assert_eq!(a.msg_send(tx, to, b"m2", 0), Err(Status::MCAPI_ERR_GENERAL));
+    let qs = a.pktchan_send_close_i(hs).unwrap();
+    let qr = b.pktchan_recv_close_i(hr).unwrap();
+    b.wait(qr, None, T).unwrap();
+    a.wait(qs, None, T).unwrap();
+    a.set_endpoint_timeout(tx, T).unwrap();
+    assert_eq!(
+        a.msg_send(tx, to, b"m3", 0),
+        Ok(()),
+        "blocked after the channel closed"
+    );
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(2));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
