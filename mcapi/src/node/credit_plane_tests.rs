@@ -151,3 +151,39 @@ fn a_refused_request_keeps_the_senders_count() {
     a.finalize().unwrap();
     b.finalize().unwrap();
 }
+
+/// P = 64 (N = 8): eight endpoints each get a burst of N from one sender (all P lent, all
+/// spent), then the sender sends to a ninth, whose pool has nothing to lend. The credits of
+/// the bursts, as they are consumed, go to the ninth endpoint (not back to the sender as
+/// batches it would never spend), and its message is delivered.
+#[test]
+fn an_endpoint_hungry_in_a_dearth_gets_the_credits_consumed_elsewhere() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-dearth", (42, 43), Some(8));
+    assert_eq!(b.inner.fab.recv_slots, 64);
+    let (mut rxs, mut tos) = (vec![rx], vec![to]);
+    for port in 2..=9 {
+        rxs.push(b.endpoint_create(port).unwrap());
+        tos.push(a.endpoint_get(0, 43, port, None).unwrap());
+    }
+    for k in 0..8 {
+        for i in 0..8u8 {
+            a.msg_send(tx, tos[k], &[i], 0).unwrap();
+        }
+    }
+    let ninth = a.msg_send_i(tx, tos[8], b"ninth", 0).unwrap();
+    // Its credit request reaches the receiver (over the fabric: a bound, not a timing).
+    until(&a, &b, "the ninth endpoint to wait for credits", || {
+        !b.inner.state.lock().unwrap().hungry.is_empty()
+    });
+    let mut buf = [0u8; 8];
+    for k in 0..8 {
+        for _ in 0..8 {
+            assert_eq!(b.msg_recv(rxs[k], &mut buf), Ok(1));
+        }
+    }
+    b.set_endpoint_timeout(rxs[8], T).unwrap();
+    assert_eq!(b.msg_recv(rxs[8], &mut buf), Ok(5));
+    assert_eq!(a.wait(ninth, None, T), Ok(5));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}

@@ -662,7 +662,11 @@ impl NodeInner {
             hungry.pop_front();
         }
         if hungry.is_empty() {
-            *recalled = false;
+            if std::mem::take(recalled) {
+                for ep in endpoints.values_mut() {
+                    ep.credits.stop_draining();
+                }
+            }
         } else if !*recalled {
             *recalled = true;
             for (&port, ep) in endpoints.iter_mut() {
@@ -670,6 +674,7 @@ impl NodeInner {
                     continue;
                 }
                 ep.credits.recall_all();
+                ep.credits.drain();
                 *recv_free += ep.credits.reclaim();
                 while let Some(ctl) = ep.credits.poll() {
                     queue_control(peers, outbox, (port, ep.generation), ctl);

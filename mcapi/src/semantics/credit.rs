@@ -29,6 +29,9 @@
 //!   Then the others hold at most their shares, so credits are left for the
 //!   newcomer: while anyone waits, credits that come back go round the ring,
 //!   and every waiter is served.
+//! * *Dearth*: while the driver's shared budget is short and another pool's
+//!   senders wait ([`CreditPool::drain`]), consumed credits go back to the
+//!   budget instead of into batches.
 //! * *Batches*: while nobody waits, a consumed message's credit is earmarked
 //!   for its sender, granted back when the earmark reaches `max(1, held / 2)`
 //!   (held = credits out plus earmarked): about two grants per window, and
@@ -112,6 +115,9 @@ pub struct CreditPool {
     free_slots: Vec<u32>,
     waiters: VecDeque<u32>,
     outbox: VecDeque<u32>,
+    /// While the shared budget is short ([`drain`](Self::drain)): consumed credits go back
+    /// to it (another pool's senders wait), not to their senders as batches.
+    draining: bool,
 }
 
 impl CreditPool {
@@ -133,6 +139,7 @@ impl CreditPool {
             free_slots: (0..max_senders as u32).rev().collect(),
             waiters: VecDeque::with_capacity(max_senders),
             outbox: VecDeque::with_capacity(max_senders),
+            draining: false,
         }
     }
 
@@ -334,7 +341,7 @@ impl CreditPool {
         }
         s.queued -= n;
         self.queued -= n;
-        let ring = n * u32::from(s.gone || !self.waiters.is_empty());
+        let ring = n * u32::from(s.gone || !self.waiters.is_empty() || self.draining);
         s.owed += n - ring;
         // A deferred sender is dry and blocked: its credit goes at once, not with the batch
         // (the receiver may take no other message until that sender's next one arrives).
@@ -413,6 +420,21 @@ impl CreditPool {
                 self.mark(i);
             }
         }
+    }
+
+    /// The shared budget ran dry while other pools' senders wait: every credit consumed
+    /// from now on goes back to it (to this pool's own waiters first), until
+    /// [`stop_draining`](Self::stop_draining). Without this, credits spent when the dearth
+    /// began would come back to their senders as batches they may never spend, and the
+    /// waiting pools would starve.
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// The shared budget's dearth is over: consumed credits are earmarked for their
+    /// senders again (batches).
+    pub fn stop_draining(&mut self) {
+        self.draining = false;
     }
 
     /// Every sender the pool has dealt with.

@@ -868,3 +868,33 @@ fn lent_pools_serve_waiters_and_give_back_what_is_free() {
     assert_eq!((back, held), (2, 1));
     assert_eq!(p.owned(), 0);
 }
+
+/// While the shared budget is short (`drain`), consumed credits go back to it instead of to
+/// their sender as a batch; after `stop_draining`, batches again.
+#[test]
+fn a_draining_pool_gives_consumed_credits_back_to_the_budget() {
+    let mut p = CreditPool::new(8, 3);
+    ask(&mut p, A, 8).unwrap();
+    drain(&mut p);
+    for _ in 0..8 {
+        p.arrived(A).unwrap();
+    }
+    p.drain();
+    for _ in 0..4 {
+        p.consumed(A).unwrap();
+    }
+    check(&p);
+    assert!(drain(&mut p).is_empty(), "no batch for A");
+    assert_eq!(p.reclaim(), 4, "the consumed credits are the budget's");
+    p.stop_draining();
+    for _ in 0..4 {
+        p.consumed(A).unwrap();
+    }
+    check(&p);
+    assert!(
+        drain(&mut p)
+            .iter()
+            .any(|c| matches!(c, Control::Grant(g) if g.to == A)),
+        "batches again"
+    );
+}
