@@ -165,9 +165,9 @@ fn an_endpoint_hungry_in_a_dearth_gets_the_credits_consumed_elsewhere() {
         rxs.push(b.endpoint_create(port).unwrap());
         tos.push(a.endpoint_get(0, 43, port, None).unwrap());
     }
-    for k in 0..8 {
+    for &to in &tos[..8] {
         for i in 0..8u8 {
-            a.msg_send(tx, tos[k], &[i], 0).unwrap();
+            a.msg_send(tx, to, &[i], 0).unwrap();
         }
     }
     let ninth = a.msg_send_i(tx, tos[8], b"ninth", 0).unwrap();
@@ -176,9 +176,9 @@ fn an_endpoint_hungry_in_a_dearth_gets_the_credits_consumed_elsewhere() {
         !b.inner.state.lock().unwrap().hungry.is_empty()
     });
     let mut buf = [0u8; 8];
-    for k in 0..8 {
+    for &rx in &rxs[..8] {
         for _ in 0..8 {
-            assert_eq!(b.msg_recv(rxs[k], &mut buf), Ok(1));
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
         }
     }
     b.set_endpoint_timeout(rxs[8], T).unwrap();
