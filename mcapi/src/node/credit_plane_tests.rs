@@ -187,3 +187,29 @@ fn an_endpoint_hungry_in_a_dearth_gets_the_credits_consumed_elsewhere() {
     a.finalize().unwrap();
     b.finalize().unwrap();
 }
+
+/// A remote sender that sent one message holds a batch of the endpoint's credits; a sender
+/// of the endpoint's own node, finding no room though nothing is queued, has that batch
+/// recalled and gets room.
+#[test]
+fn a_same_node_sender_gets_room_held_by_a_remote_batch() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-local", (56, 57), Some(8));
+    a.msg_send(tx, to, b"hi", 0).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(2));
+    let local = b.endpoint_create(2).unwrap();
+    b.set_endpoint_timeout(local, T).unwrap();
+    for i in 0..8u8 {
+        assert_eq!(
+            b.msg_send(local, rx, &[i], 0),
+            Ok(()),
+            "nothing queued at the endpoint"
+        );
+    }
+    for i in 0..8u8 {
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
+        assert_eq!(buf[0], i);
+    }
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}

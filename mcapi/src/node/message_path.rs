@@ -492,6 +492,12 @@ impl NodeInner {
             return Err(Status::MCAPI_ERR_GENERAL);
         }
         if !ep.credits.take_local() {
+            // The buffers may be held by remote senders' unspent credits (a batch a sender
+            // sits on) rather than by messages: they are recalled, so this node's own
+            // sender gets room once they come back.
+            ep.credits.recall_all();
+            self.settle_credits(st, port);
+            self.flush_outbox(st);
             return Ok(false);
         }
         let i = match ep.local_free.pop() {
