@@ -368,6 +368,14 @@ impl CreditPool {
         }
         s.usable -= n;
         self.give(n);
+        let s = &self.senders[i];
+        if s.asked && s.queued == 0 && s.usable == s.grant {
+            // Deferred for what it had out, which came back unspent (its request overtook
+            // this return): no message of its will be consumed to answer it. It asks anew.
+            let (want, seen) = (s.want, s.sent);
+            self.senders[i].asked = false;
+            self.request(sender, want, seen)?;
+        }
         Ok(())
     }
 

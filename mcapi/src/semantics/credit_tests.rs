@@ -898,3 +898,46 @@ fn a_draining_pool_gives_consumed_credits_back_to_the_budget() {
         "batches again"
     );
 }
+
+/// A dry sender's request that overtakes the Return answering a recall is deferred (its
+/// returning credits count as out); when the Return arrives with nothing of it out any
+/// more, the request is answered instead of waiting for a consumption that never comes.
+#[test]
+fn a_deferred_request_is_answered_when_its_credits_come_back_unspent() {
+    let mut p = CreditPool::empty(4, 4);
+    let mut w = CreditWindow::new();
+    let seen = w.request_sent();
+    p.lend(4);
+    p.request(A, 4, seen).unwrap();
+    p.reclaim();
+    for c in drain(&mut p) {
+        if let Control::Grant(g) = c {
+            w.add(g.credits);
+        }
+    }
+    assert_eq!(w.available(), 4);
+    // Another endpoint of the node is hungry: the recall.
+    p.recall_all();
+    p.reclaim();
+    let back = match drain(&mut p)[..] {
+        [Control::Recall { credits, .. }] => w.recall(credits),
+        ref o => panic!("{o:?}"),
+    };
+    assert_eq!(back, 4);
+    // The Return travels; the sender, dry, asks meanwhile and is deferred.
+    let seen = w.request_sent();
+    p.lend(0);
+    p.request(A, 1, seen).unwrap();
+    p.reclaim();
+    assert_eq!(drain(&mut p), []);
+    p.returned(A, back).unwrap();
+    check(&p);
+    let got: u32 = drain(&mut p)
+        .iter()
+        .map(|c| match c {
+            Control::Grant(g) if g.to == A => g.credits,
+            _ => 0,
+        })
+        .sum();
+    assert!(got > 0, "the deferred request is answered");
+}
