@@ -257,8 +257,10 @@ impl Stream {
 /// `window` ahead is refused. `window` should therefore be at least the
 /// number of messages a sender may have in flight per key (its credits).
 ///
-/// Memory: `max_keys * window` (rounded up to a power of two) item slots, preallocated,
-/// plus a key map sized for `max_keys` that never grows. The map uses Fx hashing (fast on
+/// Memory: `window` (rounded up to a power of two) item slots per stream, made when a key
+/// first takes that stream (a sender's first message: once, kept for the keys that reuse
+/// the stream), so an endpoint pays for the senders it has, not for `max_keys`; plus a key
+/// map sized for `max_keys` that never grows. The map uses Fx hashing (fast on
 /// the small integer keys it gets, once per message, and deterministic: no random seed).
 #[derive(Debug)]
 pub struct SeqReorder<K, T> {
@@ -266,7 +268,8 @@ pub struct SeqReorder<K, T> {
     index: HashMap<K, u32, BuildHasherDefault<FxHasher>>,
     streams: Vec<Stream>,
     free_streams: Vec<u32>,
-    buf: Vec<Option<T>>,
+    /// Each stream's slots (empty until a key first takes the stream).
+    buf: Vec<Box<[Option<T>]>>,
     /// The key accepted last and its stream: a run of items of one stream (a channel has
     /// only one) skips the map.
     last: Option<(K, u32)>,
@@ -287,15 +290,16 @@ impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
             max_keys < u32::MAX as usize,
             "too many reorder keys {max_keys}"
         );
-        let slots = max_keys
-            .checked_mul(Self::stride(window))
-            .expect("reorder buffer too large");
+        assert!(
+            max_keys.checked_mul(Self::stride(window)).is_some(),
+            "reorder buffer too large"
+        );
         SeqReorder {
             window,
             index: HashMap::with_capacity_and_hasher(max_keys, Default::default()),
             streams: vec![Stream::default(); max_keys],
             free_streams: (0..max_keys as u32).rev().collect(),
-            buf: (0..slots).map(|_| None).collect(),
+            buf: (0..max_keys).map(|_| Box::default()).collect(),
             last: None,
         }
     }
@@ -382,6 +386,10 @@ impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
                             return Err(Rejected::TooManyKeys(item));
                         };
                         self.streams[s as usize] = Stream::default();
+                        if self.buf[s as usize].is_empty() {
+                            let w = Self::stride(self.window);
+                            self.buf[s as usize] = (0..w).map(|_| None).collect();
+                        }
                         self.index.insert(key, s);
                         s
                     }
@@ -400,7 +408,7 @@ impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
             return Err(Rejected::BeyondWindow(item));
         }
         let w = Self::stride(self.window);
-        let slots = &mut self.buf[si * w..(si + 1) * w];
+        let slots = &mut self.buf[si][..];
         if ahead == 0 && stream.buffered == 0 {
             // In order with nothing waiting (the common case): straight through.
             stream.pass(w as u32);
@@ -426,15 +434,11 @@ impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
     /// The items of `key` deliverable now (those a dropped [`Ready`] left).
     pub fn ready(&mut self, key: &K) -> Ready<'_, T> {
         match self.index.get(key) {
-            Some(&s) => {
-                let w = Self::stride(self.window);
-                let s = s as usize;
-                Ready {
-                    first: None,
-                    slots: &mut self.buf[s * w..(s + 1) * w],
-                    stream: Some(&mut self.streams[s]),
-                }
-            }
+            Some(&s) => Ready {
+                first: None,
+                slots: &mut self.buf[s as usize][..],
+                stream: Some(&mut self.streams[s as usize]),
+            },
             None => Ready {
                 first: None,
                 slots: Default::default(),
@@ -456,7 +460,7 @@ impl<K: Copy + Eq + Hash, T> SeqReorder<K, T> {
         let w = Self::stride(self.window);
         let s = s as usize;
         let head = self.streams[s].head as usize;
-        let slots = &mut self.buf[s * w..(s + 1) * w];
+        let slots = &mut self.buf[s][..];
         for i in 0..w {
             if let Some(item) = slots[(head + i) & (w - 1)].take() {
                 leftover(item);

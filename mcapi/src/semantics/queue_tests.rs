@@ -359,3 +359,19 @@ fn pass_in_order_takes_only_the_next_item_of_the_last_key_with_nothing_buffered(
     assert!(!r.pass_in_order(1, 22));
     assert!(r.pass_in_order(2, 1));
 }
+
+/// Slots are made per stream as keys first take them (an endpoint pays for the senders it
+/// has, not for `max_keys`), and a stream freed keeps its slots for the next key.
+#[test]
+fn reorder_slots_are_made_per_stream_taken() {
+    let mut r: SeqReorder<u16, u32> = SeqReorder::new(256, 64);
+    let slots = |r: &SeqReorder<u16, u32>| r.buf.iter().map(|b| b.len()).sum::<usize>();
+    assert_eq!(slots(&r), 0);
+    assert_eq!(r.accept(7, 0, 70).unwrap().collect::<Vec<_>>(), [70]);
+    assert_eq!(slots(&r), 64);
+    assert_eq!(r.accept(8, 1, 81).unwrap().count(), 0, "buffered");
+    assert_eq!(slots(&r), 128);
+    assert_eq!(r.remove(&8, |_| {}), 1);
+    assert_eq!(r.accept(9, 0, 90).unwrap().collect::<Vec<_>>(), [90]);
+    assert_eq!(slots(&r), 128, "the freed stream's slots are reused");
+}
