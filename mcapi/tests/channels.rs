@@ -2058,3 +2058,33 @@ fn compat_mode_an_early_opened_side_closes_before_the_other_opens() {
         p.finalize();
     }
 }
+
+/// A blocking `pktchan_recv` made after a pending `pktchan_recv_i` does not overtake it:
+/// receives are served in the order they were made, and `pktchan_available` does not count
+/// a packet owed to a pending request.
+#[test]
+fn a_blocking_receive_does_not_overtake_a_pending_request() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "no-overtake", 300);
+        let (hs, hr) = open(&p, false, true);
+        let r = p.b.pktchan_recv_i(hr).unwrap();
+        p.a.pktchan_send(hs, b"first").unwrap();
+        p.a.pktchan_send(hs, b"second").unwrap();
+        // Both arrived, one owed to `r`: one available.
+        let start = Instant::now();
+        while p.b.pktchan_available(hr).unwrap() < 1 {
+            assert!(start.elapsed() < Duration::from_secs(10), "{prov}");
+        }
+        assert_eq!(p.b.pktchan_available(hr), Ok(1), "{prov}");
+        let blocking = p.b.pktchan_recv(hr).unwrap();
+        assert_eq!(blocking.to_vec(), b"second", "{prov}: the later receive");
+        p.b.wait(r, None, WAIT).unwrap();
+        let first = p.b.received_packet(r).unwrap();
+        assert_eq!(first.to_vec(), b"first", "{prov}: the earlier request");
+        p.b.pktchan_release(first).unwrap();
+        p.b.pktchan_release(blocking).unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}

@@ -266,7 +266,8 @@ impl RecvSide {
     /// Items waiting to be received.
     #[inline(always)]
     pub fn available(&self) -> usize {
-        self.fifo.len()
+        // Those owed to pending `pktchan_recv_i` requests are theirs, not available.
+        self.fifo.len().saturating_sub(self.pending.len())
     }
 
     /// Takes the next packet; the application holds it until [`RecvSide::release`].

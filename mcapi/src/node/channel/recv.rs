@@ -223,7 +223,12 @@ impl Node {
 }
 
 /// Takes the next packet of a receive side for the application, or says why there is none.
+/// `pktchan_recv_i` requests made earlier take theirs first (receives are served in the
+/// order they were made).
 fn take_item(side: &mut Side) -> Result<Option<Packet>> {
+    if matches!(&side.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.state.has_pending()) {
+        side.serve_pending_recvs();
+    }
     let gone = side.peer_gone;
     let io = side.io.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
     let SideData::Recv(r) = &mut io.data else {
