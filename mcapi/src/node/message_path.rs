@@ -495,7 +495,7 @@ impl NodeInner {
             // The buffers may be held by remote senders' unspent credits (a batch a sender
             // sits on) rather than by messages: they are recalled, so this node's own
             // sender gets room once they come back.
-            ep.credits.recall_all();
+            ep.credits.recall_for_local();
             self.settle_credits(st, port);
             self.flush_outbox(st);
             return Ok(false);

@@ -118,6 +118,9 @@ pub struct CreditPool {
     /// While the shared budget is short ([`drain`](Self::drain)): consumed credits go back
     /// to it (another pool's senders wait), not to their senders as batches.
     draining: bool,
+    /// Unspent credits were recalled for a message of the receiver's own node that found
+    /// no room ([`recall_for_local`](Self::recall_for_local)); cleared once one gets room.
+    recalled_for_local: bool,
 }
 
 impl CreditPool {
@@ -140,6 +143,7 @@ impl CreditPool {
             waiters: VecDeque::with_capacity(max_senders),
             outbox: VecDeque::with_capacity(max_senders),
             draining: false,
+            recalled_for_local: false,
         }
     }
 
@@ -205,7 +209,17 @@ impl CreditPool {
             return false;
         }
         self.local += 1;
+        self.recalled_for_local = false;
         true
+    }
+
+    /// A message of the receiver's own node found no room ([`take_local`](Self::take_local)):
+    /// the senders' unspent credits are recalled, once until one gets room (a retry asks
+    /// for nothing more: the returns are on their way).
+    pub fn recall_for_local(&mut self) {
+        if !std::mem::replace(&mut self.recalled_for_local, true) {
+            self.recall_all();
+        }
     }
 
     /// A message of the receiver's own node was received or discarded.
@@ -341,7 +355,9 @@ impl CreditPool {
         }
         s.queued -= n;
         self.queued -= n;
-        let ring = n * u32::from(s.gone || !self.waiters.is_empty() || self.draining);
+        // Draining, a deferred sender still gets its credit (nothing else answers it).
+        let drained = self.draining && !s.asked;
+        let ring = n * u32::from(s.gone || !self.waiters.is_empty() || drained);
         s.owed += n - ring;
         // A deferred sender is dry and blocked: its credit goes at once, not with the batch
         // (the receiver may take no other message until that sender's next one arrives).
@@ -368,6 +384,9 @@ impl CreditPool {
         }
         s.usable -= n;
         self.give(n);
+        // The returns a recall for the receiver's own node asked for are coming: a message
+        // of its that still finds no room may recall again.
+        self.recalled_for_local = false;
         let s = &self.senders[i];
         if s.asked && s.queued == 0 && s.usable == s.grant {
             // Deferred for what it had out, which came back unspent (its request overtook

@@ -941,3 +941,56 @@ fn a_deferred_request_is_answered_when_its_credits_come_back_unspent() {
         .sum();
     assert!(got > 0, "the deferred request is answered");
 }
+
+/// A sender deferred (it holds the whole pool and asks for more) is still answered by its
+/// consumed messages while the pool drains for a dearth elsewhere.
+#[test]
+fn a_deferred_sender_is_answered_while_the_pool_drains() {
+    let mut p = CreditPool::new(8, 3);
+    ask(&mut p, A, 8).unwrap();
+    drain(&mut p);
+    for _ in 0..8 {
+        p.arrived(A).unwrap();
+    }
+    ask(&mut p, A, 1).unwrap();
+    assert!(drain(&mut p).is_empty(), "deferred: it holds its share");
+    p.recall_all();
+    p.drain();
+    drain(&mut p);
+    p.consumed(A).unwrap();
+    check(&p);
+    assert!(
+        drain(&mut p)
+            .iter()
+            .any(|c| matches!(c, Control::Grant(g) if g.to == A)),
+        "the deferred sender is answered"
+    );
+}
+
+/// A message of the receiver's own node that finds no room recalls the senders' unspent
+/// credits once, not on every retry, until a return arrives or it gets room.
+#[test]
+fn a_local_message_without_room_recalls_once() {
+    let mut p = CreditPool::empty(8, 3);
+    p.lend(8);
+    ask(&mut p, A, 8).unwrap();
+    drain(&mut p);
+    assert!(!p.take_local(), "A's batch holds every buffer");
+    p.recall_for_local();
+    let recalls = |p: &mut CreditPool| {
+        drain(p)
+            .iter()
+            .filter(|c| matches!(c, Control::Recall { .. }))
+            .count()
+    };
+    assert_eq!(recalls(&mut p), 1);
+    for _ in 0..5 {
+        assert!(!p.take_local());
+        p.recall_for_local();
+    }
+    assert_eq!(recalls(&mut p), 0, "retries ask for nothing more");
+    p.returned(A, 8).unwrap();
+    assert_eq!(p.reclaim(), 8, "back to the node");
+    assert!(p.take_local(), "room once A's credits came back");
+    check(&p);
+}
