@@ -65,6 +65,9 @@ struct Pending {
     target: Target,
     /// The call that has it checked out, if any.
     checked_out: Option<Holder>,
+    /// A wait waits for a test to check it in: the next tests leave it to the wait (a
+    /// thread testing in a loop would otherwise keep it from the wait for good).
+    wait_wants: bool,
     /// Cancelled while checked out: forgotten when checked in, whatever the holder saw
     /// (a wait that timed out just before the cancel would keep it otherwise).
     cancelled: bool,
@@ -87,6 +90,7 @@ fn remember(node: &Node, request: RequestHandle, target: Target) {
     let entry = Pending {
         target,
         checked_out: None,
+        wait_wants: false,
         cancelled: false,
     };
     targets().insert(key(node, request), entry);
@@ -124,9 +128,9 @@ pub(super) unsafe fn test_now(
                 drop(table);
                 return node.test(request, None);
             }
-            // A waiter (or another test) is completing it: still pending as far as this
-            // call can tell.
-            Some(entry) if entry.checked_out.is_some() => return Ok(None),
+            // A waiter (or another test) is completing it, or a wait is about to: still
+            // pending as far as this call can tell.
+            Some(entry) if entry.checked_out.is_some() || entry.wait_wants => return Ok(None),
             Some(entry) => {
                 entry.checked_out = Some(Holder::Test);
                 entry.target
@@ -135,14 +139,24 @@ pub(super) unsafe fn test_now(
     };
     // Checked out, the target is this call's alone; the registry lock is not held while
     // the node tests (which may copy a large message), so other requests' tests and waits
-    // in other threads go on meanwhile.
+    // in other threads go on meanwhile. Checked in whatever happens (a panic caught at the
+    // C boundary too), so no wait spins for it for good.
+    struct CheckIn(Key, bool);
+    impl Drop for CheckIn {
+        fn drop(&mut self) {
+            let finished = self.1;
+            check_in(&[self.0], |_| finished);
+        }
+    }
+    let mut checked_out = CheckIn(key, false);
     let result = node.test(request, None);
+    checked_out.1 = !matches!(result, Ok(None));
     let delivered = match result {
         // SAFETY: per this function's contract.
         Ok(Some(_)) => unsafe { target.deliver(node, request) },
         _ => Ok(()),
     };
-    check_in(&[key], |_| !matches!(result, Ok(None)));
+    drop(checked_out);
     delivered?;
     result
 }
@@ -163,6 +177,11 @@ fn check_out(keys: &[Key]) -> Result<Vec<Option<Target>>, Status> {
             return Err(Status::MCAPI_ERR_WAIT_PENDING);
         }
         if held(Holder::Test) {
+            for k in keys {
+                if let Some(b) = table.get_mut(k) {
+                    b.wait_wants = true;
+                }
+            }
             drop(table);
             std::thread::yield_now();
             continue;
@@ -171,7 +190,7 @@ fn check_out(keys: &[Key]) -> Result<Vec<Option<Target>>, Status> {
             .iter()
             .map(|k| {
                 table.get_mut(k).map(|b| {
-                    b.checked_out = Some(Holder::Wait);
+                    (b.checked_out, b.wait_wants) = (Some(Holder::Wait), false);
                     b.target
                 })
             })
@@ -436,6 +455,7 @@ mod tests {
         let entry = Pending {
             target: Target::Message,
             checked_out: Some(Holder::Test),
+            wait_wants: false,
             cancelled: false,
         };
         targets().insert(k, entry);
@@ -444,6 +464,10 @@ mod tests {
         assert!(
             !waiter.is_finished(),
             "the wait went on while the test held it"
+        );
+        assert!(
+            targets()[&k].wait_wants,
+            "the next tests leave it to the wait"
         );
         check_in(&[k], |_| false);
         assert_eq!(waiter.join().unwrap(), Ok(1));
