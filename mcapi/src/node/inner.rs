@@ -47,6 +47,9 @@ pub(super) struct NodeInner {
     /// Set with `State::finalized`, for `Node::current` (every C call) to read without the
     /// state lock.
     pub(super) finalized: std::sync::atomic::AtomicBool,
+    /// Set once `initialize` returned the node: its id is this node's until `finalize`, or
+    /// until its last handle goes (`Drop`).
+    pub(super) holds_id: std::sync::atomic::AtomicBool,
     /// Makes the background thread panic once (tests of the guard).
     #[cfg(test)]
     pub(super) panic_in_background: std::sync::atomic::AtomicBool,

@@ -92,6 +92,7 @@ impl Node {
         let node = Node::start(domain_id, node_id, attributes, config);
         match &node {
             Ok(n) => {
+                n.inner.holds_id.store(true, Ordering::Release);
                 THREAD_NODE.with(|t| *t.borrow_mut() = Arc::downgrade(&n.inner));
                 let mut all = lock(process_nodes());
                 all.retain(|w| w.strong_count() > 0);
@@ -216,6 +217,7 @@ impl Node {
             watch_cursor: Default::default(),
             broken: OnceLock::new(),
             finalized: Default::default(),
+            holds_id: Default::default(),
             #[cfg(test)]
             panic_in_background: Default::default(),
             #[cfg(test)]
@@ -288,7 +290,10 @@ impl Drop for NodeInner {
     /// initialized again (a finalized one freed it already, and its id may be another
     /// node's since).
     fn drop(&mut self) {
-        if !self.finalized.load(Ordering::Acquire) {
+        if self.holds_id.load(Ordering::Acquire) && !self.finalized.load(Ordering::Acquire) {
+            // The control server first: a node initialized again with this id binds its
+            // socket at once.
+            drop(lock(&self.control).take());
             lock(live_nodes()).remove(&(self.domain_id, self.node_id));
         }
     }
