@@ -23,7 +23,7 @@ use smallvec::SmallVec;
 
 /// The control protocol this build speaks. Change it with any change to the frames, their
 /// answers' meaning, or the fabric's control tags (3: a `Lookup` and a `CreditRequest` are
-/// answered with the endpoint's generation, which credit control tags carry).
+/// answered with the endpoint's credit epoch, which credit control tags and `EndpointDeleted` carry).
 pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest frame body accepted (fabric addresses are small).
@@ -106,6 +106,9 @@ pub enum Frame {
     EndpointDeleted {
         /// Endpoint port.
         port: u32,
+        /// The deleted endpoint's credit epoch: a window for a later endpoint at the port
+        /// is not the one to forget.
+        epoch: u16,
     },
     /// A positive answer carrying a value (attribute value, 1 for "exists", credits).
     Value(u64),
@@ -270,9 +273,10 @@ impl Frame {
                 w.u32(*port);
                 op.encode(&mut w);
             }
-            Frame::EndpointDeleted { port } => {
+            Frame::EndpointDeleted { port, epoch } => {
                 w.u8(tag::ENDPOINT_DELETED);
                 w.u32(*port);
+                w.u16(*epoch);
             }
             Frame::Value(v) => {
                 w.u8(tag::VALUE);
@@ -334,7 +338,10 @@ impl Frame {
                 port: r.u32()?,
                 op: ChannelOp::decode(&mut r)?,
             },
-            tag::ENDPOINT_DELETED => Frame::EndpointDeleted { port: r.u32()? },
+            tag::ENDPOINT_DELETED => Frame::EndpointDeleted {
+                port: r.u32()?,
+                epoch: r.u16()?,
+            },
             tag::VALUE => Frame::Value(r.u64()?),
             tag::CONNECTED => Frame::Connected {
                 attributes: ChannelAttributes::decode(&mut r)?,
@@ -570,7 +577,7 @@ mod tests {
                 want: 2,
                 seen: u32::MAX,
             },
-            Frame::EndpointDeleted { port: 6 },
+            Frame::EndpointDeleted { port: 6, epoch: 9 },
             Frame::Value(u64::MAX),
             Frame::Connected { attributes: attrs },
             Frame::Refused(3),

@@ -96,8 +96,8 @@ impl ControlHandler {
                 };
                 node.answer_credit_request(from, *port, *want, *seen)
             }
-            Frame::EndpointDeleted { port } => {
-                let unspent = peer.map_or(0, |from| node.forget_remote(from, *port));
+            Frame::EndpointDeleted { port, epoch } => {
+                let unspent = peer.map_or(0, |from| node.forget_remote(from, *port, *epoch));
                 Frame::Value(u64::from(unspent))
             }
             Frame::NodeAttribute { attribute } => match node.node_attribute(*attribute) {
@@ -120,9 +120,9 @@ impl ControlHandler {
                 Err(s) => Frame::Refused(s.code()),
             },
             Frame::Lookup { port } => match node.live_state() {
-                // Its generation: the asker's credit window is for this endpoint.
+                // Its credit epoch: the asker's credit window is for this endpoint.
                 Ok(st) => match st.endpoints.get(port) {
-                    Some(ep) => Frame::Value(u64::from(ep.generation)),
+                    Some(ep) => Frame::Value(u64::from(ep.epoch)),
                     None => Frame::Refused(Status::MCAPI_ERR_ENDP_INVALID.code()),
                 },
                 Err(s) => Frame::Refused(s.code()),
@@ -188,13 +188,13 @@ impl NodeInner {
         while let Some(ctl) = ep.credits.poll() {
             match ctl {
                 Control::Grant(g) if g.to == me => granted += u64::from(g.credits),
-                other => queue_control(peers, outbox, (port, ep.generation), other),
+                other => queue_control(peers, outbox, (port, ep.epoch), other),
             }
         }
-        // With the endpoint's generation: the asker's window must be for this endpoint.
-        let generation = u64::from(ep.generation) << 32;
+        // With the endpoint's credit epoch: the asker's window must be for this endpoint.
+        let epoch = u64::from(ep.epoch) << 32;
         self.settle_credits(&mut st, port);
         self.flush_outbox(&mut st);
-        Frame::Value(granted | generation)
+        Frame::Value(granted | epoch)
     }
 }

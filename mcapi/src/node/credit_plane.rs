@@ -6,11 +6,11 @@ use crate::semantics::credit::{Control, SenderId};
 use crate::semantics::wire::{Kind, Tag};
 use std::collections::VecDeque;
 
-/// Queues a credit decision of endpoint `port` (of generation `epoch`) for the fabric.
+/// Queues a credit decision of endpoint `port` (of credit epoch `epoch`) for the fabric.
 pub(super) fn queue_control(
     peers: &[Peer],
     outbox: &mut VecDeque<(u16, Tag, u64)>,
-    (port, epoch): (u32, u8),
+    (port, epoch): (u32, u16),
     ctl: Control,
 ) {
     let (kind, to, n) = match ctl {
@@ -24,15 +24,15 @@ pub(super) fn queue_control(
     }
 }
 
-/// The tag of a control message about endpoint `port` of generation `epoch` (carried in
+/// The tag of a control message about endpoint `port` of credit epoch `epoch` (carried in
 /// the sequence field, which controls do not use otherwise).
-pub(super) fn control_tag(kind: Kind, (port, epoch): (u32, u8), peer: u16) -> Tag {
+pub(super) fn control_tag(kind: Kind, (port, epoch): (u32, u16), peer: u16) -> Tag {
     Tag {
         kind,
         priority: 0,
         port,
         peer,
-        seq: u16::from(epoch),
+        seq: epoch,
     }
 }
 
@@ -43,7 +43,7 @@ impl NodeInner {
             // No peer of ours (a stranger or a corrupt tag): it may change nothing.
             return;
         }
-        let epoch = tag.seq as u8;
+        let epoch = tag.seq;
         match tag.kind {
             Kind::Grant | Kind::Recall => {
                 let remote = st
@@ -76,10 +76,7 @@ impl NodeInner {
                     recv_strays,
                     ..
                 } = st;
-                let Some(ep) = endpoints
-                    .get_mut(&tag.port)
-                    .filter(|e| e.generation == epoch)
-                else {
+                let Some(ep) = endpoints.get_mut(&tag.port).filter(|e| e.epoch == epoch) else {
                     if tag.kind == Kind::Return {
                         // Credits of an endpoint deleted since: counted as held by its
                         // senders when it went (strays), they are the node's again.
@@ -114,12 +111,12 @@ impl NodeInner {
     }
 
     /// Queues the return of `credits` lent by the endpoint `remote` (peer, port) of
-    /// generation `epoch` to its node: they go back to it even once the endpoint is gone.
+    /// credit epoch `epoch` to its node: they go back to it even once the endpoint is gone.
     pub(super) fn return_credits(
         &self,
         st: &mut State,
         remote: (u16, u32),
-        (epoch, credits): (u8, u32),
+        (epoch, credits): (u16, u32),
     ) {
         let Some(p) = st.peers.get(remote.0 as usize) else {
             return;

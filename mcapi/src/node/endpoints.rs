@@ -85,10 +85,12 @@ impl Node {
             max_payload: EAGER_SLOT,
             channel: EndpointChannel::default(),
             generation: st.next_endpoint_generation,
+            epoch: st.next_endpoint_epoch,
             local_bufs: Vec::new(),
             local_free: Vec::new(),
         };
         st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
+        st.next_endpoint_epoch = st.next_endpoint_epoch.wrapping_add(1);
         st.endpoints.insert(port, ep);
         if any {
             st.next_any_port = port + 1;
@@ -131,7 +133,7 @@ impl Node {
         }
         drop(st);
         let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
-        let unspent = self.inner.announce_deleted(port, &senders);
+        let unspent = self.inner.announce_deleted((port, ep.epoch), &senders);
         // Credits the senders had not spent come back; those spent come back as their
         // messages arrive for nobody.
         if unspent > 0 {
@@ -184,8 +186,8 @@ impl Node {
         let (peer, epoch) = loop {
             let peer = self.inner.connect_peer(id.domain(), id.node(), deadline)?;
             match self.inner.control_call(peer, &Frame::Lookup { port }) {
-                // The endpoint's generation: our credit window is for that one.
-                Ok(Frame::Value(generation)) => break (peer, generation as u8),
+                // The endpoint's epoch: our credit window is for that one.
+                Ok(Frame::Value(epoch)) => break (peer, epoch as u16),
                 // Not created yet; or the run we reached is gone: wait for the next one.
                 Ok(_) | Err(Status::MCAPI_ERR_TRANSMISSION) => backoff.wait(deadline)?,
                 Err(e) => return Err(e),
@@ -438,17 +440,24 @@ impl NodeInner {
         })
     }
 
-    /// Endpoint `port` of node `from` was deleted: what we kept for sending to it goes (a
-    /// new endpoint at that port starts afresh), and sends queued for it fail. Returns the
-    /// credits for it that were not spent.
-    pub(super) fn forget_remote(&self, from: (u32, u32), port: u32) -> u32 {
+    /// Endpoint `port` of node `from`, of credit epoch `epoch`, was deleted: what we kept
+    /// for sending to it goes (a new endpoint at that port starts afresh), and sends queued
+    /// for it fail. Returns the credits for it that were not spent. A window we hold for a
+    /// later endpoint at the port (another epoch) stays.
+    pub(super) fn forget_remote(&self, from: (u32, u32), port: u32, epoch: u16) -> u32 {
         let Ok(mut st) = self.live_state() else {
             return 0;
         };
         let mut unspent = 0;
         if let Some(&peer) = st.peer_of.get(&from) {
-            if let Some(r) = st.remotes.remove(&(peer, port)) {
-                unspent = r.window.available() + r.spare;
+            if st
+                .remotes
+                .get(&(peer, port))
+                .is_some_and(|r| r.epoch == epoch)
+            {
+                if let Some(r) = st.remotes.remove(&(peer, port)) {
+                    unspent = r.window.available() + r.spare;
+                }
             }
             self.advance_sends(&mut st);
         }
@@ -457,7 +466,7 @@ impl NodeInner {
 
     /// Tells the nodes that sent to local endpoint `port` that it was deleted; returns the
     /// credits they held unspent (and now forget).
-    pub(super) fn announce_deleted(&self, port: u32, senders: &[u16]) -> u32 {
+    pub(super) fn announce_deleted(&self, (port, epoch): (u32, u16), senders: &[u16]) -> u32 {
         let mut unspent = 0u32;
         for &peer in senders {
             let node = {
@@ -475,7 +484,7 @@ impl NodeInner {
                 .connect_peer(domain, node, Some(Instant::now() + PEER_NOTICE))
                 .is_ok()
             {
-                match self.control_call(peer, &Frame::EndpointDeleted { port }) {
+                match self.control_call(peer, &Frame::EndpointDeleted { port, epoch }) {
                     Ok(Frame::Value(n)) => unspent = unspent.saturating_add(n as u32),
                     Ok(_) => {}
                     // It left meanwhile: it has nothing left to forget.

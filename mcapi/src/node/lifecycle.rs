@@ -165,6 +165,7 @@ impl Node {
             endpoints: HashMap::default(),
             next_any_port: super::endpoints::FIRST_ANY_PORT,
             next_endpoint_generation: 0,
+            next_endpoint_epoch: 0,
             recv_free: fab.recv_slots,
             // Posted as credits are lent (`post_for_lent`).
             idle_slots: (0..fab.recv_slots).rev().collect(),

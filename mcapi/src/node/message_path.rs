@@ -654,7 +654,7 @@ impl NodeInner {
             *recv_free -= ep.credits.lend(lendable);
             *recv_free += ep.credits.reclaim();
             while let Some(ctl) = ep.credits.poll() {
-                queue_control(peers, outbox, (port, ep.generation), ctl);
+                queue_control(peers, outbox, (port, ep.epoch), ctl);
             }
             if ep.credits.has_waiters() {
                 // Full (N lent) while its senders still wait: they wait for their own
@@ -683,7 +683,7 @@ impl NodeInner {
                 ep.credits.drain();
                 *recv_free += ep.credits.reclaim();
                 while let Some(ctl) = ep.credits.poll() {
-                    queue_control(peers, outbox, (port, ep.generation), ctl);
+                    queue_control(peers, outbox, (port, ep.epoch), ctl);
                 }
             }
             if *recv_free > 0 {
@@ -872,7 +872,7 @@ fn settle_pool(
         hungry.push_back(port);
     }
     while let Some(ctl) = ep.credits.poll() {
-        queue_control(peers, outbox, (port, ep.generation), ctl);
+        queue_control(peers, outbox, (port, ep.epoch), ctl);
     }
 }
 

@@ -267,13 +267,21 @@ impl Node {
                     return Err(Status::MCAPI_ERR_TRANSMISSION);
                 }
                 let Some(remote) = st.remotes.get_mut(&key) else {
+                    // Forgotten meanwhile (the endpoint was deleted): what it granted goes
+                    // back to its node.
+                    if let Frame::Value(v) = answer {
+                        let back = ((v >> 32) as u16, v as u32);
+                        if back.1 > 0 {
+                            self.inner.return_credits(&mut st, key, back);
+                        }
+                    }
                     return Err(Status::MCAPI_ERR_ENDP_INVALID);
                 };
                 match answer {
                     Frame::Value(v) => {
                         // Granted by the endpoint of that generation: if it replaced the one
                         // our window was for, the window is the new one's from now on.
-                        let (granted, epoch) = (v as u32, (v >> 32) as u8);
+                        let (granted, epoch) = (v as u32, (v >> 32) as u16);
                         if let Some(back) = remote.replace(epoch) {
                             self.inner.return_credits(&mut st, key, back);
                         }

@@ -25,6 +25,8 @@ pub(super) struct State {
     pub(super) next_any_port: u32,
     /// The generation the next endpoint created gets (see [`LocalEndpoint::generation`]).
     pub(super) next_endpoint_generation: u8,
+    /// The credit epoch the next endpoint created gets (see [`LocalEndpoint::epoch`]).
+    pub(super) next_endpoint_epoch: u16,
     /// Credits of the node's receive pool not lent to any endpoint (docs/design.md,
     /// Credits).
     pub(super) recv_free: u32,
@@ -260,6 +262,10 @@ pub(super) struct LocalEndpoint {
     pub(super) channel: EndpointChannel,
     /// Tells this endpoint from an earlier one at the same port (the message taken last).
     pub(super) generation: u8,
+    /// Tells this endpoint from every other one of the node for its credit controls (node-
+    /// wide, wrapping at 2^16: their tags carry it), so those of an endpoint deleted since,
+    /// or created at its port later, never mix with its own.
+    pub(super) epoch: u16,
     /// Buffers of messages from this node's own endpoints (`Arrived::slot` with
     /// [`LOCAL_SLOT`]), made on first use and reused: at most N.
     pub(super) local_bufs: Vec<Vec<u8>>,
@@ -295,10 +301,10 @@ pub(super) struct Arrived {
 }
 
 pub(super) struct Remote {
-    /// The generation of the endpoint this window is for (`LocalEndpoint::generation` at
-    /// its node): credit controls carry it, so those of an endpoint deleted since (or of
-    /// one created at the port after it) never mix with this one's.
-    pub(super) epoch: u8,
+    /// The epoch of the endpoint this window is for (`LocalEndpoint::epoch` at its node):
+    /// credit controls carry it, so those of an endpoint deleted since (or of one created
+    /// at the port after it) never mix with this one's.
+    pub(super) epoch: u16,
     pub(super) window: CreditWindow,
     /// A credit taken for a send the provider refused (-FI_EAGAIN), used first next time.
     pub(super) spare: u32,
@@ -307,7 +313,7 @@ pub(super) struct Remote {
 
 impl Remote {
     /// A window for endpoint generation `epoch`: no credits yet, sequence numbers from 0.
-    pub(super) fn new(epoch: u8) -> Remote {
+    pub(super) fn new(epoch: u16) -> Remote {
         Remote {
             epoch,
             window: CreditWindow::new(),
@@ -316,10 +322,10 @@ impl Remote {
         }
     }
 
-    /// This window is for the endpoint of generation `epoch` from now on (the one it was for
+    /// This window is for the endpoint of credit epoch `epoch` from now on (the one it was for
     /// was replaced at its port): emptied, and what the old one lent is returned (`Some`:
     /// a Return to queue, of `(old epoch, credits)`).
-    pub(super) fn replace(&mut self, epoch: u8) -> Option<(u8, u32)> {
+    pub(super) fn replace(&mut self, epoch: u16) -> Option<(u16, u32)> {
         if self.epoch == epoch {
             return None;
         }
