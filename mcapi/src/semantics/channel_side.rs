@@ -606,7 +606,8 @@ struct PacketStarts(Box<[BufferStarts]>);
 
 #[derive(Clone, Default)]
 struct BufferStarts {
-    offsets: Vec<usize>,
+    /// Offsets in the pool (u32: a pool is far below 4 GiB; one past is never recorded).
+    offsets: Vec<u32>,
     /// Posted again since its last arrival: the next arrival starts a new list.
     stale: bool,
 }
@@ -625,6 +626,9 @@ impl PacketStarts {
             buffer.offsets.clear();
             buffer.stale = false;
         }
+        let Ok(offset) = u32::try_from(offset) else {
+            return;
+        };
         if buffer.offsets.last() != Some(&offset) {
             buffer.offsets.push(offset);
         }
@@ -638,6 +642,9 @@ impl PacketStarts {
     }
 
     fn began(&self, b: usize, offset: usize) -> bool {
+        let Ok(offset) = u32::try_from(offset) else {
+            return false;
+        };
         self.0.get(b).is_some_and(|s| s.offsets.contains(&offset))
     }
 }
