@@ -174,6 +174,13 @@ fn check_out(keys: &[Key]) -> Result<Vec<Option<Target>>, Status> {
                 .any(|k| table.get(k).is_some_and(|b| b.checked_out == Some(by)))
         };
         if held(Holder::Wait) {
+            // Not waiting after all: the tests may take them again (another wait spinning
+            // for a test sets this again on its next look).
+            for k in keys {
+                if let Some(b) = table.get_mut(k) {
+                    b.wait_wants = false;
+                }
+            }
             return Err(Status::MCAPI_ERR_WAIT_PENDING);
         }
         if held(Holder::Test) {
@@ -476,5 +483,32 @@ mod tests {
             Err(Status::MCAPI_ERR_WAIT_PENDING)
         );
         targets().remove(&k);
+    }
+
+    /// A wait that gives up (another wait holds one of its requests) leaves the tests of the
+    /// others free again: no request stays reported pending for good.
+    #[test]
+    fn a_wait_that_gives_up_lets_tests_go_on() {
+        let (a, b) = ((u32::MAX, u32::MAX - 1, 1), (u32::MAX, u32::MAX - 1, 2));
+        for (k, holder) in [(a, Some(Holder::Test)), (b, None)] {
+            let entry = Pending {
+                target: Target::Message,
+                checked_out: holder,
+                wait_wants: false,
+                cancelled: false,
+            };
+            targets().insert(k, entry);
+        }
+        let waiter = std::thread::spawn(move || check_out(&[a, b]).map(|t| t.len()));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Another wait takes `b` meanwhile.
+        targets().get_mut(&b).unwrap().checked_out = Some(Holder::Wait);
+        assert_eq!(waiter.join().unwrap(), Err(Status::MCAPI_ERR_WAIT_PENDING));
+        assert!(
+            !targets()[&a].wait_wants,
+            "tests of `a` would say pending for good"
+        );
+        targets().remove(&a);
+        targets().remove(&b);
     }
 }

@@ -22,9 +22,9 @@ use crate::semantics::EndpointId;
 use smallvec::SmallVec;
 
 /// The control protocol this build speaks. Change it with any change to the frames, their
-/// answers' meaning, or the fabric's control tags (3: a `Lookup` and a `CreditRequest` are
+/// answers' meaning, or the fabric's control tags (4: a `Lookup` and a `CreditRequest` are
 /// answered with the endpoint's credit epoch, which credit control tags and `EndpointDeleted` carry).
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest frame body accepted (fabric addresses are small).
 pub const MAX_FRAME: usize = 64 * 1024;

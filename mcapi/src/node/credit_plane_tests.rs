@@ -213,3 +213,12 @@ fn a_same_node_sender_gets_room_held_by_a_remote_batch() {
     a.finalize().unwrap();
     b.finalize().unwrap();
 }
+
+/// Credit epochs compare within half their range, so they order across the wrap.
+#[test]
+fn credit_epochs_order_across_the_wrap() {
+    use crate::node::state::epoch_before;
+    assert!(epoch_before(1, 2) && !epoch_before(2, 1) && !epoch_before(5, 5));
+    assert!(epoch_before(u16::MAX, 0), "0 follows 65535");
+    assert!(epoch_before(65000, 100));
+}

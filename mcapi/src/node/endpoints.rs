@@ -6,7 +6,7 @@ use super::common::{
 };
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;
-use super::state::{LocalEndpoint, Remote, State, LOCAL_SLOT};
+use super::state::{epoch_before, LocalEndpoint, Remote, State, LOCAL_SLOT};
 use super::Node;
 use crate::attributes::{EndpointAttribute, FIFO_BUFFER, LOCAL_MEMORY, TIMEOUT_INFINITE};
 use crate::config::Compat;
@@ -84,12 +84,10 @@ impl Node {
             pending_recvs: VecDeque::with_capacity(16),
             max_payload: EAGER_SLOT,
             channel: EndpointChannel::default(),
-            generation: st.next_endpoint_generation,
             epoch: st.next_endpoint_epoch,
             local_bufs: Vec::new(),
             local_free: Vec::new(),
         };
-        st.next_endpoint_generation = st.next_endpoint_generation.wrapping_add(1) & 0x3F;
         st.next_endpoint_epoch = st.next_endpoint_epoch.wrapping_add(1);
         st.endpoints.insert(port, ep);
         if any {
@@ -429,7 +427,7 @@ impl NodeInner {
                 // The message taken last left its buffer, which is only not posted yet.
                 let taken = st
                     .taken
-                    .is_some_and(|t| t.port == port && t.generation == ep.generation);
+                    .is_some_and(|t| t.port == port && t.epoch == ep.epoch);
                 u64::from(ep.credits.free_buffers() + u32::from(taken))
                     .min(u64::from(ep.credits.capacity()))
             }
@@ -450,10 +448,11 @@ impl NodeInner {
         };
         let mut unspent = 0;
         if let Some(&peer) = st.peer_of.get(&from) {
+            // That endpoint's window, or an older one's whose notice never reached us.
             if st
                 .remotes
                 .get(&(peer, port))
-                .is_some_and(|r| r.epoch == epoch)
+                .is_some_and(|r| !epoch_before(epoch, r.epoch))
             {
                 if let Some(r) = st.remotes.remove(&(peer, port)) {
                     unspent = r.window.available() + r.spare;

@@ -562,7 +562,7 @@ impl NodeInner {
             ep.pending_recvs.pop_front();
             let taken = TakenSlot {
                 port,
-                generation: ep.generation,
+                epoch: ep.epoch,
                 slot: head.slot,
                 peer: head.peer,
             };

@@ -164,7 +164,6 @@ impl Node {
         let mut state = State {
             endpoints: HashMap::default(),
             next_any_port: super::endpoints::FIRST_ANY_PORT,
-            next_endpoint_generation: 0,
             next_endpoint_epoch: 0,
             recv_free: fab.recv_slots,
             // Posted as credits are lent (`post_for_lent`).

@@ -354,7 +354,7 @@ impl NodeInner {
         // The message is the caller's now; its slot goes back to the fabric later.
         let taken = TakenSlot {
             port,
-            generation: ep.generation,
+            epoch: ep.epoch,
             slot: head.slot,
             peer: head.peer,
         };
@@ -537,7 +537,7 @@ impl NodeInner {
         let alive = st
             .endpoints
             .get(&t.port)
-            .is_some_and(|ep| ep.generation == t.generation);
+            .is_some_and(|ep| ep.epoch == t.epoch);
         if !alive {
             // Deleted since: its credit went back with the endpoint, its slot is free now
             // (a slot the provider refuses takes that credit with it).

@@ -7,7 +7,7 @@ use super::inner::NodeInner;
 use super::message_path::InPlace;
 use super::peers::PeerInput;
 use super::rendezvous::{Descriptor, Msg, NO_STAGING, RNDV_MARK};
-use super::state::{Req, State, LOCAL_PEER};
+use super::state::{epoch_before, Req, State, LOCAL_PEER};
 use super::wait::Deadline;
 use super::Node;
 use crate::config::Compat;
@@ -282,6 +282,14 @@ impl Node {
                         // Granted by the endpoint of that generation: if it replaced the one
                         // our window was for, the window is the new one's from now on.
                         let (granted, epoch) = (v as u32, (v >> 32) as u16);
+                        if epoch_before(epoch, remote.epoch) {
+                            // Of an endpoint older than the one our window is for (a stale
+                            // answer): its grant goes back.
+                            if granted > 0 {
+                                self.inner.return_credits(&mut st, key, (epoch, granted));
+                            }
+                            continue;
+                        }
                         if let Some(back) = remote.replace(epoch) {
                             self.inner.return_credits(&mut st, key, back);
                         }

@@ -23,8 +23,6 @@ pub(super) struct State {
     // only this process chooses, so SipHash's flooding resistance buys nothing here.
     pub(super) endpoints: HashMap<u32, LocalEndpoint>,
     pub(super) next_any_port: u32,
-    /// The generation the next endpoint created gets (see [`LocalEndpoint::generation`]).
-    pub(super) next_endpoint_generation: u8,
     /// The credit epoch the next endpoint created gets (see [`LocalEndpoint::epoch`]).
     pub(super) next_endpoint_epoch: u16,
     /// Credits of the node's receive pool not lent to any endpoint (docs/design.md,
@@ -260,11 +258,9 @@ pub(super) struct LocalEndpoint {
     /// Largest packet (`MCAPI_ENDP_ATTR_MAX_PAYLOAD_SIZE`, settable for channels).
     pub(super) max_payload: usize,
     pub(super) channel: EndpointChannel,
-    /// Tells this endpoint from an earlier one at the same port (the message taken last).
-    pub(super) generation: u8,
-    /// Tells this endpoint from every other one of the node for its credit controls (node-
-    /// wide, wrapping at 2^16: their tags carry it), so those of an endpoint deleted since,
-    /// or created at its port later, never mix with its own.
+    /// Tells this endpoint from every other one of the node (node-wide, wrapping at 2^16):
+    /// its credit controls carry it, so those of an endpoint deleted since, or created at
+    /// its port later, never mix with its own; and a message taken from it knows it.
     pub(super) epoch: u16,
     /// Buffers of messages from this node's own endpoints (`Arrived::slot` with
     /// [`LOCAL_SLOT`]), made on first use and reused: at most N.
@@ -283,7 +279,8 @@ pub(super) const LOCAL_PEER: u16 = u16::MAX;
 #[derive(Clone, Copy)]
 pub(super) struct TakenSlot {
     pub(super) port: u32,
-    pub(super) generation: u8,
+    /// The endpoint's epoch (`LocalEndpoint::epoch`): tells it from a later one at the port.
+    pub(super) epoch: u16,
     pub(super) slot: u32,
     pub(super) peer: u16,
 }
@@ -311,6 +308,12 @@ pub(super) struct Remote {
     pub(super) next_seq: u16,
 }
 
+/// Whether credit epoch `a` came before `b` (node-wide counts that wrap at 2^16: compared
+/// within half the range).
+pub(super) fn epoch_before(a: u16, b: u16) -> bool {
+    (a.wrapping_sub(b) as i16) < 0
+}
+
 impl Remote {
     /// A window for endpoint generation `epoch`: no credits yet, sequence numbers from 0.
     pub(super) fn new(epoch: u16) -> Remote {
@@ -322,11 +325,12 @@ impl Remote {
         }
     }
 
-    /// This window is for the endpoint of credit epoch `epoch` from now on (the one it was for
-    /// was replaced at its port): emptied, and what the old one lent is returned (`Some`:
-    /// a Return to queue, of `(old epoch, credits)`).
+    /// This window is for the endpoint of credit epoch `epoch` from now on, if that one is
+    /// later than the one it was for (which was replaced at its port): emptied, and what
+    /// the old one lent is returned (`Some`: a Return to queue, of `(old epoch, credits)`).
+    /// An earlier `epoch` (a stale answer) changes nothing.
     pub(super) fn replace(&mut self, epoch: u16) -> Option<(u16, u32)> {
-        if self.epoch == epoch {
+        if !epoch_before(self.epoch, epoch) {
             return None;
         }
         let unspent = self.window.available() + self.spare;

@@ -126,7 +126,10 @@ impl RecvSide {
                     total: 0,
                 }
             },
-            starts: PacketStarts::new(if posting == Posting::MultiRecv { n } else { 0 }),
+            starts: PacketStarts::new(
+                if posting == Posting::MultiRecv { n } else { 0 },
+                buffer_size,
+            ),
             received: 0,
             peer_sent: None,
             pending: VecDeque::with_capacity(16),
@@ -602,50 +605,63 @@ enum Held {
 /// was posted until the first one after it is posted again: in arrival order (a buffer
 /// fills front to back), an empty packet's offset once however many share it, so at most a
 /// buffer's size plus one per buffer. Allocated as packets first fill a buffer, kept after.
-struct PacketStarts(Box<[BufferStarts]>);
+struct PacketStarts {
+    buffers: Box<[BufferStarts]>,
+    buffer_size: usize,
+}
 
 #[derive(Clone, Default)]
 struct BufferStarts {
-    /// Offsets in the pool (u32: a pool is far below 4 GiB; one past is never recorded).
+    /// Offsets within the buffer (a buffer is far below 4 GiB).
     offsets: Vec<u32>,
     /// Posted again since its last arrival: the next arrival starts a new list.
     stale: bool,
 }
 
 impl PacketStarts {
-    fn new(buffers: usize) -> PacketStarts {
-        PacketStarts(vec![BufferStarts::default(); buffers].into_boxed_slice())
+    fn new(buffers: usize, buffer_size: usize) -> PacketStarts {
+        PacketStarts {
+            buffers: vec![BufferStarts::default(); buffers].into_boxed_slice(),
+            buffer_size,
+        }
+    }
+
+    /// Pool offset `offset` as an offset within buffer `b`.
+    #[inline(always)]
+    fn within(&self, b: usize, offset: usize) -> Option<u32> {
+        let start = b.checked_mul(self.buffer_size)?;
+        u32::try_from(offset.checked_sub(start)?).ok()
     }
 
     #[inline(always)]
     fn arrived(&mut self, b: usize, offset: usize) {
-        let Some(buffer) = self.0.get_mut(b) else {
+        let Some(at) = self.within(b, offset) else {
+            return;
+        };
+        let Some(buffer) = self.buffers.get_mut(b) else {
             return;
         };
         if buffer.stale {
             buffer.offsets.clear();
             buffer.stale = false;
         }
-        let Ok(offset) = u32::try_from(offset) else {
-            return;
-        };
-        if buffer.offsets.last() != Some(&offset) {
-            buffer.offsets.push(offset);
+        if buffer.offsets.last() != Some(&at) {
+            buffer.offsets.push(at);
         }
     }
 
     #[inline(always)]
     fn reposted(&mut self, b: usize) {
-        if let Some(buffer) = self.0.get_mut(b) {
+        if let Some(buffer) = self.buffers.get_mut(b) {
             buffer.stale = true;
         }
     }
 
     fn began(&self, b: usize, offset: usize) -> bool {
-        let Ok(offset) = u32::try_from(offset) else {
+        let Some(at) = self.within(b, offset) else {
             return false;
         };
-        self.0.get(b).is_some_and(|s| s.offsets.contains(&offset))
+        self.buffers.get(b).is_some_and(|s| s.offsets.contains(&at))
     }
 }
 

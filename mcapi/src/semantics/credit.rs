@@ -502,6 +502,8 @@ impl CreditPool {
         if n > 0 {
             (s.spare, s.served) = (true, true);
             self.mark(i);
+            // Granted after a recall for the receiver's own node: that one may need another.
+            self.recalled_for_local = false;
         }
     }
 

@@ -994,3 +994,37 @@ fn a_local_message_without_room_recalls_once() {
     assert!(p.take_local(), "room once A's credits came back");
     check(&p);
 }
+
+/// A recall for the receiver's own node that found every credit spent (nothing to recall)
+/// does not keep the next one from going out once those credits were granted again.
+#[test]
+fn a_local_recall_is_made_again_after_a_new_grant() {
+    let mut p = CreditPool::empty(8, 3);
+    p.lend(8);
+    ask(&mut p, A, 8).unwrap();
+    drain(&mut p);
+    for _ in 0..8 {
+        p.arrived(A).unwrap();
+    }
+    assert!(!p.take_local());
+    p.recall_for_local();
+    assert!(
+        drain(&mut p).is_empty(),
+        "every credit is spent: nothing to recall"
+    );
+    for _ in 0..8 {
+        p.consumed(A).unwrap(); // earmarked, then granted back to A as batches
+    }
+    assert!(drain(&mut p)
+        .iter()
+        .any(|c| matches!(c, Control::Grant(g) if g.to == A)));
+    assert!(!p.take_local(), "A's new batch holds the buffers");
+    p.recall_for_local();
+    assert!(
+        drain(&mut p)
+            .iter()
+            .any(|c| matches!(c, Control::Recall { from, .. } if *from == A)),
+        "recalled again"
+    );
+    check(&p);
+}
