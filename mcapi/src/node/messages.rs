@@ -284,7 +284,8 @@ impl Node {
                         let (granted, epoch) = (v as u32, (v >> 32) as u16);
                         if epoch_before(epoch, remote.epoch) {
                             // Of an endpoint older than the one our window is for (a stale
-                            // answer): its grant goes back.
+                            // answer): its grant goes back, and the next look asks again.
+                            remote.window.request_refused();
                             if granted > 0 {
                                 self.inner.return_credits(&mut st, key, (epoch, granted));
                             }
