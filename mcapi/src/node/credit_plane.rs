@@ -24,6 +24,10 @@ pub(super) fn queue_control(
     }
 }
 
+/// A credit request's priority field (unused by controls otherwise) when its sender does
+/// not know the endpoint's epoch.
+pub(super) const EPOCH_UNKNOWN: u8 = 1;
+
 /// The tag of a control message about endpoint `port` of credit epoch `epoch` (carried in
 /// the sequence field, which controls do not use otherwise).
 pub(super) fn control_tag(kind: Kind, (port, epoch): (u32, u16), peer: u16) -> Tag {
@@ -46,10 +50,10 @@ impl NodeInner {
         let epoch = tag.seq;
         match tag.kind {
             Kind::Grant | Kind::Recall => {
-                let remote = st
-                    .remotes
-                    .get_mut(&(from, tag.port))
-                    .filter(|r| r.epoch == epoch);
+                let mut remote = st.remotes.get_mut(&(from, tag.port));
+                if remote.as_mut().is_some_and(|r| !r.accepts(epoch)) {
+                    remote = None;
+                }
                 let back = match (remote, tag.kind) {
                     (Some(remote), Kind::Grant) => {
                         remote.window.add(data as u32);
@@ -76,7 +80,13 @@ impl NodeInner {
                     recv_strays,
                     ..
                 } = st;
-                let Some(ep) = endpoints.get_mut(&tag.port).filter(|e| e.epoch == epoch) else {
+                // A request of a sender that does not know the epoch (we restarted since it
+                // last sent here) is for whichever endpoint is at the port.
+                let any_epoch = tag.kind == Kind::Request && tag.priority == EPOCH_UNKNOWN;
+                let Some(ep) = endpoints
+                    .get_mut(&tag.port)
+                    .filter(|e| any_epoch || e.epoch == epoch)
+                else {
                     if tag.kind == Kind::Return {
                         // Credits of an endpoint deleted since: counted as held by its
                         // senders when it went (strays), they are the node's again.

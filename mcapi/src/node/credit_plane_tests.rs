@@ -222,3 +222,45 @@ fn credit_epochs_order_across_the_wrap() {
     assert!(epoch_before(u16::MAX, 0), "0 follows 65535");
     assert!(epoch_before(65000, 100));
 }
+
+/// A receiver that restarts numbers its endpoints afresh: a sender that sent to an
+/// endpoint of its old run (of a later epoch than the new run's first endpoints) sends to
+/// the new run's endpoint at the port once it met the new run.
+#[test]
+fn a_sender_goes_on_after_its_receiver_restarted_with_fresh_epochs() {
+    let mut config = crate::config::Config::defaults();
+    config.provider = Some("shm".into());
+    config.job = format!("cp-restart-{}", std::process::id());
+    let a = Node::initialize(0, 58, config.clone()).unwrap();
+    let b = Node::initialize(0, 59, config.clone()).unwrap();
+    let tx = a.endpoint_create(1).unwrap();
+    // The old run's port-1 endpoint has epoch 3 (three created before it).
+    for port in 2..5 {
+        b.endpoint_create(port).unwrap();
+    }
+    let rx = b.endpoint_create(1).unwrap();
+    let to = a.endpoint_get(0, 59, 1, T).unwrap();
+    a.msg_send(tx, to, b"old", 0).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(3));
+    b.finalize().unwrap();
+    let b = Node::initialize(0, 59, config).unwrap();
+    let rx = b.endpoint_create(1).unwrap();
+    b.set_endpoint_timeout(rx, T).unwrap();
+    a.set_endpoint_timeout(tx, T).unwrap();
+    // The first sends may find the old run gone (MCAPI_ERR_TRANSMISSION) until the new
+    // run is met: a bound, not a timing.
+    let start = std::time::Instant::now();
+    loop {
+        let to = a.endpoint_get(0, 59, 1, T).unwrap();
+        match a.msg_send(tx, to, b"new", 0) {
+            Ok(()) => break,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(20), "{e:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(3));
+    assert_eq!(&buf[..3], b"new");
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}

@@ -1,7 +1,7 @@
 //! The message data path: queued sends and credits, arrivals, receives taking messages.
 
 use super::common::{ofi_status, Result, EAGER_SLOT, MAX_MSG_SIZE, NUM_PRIORITIES};
-use super::credit_plane::{control_tag, queue_control};
+use super::credit_plane::{control_tag, queue_control, EPOCH_UNKNOWN};
 use super::fetch::FetchOutcome;
 use super::inner::NodeInner;
 use super::rendezvous::{Msg, DESC_LEN, NO_STAGING, RNDV_MARK};
@@ -157,11 +157,12 @@ impl NodeInner {
                 if r.window.needs_request() {
                     let seen = r.window.request_sent();
                     let want = self.config.recv_buffers as u64;
-                    st.outbox.push_back((
-                        peer,
-                        control_tag(Kind::Request, (remote.1, r.epoch), index),
-                        want << 32 | u64::from(seen),
-                    ));
+                    let mut tag = control_tag(Kind::Request, (remote.1, r.epoch), index);
+                    if !r.epoch_known {
+                        tag.priority = EPOCH_UNKNOWN;
+                    }
+                    st.outbox
+                        .push_back((peer, tag, want << 32 | u64::from(seen)));
                 }
                 if nblocked < blocked.len() {
                     blocked[nblocked] = remote;

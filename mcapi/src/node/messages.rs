@@ -7,7 +7,7 @@ use super::inner::NodeInner;
 use super::message_path::InPlace;
 use super::peers::PeerInput;
 use super::rendezvous::{Descriptor, Msg, NO_STAGING, RNDV_MARK};
-use super::state::{epoch_before, Req, State, LOCAL_PEER};
+use super::state::{Req, State, LOCAL_PEER};
 use super::wait::Deadline;
 use super::Node;
 use crate::config::Compat;
@@ -252,6 +252,9 @@ impl Node {
                 // Ask the receiver's control plane, which answers even while its application
                 // is busy elsewhere. Later grants come over the fabric.
                 let seen = remote.window.request_sent();
+                // The window asked for: if another thread replaces it meanwhile, an answer
+                // of another epoch is about the one it replaced.
+                let asked_for = (remote.epoch, remote.replaced);
                 let want = self.inner.config.recv_buffers as u32;
                 drop(st);
                 let request = Frame::CreditRequest {
@@ -279,11 +282,11 @@ impl Node {
                 };
                 match answer {
                     Frame::Value(v) => {
-                        // Granted by the endpoint of that generation: if it replaced the one
+                        // Granted by the endpoint of that epoch: if it replaced the one
                         // our window was for, the window is the new one's from now on.
                         let (granted, epoch) = (v as u32, (v >> 32) as u16);
-                        if epoch_before(epoch, remote.epoch) {
-                            // Of an endpoint older than the one our window is for (a stale
+                        if epoch != remote.epoch && (remote.epoch, remote.replaced) != asked_for {
+                            // About the window another thread replaced meanwhile (a stale
                             // answer): its grant goes back, and the next look asks again.
                             remote.window.request_refused();
                             if granted > 0 {

@@ -297,8 +297,8 @@ impl NodeInner {
         self.reclaim_run(st, index);
         for ((peer, _), remote) in st.remotes.iter_mut() {
             if *peer == index {
-                remote.window.reset();
-                (remote.spare, remote.next_seq) = (0, 0);
+                // The new run numbers its endpoints afresh: the epoch is learnt again.
+                remote.forget_epoch();
             }
         }
     }

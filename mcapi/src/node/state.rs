@@ -302,6 +302,12 @@ pub(super) struct Remote {
     /// credit controls carry it, so those of an endpoint deleted since (or of one created
     /// at the port after it) never mix with this one's.
     pub(super) epoch: u16,
+    /// `false` once the node restarted (a new run numbers its endpoints afresh): the
+    /// epoch is taken from the first answer or grant, and requests say they do not know it.
+    pub(super) epoch_known: bool,
+    /// Times the window was replaced for another epoch (wrapping): tells an answer to a
+    /// request made before a replacement from one made after it.
+    pub(super) replaced: u32,
     pub(super) window: CreditWindow,
     /// A credit taken for a send the provider refused (-FI_EAGAIN), used first next time.
     pub(super) spare: u32,
@@ -319,22 +325,41 @@ impl Remote {
     pub(super) fn new(epoch: u16) -> Remote {
         Remote {
             epoch,
+            epoch_known: true,
+            replaced: 0,
             window: CreditWindow::new(),
             spare: 0,
             next_seq: 0,
         }
     }
 
-    /// This window is for the endpoint of credit epoch `epoch` from now on, if that one is
-    /// later than the one it was for (which was replaced at its port): emptied, and what
+    /// Its node restarted: everything of the old run is forgotten, the epoch included.
+    pub(super) fn forget_epoch(&mut self) {
+        let replaced = self.replaced.wrapping_add(1);
+        *self = Remote::new(0);
+        (self.epoch_known, self.replaced) = (false, replaced);
+    }
+
+    /// Whether a credit control of endpoint epoch `epoch` is for this window (one whose
+    /// epoch is not known yet takes the first and adopts it).
+    pub(super) fn accepts(&mut self, epoch: u16) -> bool {
+        if !self.epoch_known {
+            (self.epoch, self.epoch_known) = (epoch, true);
+        }
+        self.epoch == epoch
+    }
+
+    /// This window is for the endpoint of credit epoch `epoch` from now on (the one it was
+    /// for was replaced at its port, as the caller learnt from that node): emptied, and what
     /// the old one lent is returned (`Some`: a Return to queue, of `(old epoch, credits)`).
-    /// An earlier `epoch` (a stale answer) changes nothing.
     pub(super) fn replace(&mut self, epoch: u16) -> Option<(u16, u32)> {
-        if !epoch_before(self.epoch, epoch) {
+        if self.accepts(epoch) {
             return None;
         }
         let unspent = self.window.available() + self.spare;
+        let replaced = self.replaced.wrapping_add(1);
         let old = std::mem::replace(self, Remote::new(epoch));
+        self.replaced = replaced;
         (unspent > 0).then_some((old.epoch, unspent))
     }
 
