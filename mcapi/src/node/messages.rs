@@ -940,12 +940,17 @@ impl NodeInner {
                 if deadline.get().is_some_and(|d| Instant::now() >= d) {
                     return Err(Status::MCAPI_TIMEOUT);
                 }
-                // The liveness watcher marks a dead peer's link closed without the state
-                // lock, which we hold; its loss is recorded here.
-                let p = &st.peers[peer as usize];
-                if let Some(link) = p.link.as_ref().filter(|l| l.is_closed()) {
-                    let run = link.incarnation;
-                    self.peer_event_locked(st, peer, PeerInput::Lost(run));
+                // The liveness watcher marks a dead peer's link closed, but it needs the
+                // state lock, which we hold (for as long as the provider refuses): the
+                // link is looked at here too, and its loss recorded.
+                if let Some(link) = st.peers[peer as usize].link.clone() {
+                    if !link.is_closed() && link.stream.try_lock().is_ok_and(|s| s.is_closed()) {
+                        link.closed
+                            .store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    if link.is_closed() {
+                        self.peer_event_locked(st, peer, PeerInput::Lost(link.incarnation));
+                    }
                 }
                 if !st.peers[peer as usize].is_alive() {
                     return Err(Status::MCAPI_ERR_TRANSMISSION);
