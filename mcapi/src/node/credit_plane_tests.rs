@@ -24,13 +24,23 @@ fn until(a: &Node, b: &Node, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Until every credit of `b`'s node is back (none lent, none stray), then both finalize.
+fn every_credit_back(a: &Node, b: &Node) {
+    let p = b.inner.fab.recv_slots;
+    until(a, b, "the node's credits to come back", || {
+        let st = b.inner.state.lock().unwrap();
+        (st.recv_free, st.recv_strays) == (p, 0)
+    });
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
 /// The grants of the last messages consumed are still in the sender's CQ when the
 /// endpoint is deleted: the sender gives them back when they arrive, and the receiving
 /// node's credits all come back.
 #[test]
 fn grants_crossing_a_delete_come_back() {
     let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-delete", (44, 45), Some(8));
-    let p = b.inner.fab.recv_slots;
     for i in 0..8u8 {
         a.msg_send(tx, to, &[i], 0).unwrap();
     }
@@ -41,12 +51,7 @@ fn grants_crossing_a_delete_come_back() {
     }
     b.endpoint_delete(rx).unwrap();
     a.inner.hold_background.store(false, Relaxed);
-    until(&a, &b, "the node's credits to come back", || {
-        let st = b.inner.state.lock().unwrap();
-        (st.recv_free, st.recv_strays) == (p, 0)
-    });
-    a.finalize().unwrap();
-    b.finalize().unwrap();
+    every_credit_back(&a, &b);
 }
 
 /// Delete and create again, twenty times, with nothing held: no credit is lost on the way
@@ -54,7 +59,6 @@ fn grants_crossing_a_delete_come_back() {
 #[test]
 fn deletes_after_the_last_receive_lose_no_credit() {
     let (a, b, tx, mut rx, mut to) = sender_and_receiver("shm", "cp-rounds", (50, 51), Some(8));
-    let p = b.inner.fab.recv_slots;
     let mut buf = [0u8; 8];
     a.set_endpoint_timeout(tx, T).unwrap();
     for round in 0..20u32 {
@@ -69,12 +73,7 @@ fn deletes_after_the_last_receive_lose_no_credit() {
         to = a.endpoint_get(0, 51, 10 + round, None).unwrap();
     }
     b.endpoint_delete(rx).unwrap();
-    until(&a, &b, "the node's credits to come back", || {
-        let st = b.inner.state.lock().unwrap();
-        (st.recv_free, st.recv_strays) == (p, 0)
-    });
-    a.finalize().unwrap();
-    b.finalize().unwrap();
+    every_credit_back(&a, &b);
 }
 
 /// As above, and the endpoint is created again at the port before the sender reads the old

@@ -23,6 +23,13 @@ fn recall(from: SenderId, credits: u32) -> Control {
     Control::Recall { from, credits }
 }
 
+/// Whether the controls polled now grant `s` credits.
+fn granted_to(p: &mut CreditPool, s: SenderId) -> bool {
+    drain(p)
+        .iter()
+        .any(|c| matches!(c, Control::Grant(g) if g.to == s))
+}
+
 /// A fresh request: the sender has seen every grant polled so far.
 fn ask(p: &mut CreditPool, s: SenderId, want: u32) -> Result<(), Status> {
     let seen = p.slot(s).map_or(0, |i| p.senders[i].sent);
@@ -891,12 +898,7 @@ fn a_draining_pool_gives_consumed_credits_back_to_the_budget() {
         p.consumed(A).unwrap();
     }
     check(&p);
-    assert!(
-        drain(&mut p)
-            .iter()
-            .any(|c| matches!(c, Control::Grant(g) if g.to == A)),
-        "batches again"
-    );
+    assert!(granted_to(&mut p, A), "batches again");
 }
 
 /// A dry sender's request that overtakes the Return answering a recall is deferred (its
@@ -959,12 +961,7 @@ fn a_deferred_sender_is_answered_while_the_pool_drains() {
     drain(&mut p);
     p.consumed(A).unwrap();
     check(&p);
-    assert!(
-        drain(&mut p)
-            .iter()
-            .any(|c| matches!(c, Control::Grant(g) if g.to == A)),
-        "the deferred sender is answered"
-    );
+    assert!(granted_to(&mut p, A), "the deferred sender is answered");
 }
 
 /// A message of the receiver's own node that finds no room recalls the senders' unspent
@@ -1015,9 +1012,7 @@ fn a_local_recall_is_made_again_after_a_new_grant() {
     for _ in 0..8 {
         p.consumed(A).unwrap(); // earmarked, then granted back to A as batches
     }
-    assert!(drain(&mut p)
-        .iter()
-        .any(|c| matches!(c, Control::Grant(g) if g.to == A)));
+    assert!(granted_to(&mut p, A));
     assert!(!p.take_local(), "A's new batch holds the buffers");
     p.recall_for_local();
     assert!(
