@@ -35,12 +35,14 @@ fn every_credit_back(a: &Node, b: &Node) {
     b.finalize().unwrap();
 }
 
-/// The grants of the last messages consumed are still in the sender's CQ when the
-/// endpoint is deleted: the sender gives them back when they arrive, and the receiving
-/// node's credits all come back.
-#[test]
-fn grants_crossing_a_delete_come_back() {
-    let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-delete", (44, 45), Some(8));
+/// Sends the N = 8 messages `b`'s endpoint lends credits for, receives them while the
+/// sender does not read its CQ (its grants stay there), then deletes the endpoint; the
+/// sender's background thread is held until the caller lets it go.
+fn delete_with_grants_unread(
+    a: &Node,
+    b: &Node,
+    (tx, rx, to): (crate::EndpointId, crate::EndpointId, crate::EndpointId),
+) {
     for i in 0..8u8 {
         a.msg_send(tx, to, &[i], 0).unwrap();
     }
@@ -50,6 +52,15 @@ fn grants_crossing_a_delete_come_back() {
         assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
     }
     b.endpoint_delete(rx).unwrap();
+}
+
+/// The grants of the last messages consumed are still in the sender's CQ when the
+/// endpoint is deleted: the sender gives them back when they arrive, and the receiving
+/// node's credits all come back.
+#[test]
+fn grants_crossing_a_delete_come_back() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-delete", (44, 45), Some(8));
+    delete_with_grants_unread(&a, &b, (tx, rx, to));
     a.inner.hold_background.store(false, Relaxed);
     every_credit_back(&a, &b);
 }
@@ -82,16 +93,9 @@ fn deletes_after_the_last_receive_lose_no_credit() {
 #[test]
 fn stale_grants_are_not_spent_on_an_endpoint_created_again() {
     let (a, b, tx, rx, to) = sender_and_receiver("shm", "cp-recreate", (46, 47), Some(8));
-    for i in 0..8u8 {
-        a.msg_send(tx, to, &[i], 0).unwrap();
-    }
-    a.inner.hold_background.store(true, Relaxed);
-    let mut buf = [0u8; 8];
-    for _ in 0..8 {
-        assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
-    }
-    b.endpoint_delete(rx).unwrap();
+    delete_with_grants_unread(&a, &b, (tx, rx, to));
     let rx2 = b.endpoint_create(1).unwrap();
+    let mut buf = [0u8; 8];
     a.set_endpoint_timeout(tx, T).unwrap();
     b.set_endpoint_timeout(rx2, T).unwrap();
     for round in 0..3u8 {
