@@ -178,30 +178,39 @@ fn two_hosts(roles: [&str; 2]) -> Result<(), Failed> {
     let mut receiver = spawn(0, roles[0])?;
     let mut sender = spawn(1, roles[1])?;
     // Bounded: a hang fails this test instead of eating the CI run.
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let (r, s) = (
-        wait_until(&mut receiver, deadline)?,
-        wait_until(&mut sender, deadline)?,
-    );
-    match (r, s) {
-        (Some(r), Some(s)) if r.success() && s.success() => Ok(()),
-        (r, s) => Err(format!("receiver {r:?}, sender {s:?} (None: killed after 120 s)").into()),
+    let status = wait_both([&mut receiver, &mut sender], Duration::from_secs(120))?;
+    match status {
+        [Some(r), Some(s)] if r.success() && s.success() => Ok(()),
+        [r, s] => Err(format!("receiver {r:?}, sender {s:?} (None: killed)").into()),
     }
 }
 
-/// `child`'s exit status, or `None` if it had to be killed at `deadline`.
-fn wait_until(
-    child: &mut std::process::Child,
-    deadline: std::time::Instant,
-) -> std::io::Result<Option<std::process::ExitStatus>> {
+/// Both children's exit statuses. Bounded: one that fails ends the other at once (it may
+/// wait for its peer for good), and both are killed after `limit`; `None` for one killed.
+fn wait_both(
+    mut children: [&mut std::process::Child; 2],
+    limit: Duration,
+) -> std::io::Result<[Option<std::process::ExitStatus>; 2]> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut status = [None, None];
     loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
+        for (i, child) in children.iter_mut().enumerate() {
+            if status[i].is_none() {
+                status[i] = child.try_wait()?;
+            }
         }
-        if std::time::Instant::now() >= deadline {
-            _ = child.kill();
-            _ = child.wait();
-            return Ok(None);
+        let failed = status.iter().flatten().any(|s| !s.success());
+        if status.iter().all(Option::is_some) {
+            return Ok(status);
+        }
+        if failed || std::time::Instant::now() >= deadline {
+            for (i, child) in children.iter_mut().enumerate() {
+                if status[i].is_none() {
+                    _ = child.kill();
+                    _ = child.wait();
+                }
+            }
+            return Ok(status);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
