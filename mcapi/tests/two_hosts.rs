@@ -4,6 +4,10 @@
 //! the documentation range 198.51.100.0/24. Skipped, with the reason printed, without
 //! CAP_NET_ADMIN. Messages, then a packet and a scalar channel between the two hosts.
 
+#[path = "common/launch.rs"]
+mod launch;
+
+use launch::{required, sh};
 use libtest_mimic::{Arguments, Failed, Trial};
 use mcapi::config::Config;
 use mcapi::{Node, MAX_PKT_SIZE};
@@ -32,9 +36,7 @@ fn main() {
     let mut args = Arguments::from_args();
     args.test_threads = Some(1);
     // The test command sets MCAPI_TEST_REQUIRE_ALL: there the tests run (and fail) anyway.
-    let required =
-        std::env::var_os("MCAPI_TEST_REQUIRE_ALL").is_some_and(|v| !v.is_empty() && v != "0");
-    let why = setup_reason().filter(|_| !required);
+    let why = setup_reason().filter(|_| !required());
     if let Some(why) = &why {
         eprintln!("skipping two_hosts: {why}");
     }
@@ -51,22 +53,6 @@ fn main() {
         .map(|t| t.with_ignored_flag(why.is_some()))
         .collect();
     libtest_mimic::run(&args, trials).exit();
-}
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 /// Why the namespaces cannot be made here, if they cannot.

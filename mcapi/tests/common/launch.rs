@@ -1,5 +1,7 @@
-//! Launching for real, shared by the launcher tests of mcapi (`tests/launcher.rs`) and
-//! perftest (`perftest/tests/launcher.rs`, which includes this file by path): finding
+//! Launching for real, shared by the launcher tests of mcapi (`tests/launcher.rs`, and
+//! `tests/two_hosts.rs` for `sh` and `required`) and
+//! perftest (`perftest/tests/launcher.rs`, and `smoke.rs` for `required`, which include this
+//! file by path): finding
 //! mpirun, waiting for it with a bound, and two "hosts" made of network namespaces.
 //! Only std: each test crate compiles its own copy.
 
