@@ -2164,12 +2164,13 @@ fn refused_calls_change_nothing_and_name_the_specs_codes() {
     for r in held {
         node.cancel(r).unwrap();
     }
-    // A node the job does not have is no node to get an endpoint of, from the first test
-    // of the request on (4.2.2), and has no endpoint to read attributes of (4.2.5 knows
-    // ENDP_INVALID only).
-    let get = node.endpoint_get_i(0, 47, 1).unwrap();
-    assert_eq!(node.test(get, None), Err(Status::MCAPI_ERR_NODE_INVALID));
-    _ = node.cancel(get);
+    // A node the job does not have is no node to get an endpoint of: refused before a
+    // request exists (4.2.2: on error only the status is set), and has no endpoint to read
+    // attributes of (4.2.5 knows ENDP_INVALID only).
+    assert_eq!(
+        node.endpoint_get_i(0, 47, 1),
+        Err(Status::MCAPI_ERR_NODE_INVALID)
+    );
     let ghost = EndpointId::encode(0, 47, 1).unwrap();
     assert_eq!(
         node.endpoint_get_attribute(ghost, 9),

@@ -296,22 +296,24 @@ impl Node {
     }
 
     /// Sets the timeout of blocking sends and receives of local endpoint `endpoint`
-    /// (`MCAPI_ENDP_ATTR_TIMEOUT`; `None`: infinite).
+    /// (`None`: infinite): [`Node::endpoint_set_attribute`] of `MCAPI_ENDP_ATTR_TIMEOUT`
+    /// with `timeout` in whole milliseconds, rounded up.
     ///
     /// # Errors
-    /// `MCAPI_ERR_ENDP_INVALID`.
+    /// As [`Node::endpoint_set_attribute`]: `MCAPI_ERR_ATTR_VALUE` for a timeout the
+    /// attribute cannot hold (`MCAPI_TIMEOUT_INFINITE` ms or more),
+    /// `MCAPI_ERR_CHAN_CONNECTED` for an endpoint connected to a channel.
     pub fn set_endpoint_timeout(
         &self,
         endpoint: EndpointId,
         timeout: Option<Duration>,
     ) -> Result<()> {
-        let port = self.local_port(endpoint)?;
-        let mut st = self.inner.live_state()?;
-        st.endpoints
-            .get_mut(&port)
-            .ok_or(Status::MCAPI_ERR_ENDP_INVALID)?
-            .timeout = timeout;
-        Ok(())
+        let ms = match timeout.map(|t| t.as_nanos().div_ceil(1_000_000)) {
+            None => TIMEOUT_INFINITE,
+            Some(ms) if ms < u128::from(TIMEOUT_INFINITE) => ms as u64,
+            Some(_) => return Err(Status::MCAPI_ERR_ATTR_VALUE),
+        };
+        self.endpoint_set_attribute(endpoint, EndpointAttribute::Timeout as u32, ms)
     }
 
     /// The port of `endpoint` if it is one of this node's live endpoints; another node's
@@ -502,6 +504,74 @@ mod tests {
     use super::FIRST_ANY_PORT;
     use crate::node::test_pair::sender_and_receiver;
     use crate::semantics::endpoint_id::{MAX_PORT, PORT_ANY};
+
+    /// While another thread waits (forever) for a node to come up, a get of that node's
+    /// endpoint with a zero or short timeout, and a test of an `endpoint_get_i`, return at
+    /// once instead of waiting for the other thread's contact (spec 3.16.12, 4.2.2).
+    #[test]
+    fn a_get_with_a_timeout_does_not_wait_for_another_threads_contact() {
+        use crate::config::Config;
+        use crate::semantics::Status;
+        use crate::Node;
+        use std::time::{Duration, Instant};
+        let mut config = Config::defaults();
+        config.provider = Some("shm".into());
+        config.job = format!("contact-wait-{}", std::process::id());
+        let node = Node::initialize(0, 31, config).expect("a node");
+        let waiter = {
+            let node = node.clone();
+            std::thread::spawn(move || node.endpoint_get(0, 99, 1, None))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        for timeout in [Duration::ZERO, Duration::from_millis(10)] {
+            let start = Instant::now();
+            assert_eq!(
+                node.endpoint_get(0, 99, 1, Some(timeout)),
+                Err(Status::MCAPI_TIMEOUT)
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "{timeout:?}: {:?}",
+                start.elapsed()
+            );
+        }
+        let r = node.endpoint_get_i(0, 99, 1).expect("a request");
+        let start = Instant::now();
+        assert_eq!(node.test(r, None), Ok(None));
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "test: {:?}",
+            start.elapsed()
+        );
+        node.cancel(r).expect("cancel");
+        node.finalize().expect("finalize");
+        assert!(waiter.join().expect("the waiter").is_err());
+    }
+
+    /// `set_endpoint_timeout` is the timeout attribute's setter: refused for an endpoint
+    /// connected to a channel (spec 4.2.6) and for what the attribute cannot hold.
+    #[test]
+    fn set_endpoint_timeout_checks_as_the_attribute_does() {
+        use crate::semantics::Status;
+        use std::time::Duration;
+        let (a, _b, tx, ..) = sender_and_receiver("shm", "timeout-set", (32, 33), None);
+        let too_long = Duration::from_millis(u64::from(u32::MAX));
+        assert_eq!(
+            a.set_endpoint_timeout(tx, Some(too_long)),
+            Err(Status::MCAPI_ERR_ATTR_VALUE)
+        );
+        a.set_endpoint_timeout(tx, Some(Duration::from_micros(1500)))
+            .expect("a timeout");
+        assert_eq!(a.endpoint_get_attribute(tx, 9), Ok(2));
+        let rx = a.endpoint_create(2).expect("an endpoint");
+        let r = a.pktchan_connect_i(tx, rx).expect("connect");
+        a.wait(r, None, None).expect("connected");
+        assert_eq!(
+            a.set_endpoint_timeout(tx, Some(Duration::ZERO)),
+            Err(Status::MCAPI_ERR_CHAN_CONNECTED)
+        );
+        assert_eq!(a.endpoint_get_attribute(tx, 9), Ok(2));
+    }
 
     /// `MCAPI_PORT_ANY` goes round its range: at its end it starts again with the first
     /// port free, so create/delete cycles never run out of ports.

@@ -535,11 +535,17 @@ impl NodeInner {
         let Some(t) = st.taken.take() else {
             return;
         };
-        let alive = st
-            .endpoints
-            .get(&t.port)
-            .is_some_and(|ep| ep.epoch == t.epoch);
-        if !alive {
+        let State {
+            endpoints,
+            peers,
+            outbox,
+            recv_free,
+            recv_held,
+            idle_slots,
+            hungry,
+            ..
+        } = st;
+        let Some(ep) = endpoints.get_mut(&t.port).filter(|ep| ep.epoch == t.epoch) else {
             // Deleted since: its credit went back with the endpoint, its slot is free now
             // (a slot the provider refuses takes that credit with it).
             st.recv_held = st.recv_held.saturating_sub(1);
@@ -547,22 +553,11 @@ impl NodeInner {
                 st.recv_free = st.recv_free.saturating_sub(1);
             }
             return;
-        }
-        if !self.free_slot(st, t.slot, t.port) {
+        };
+        if !self.free_slot_of(idle_slots, *recv_held, *recv_free, t.slot, t.port) {
             // The credit stays with the endpoint's sender accounting, never returned.
             return;
         }
-        let State {
-            endpoints,
-            peers,
-            outbox,
-            recv_free,
-            hungry,
-            ..
-        } = st;
-        let Some(ep) = endpoints.get_mut(&t.port) else {
-            return;
-        };
         // (A sender that left meanwhile has nothing to be credited.)
         _ = ep.credits.consumed(SenderId(u32::from(t.peer)));
         settle_pool(ep, t.port, peers, outbox, recv_free, hungry);
@@ -578,8 +573,21 @@ impl NodeInner {
     /// idle if the node's unlent credits allow, else it is posted again. `false`: the
     /// provider refused it (lost; the node takes one message fewer at once from now on).
     pub(super) fn free_slot(&self, st: &mut State, slot: u32, port: u32) -> bool {
-        if st.idle_slots.len() as u32 + st.recv_held < st.recv_free {
-            st.idle_slots.push(slot);
+        self.free_slot_of(&mut st.idle_slots, st.recv_held, st.recv_free, slot, port)
+    }
+
+    /// [`NodeInner::free_slot`] on the state's fields.
+    #[inline(always)]
+    fn free_slot_of(
+        &self,
+        idle_slots: &mut Vec<u32>,
+        recv_held: u32,
+        recv_free: u32,
+        slot: u32,
+        port: u32,
+    ) -> bool {
+        if idle_slots.len() as u32 + recv_held < recv_free {
+            idle_slots.push(slot);
         } else if let Err(e) = self.fab.post_recv_slot(slot) {
             log::warn!("port {port}: a receive slot could not be posted again: {e}");
             return false;
@@ -795,7 +803,9 @@ impl NodeInner {
                 .get(&port)
                 .and_then(|e| e.queue.peek())
                 .is_some_and(|h| h.slot == slot);
-        if !for_receive {
+        if for_receive {
+            st.waiting_receives.leave_unread();
+        } else {
             self.prefetch(st, slot, peer, port);
         }
     }
@@ -804,10 +814,15 @@ impl NodeInner {
     /// if it was the last, a rendezvous message left at the head of the port's queue
     /// unread for it (the receive timed out, or its buffer was too small) is read ahead as
     /// any other, so its sender goes on.
+    #[inline]
     pub(super) fn receive_left(&self, st: &mut State, port: u32) {
-        if !st.waiting_receives.leave(port) {
-            return;
+        if st.waiting_receives.leave(port) {
+            self.read_ahead_left(st, port);
         }
+    }
+
+    #[cold]
+    fn read_ahead_left(&self, st: &mut State, port: u32) {
         let head = st
             .endpoints
             .get(&port)

@@ -534,7 +534,9 @@ impl Node {
     /// `MCAPI_TIMEOUT`.
     pub fn msg_recv(&self, endpoint: EndpointId, buf: &mut [u8]) -> Result<usize> {
         let mut st = self.inner.live_state()?;
-        let timeout = self.local_endpoint(&st, endpoint)?.timeout;
+        if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {
+            return Err(Status::MCAPI_ERR_ENDP_INVALID);
+        }
         let port = endpoint.port();
         // A rendezvous message at the head of the queue that nothing reads yet is read
         // straight into `buf` (where the provider allows), and one arriving while we read
@@ -552,6 +554,8 @@ impl Node {
             drop(st);
             return self.read_in_place(read, buf);
         }
+        // (The endpoint is there: `take_message` found it.)
+        let timeout = self.local_endpoint(&st, endpoint)?.timeout;
         let mut deadline = Deadline::new(timeout);
         let mut backoff = self.inner.backoff();
         let mut rndv_seen = st.rndv.events();

@@ -26,10 +26,6 @@ pub(super) enum PeerInput {
     Lost(u64),
 }
 
-/// How long a call with a deadline waits for another thread's contact with the same node
-/// at least (a handshake's time limit).
-const CONTACT_WAIT: Duration = Duration::from_secs(5);
-
 impl NodeInner {
     /// Our peer index for `<domain, node>`, connecting its control plane (and exchanging
     /// fabric addresses) on first use.
@@ -49,12 +45,11 @@ impl NodeInner {
             .or_default()
             .clone();
         // Another thread's contact may wait for the node to come up without a deadline: a
-        // call with one waits for it as long as a handshake may take, or its own deadline.
+        // call with one waits for it until its own deadline only (a non-blocking attempt
+        // not at all: spec 3.16.12, 4.2.2).
         let _contact = match deadline {
             None => contact.lock(),
-            Some(d) => contact
-                .try_lock_until(d.max(Instant::now() + CONTACT_WAIT))
-                .ok_or(Status::MCAPI_TIMEOUT)?,
+            Some(d) => contact.try_lock_until(d).ok_or(Status::MCAPI_TIMEOUT)?,
         };
         // Another thread may have made the contact meanwhile.
         if let Some(p) = connected()? {

@@ -374,40 +374,59 @@ impl Remote {
 
 /// Counts of blocked receives by endpoint port (the ports some receive waits on: a few,
 /// scanned; room for 16 made once, so entering allocates nothing until then).
-pub(super) struct WaitingReceives(Vec<(u32, u32)>);
+pub(super) struct WaitingReceives {
+    ports: Vec<(u32, u32)>,
+    /// A rendezvous message was left unread for a waiting receive since no receive waited
+    /// (`NodeInner::rendezvous_arrived`): a port's last receive to leave looks for it.
+    left_unread: bool,
+}
 
 impl Default for WaitingReceives {
     fn default() -> WaitingReceives {
-        WaitingReceives(Vec::with_capacity(16))
+        WaitingReceives {
+            ports: Vec::with_capacity(16),
+            left_unread: false,
+        }
     }
 }
 
 impl WaitingReceives {
     #[inline(always)]
     pub(super) fn enter(&mut self, port: u32) {
-        match self.0.iter_mut().find(|(p, _)| *p == port) {
+        match self.ports.iter_mut().find(|(p, _)| *p == port) {
             Some((_, n)) => *n += 1,
-            None => self.0.push((port, 1)),
+            None => self.ports.push((port, 1)),
         }
     }
 
-    /// One receive on `port` stopped waiting; `true` if it was the last.
+    /// One receive on `port` stopped waiting; `true` if it was the last and a rendezvous
+    /// message may have been left unread for it at the head of the port's queue.
     #[inline(always)]
     pub(super) fn leave(&mut self, port: u32) -> bool {
-        let Some(i) = self.0.iter().position(|(p, _)| *p == port) else {
+        let Some(i) = self.ports.iter().position(|(p, _)| *p == port) else {
             return false;
         };
-        self.0[i].1 -= 1;
-        if self.0[i].1 > 0 {
+        self.ports[i].1 -= 1;
+        if self.ports[i].1 > 0 {
             return false;
         }
-        self.0.swap_remove(i);
-        true
+        self.ports.swap_remove(i);
+        let look = self.left_unread;
+        // Every port's last receive has left (and looked): nothing is left unread for one.
+        self.left_unread &= !self.ports.is_empty();
+        look
+    }
+
+    /// A rendezvous message at the head of a waited port's queue is left unread for the
+    /// receive that waits there.
+    #[inline(always)]
+    pub(super) fn leave_unread(&mut self) {
+        self.left_unread = true;
     }
 
     /// Whether a blocking receive is waiting on `port`.
     #[inline(always)]
     pub(super) fn on(&self, port: u32) -> bool {
-        self.0.iter().any(|(p, _)| *p == port)
+        self.ports.iter().any(|(p, _)| *p == port)
     }
 }
