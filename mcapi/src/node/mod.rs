@@ -87,12 +87,15 @@ pub struct Node {
 }
 
 impl Node {
-    /// `mcapi_domain_id_get`.
+    /// `mcapi_domain_id_get`: the domain this node was initialized in. A `Node` keeps its
+    /// ids after `finalize` (the C call, which finds the thread's node, reports
+    /// `MCAPI_ERR_NODE_NOTINIT` then: it has none).
     pub fn domain_id(&self) -> u32 {
         self.inner.domain_id
     }
 
-    /// `mcapi_node_id_get`.
+    /// `mcapi_node_id_get`: this node's id (kept after `finalize`, as
+    /// [`Node::domain_id`]).
     pub fn node_id(&self) -> u32 {
         self.inner.node_id
     }
