@@ -6,6 +6,9 @@
  *
  *   mcapi_mpi_baseline lat|bw SIZES ITERATIONS WARMUP WINDOW MAX_TIME_S ROUNDS
  *
+ * PERFTEST_MPI_CPUS=CLIENT,SERVER pins rank 0 (the client: it sends and times) and rank 1
+ * (the server) to those cores, as perftest's --cpu pins its two processes.
+ *
  * SIZES is a comma-separated list of byte counts. Rank 0 prints one JSON line per size:
  *   {"size":8,"rounds":[{"iterations_done":N,"time_s":T,"lat_us_min":...}, ...]}
  * Latencies are half round trips in microseconds (lat only).
@@ -19,6 +22,7 @@
  * (and a count of polls would spin far longer than perftest's: an MPI_Testall is dearer
  * than a completion-queue read).
  */
+#define _GNU_SOURCE
 #include <mpi.h>
 #include <sched.h>
 #include <stdio.h>
@@ -32,8 +36,11 @@
 #define ACK_LEN 4
 /* Latency samples kept per round: the time limit ends a round long before this. */
 #define MAX_SAMPLES (1L << 24)
-/* Receive buffers for one window, above which the window's receives share one buffer. */
-#define MAX_WINDOW_BYTES (64L << 20)
+/* Receive memory a window's receives cycle through, as perftest's raw and MCAPI receivers
+ * do (RECV_MEMORY_CAP): beyond it they share their bytes. */
+#define MAX_WINDOW_BYTES (4L << 20)
+/* Buffers start on a page, as perftest's do: shm copies page by page. */
+#define PAGE 4096
 /* Spinning before yielding: MCAPI's default (MCAPI_SPIN_US). */
 #define SPIN_S 50e-6
 /* Empty polls between two looks at the clock. */
@@ -224,6 +231,18 @@ int main(int argc, char **argv)
         die("usage: mcapi_mpi_baseline lat|bw SIZES ITERATIONS WARMUP WINDOW MAX_TIME_S ROUNDS");
     if (ranks != 2)
         die("run with exactly two ranks (mpirun -n 2)");
+    const char *cpus = getenv("PERFTEST_MPI_CPUS");
+    if (cpus) {
+        int core[2];
+        cpu_set_t set;
+        if (sscanf(cpus, "%d,%d", &core[0], &core[1]) != 2 || core[rank] < 0 ||
+            core[rank] >= CPU_SETSIZE)
+            die("PERFTEST_MPI_CPUS is CLIENT,SERVER (two core numbers)");
+        CPU_ZERO(&set);
+        CPU_SET(core[rank], &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0)
+            die("cannot pin to the core PERFTEST_MPI_CPUS names");
+    }
     int lat = strcmp(argv[1], "lat") == 0;
     if (!lat && strcmp(argv[1], "bw") != 0)
         die("the pattern is lat or bw");
@@ -249,7 +268,11 @@ int main(int argc, char **argv)
         slots = slots < 1 ? 1 : slots > p.window ? p.window : slots;
     }
     size_t rbytes = (size_t)(largest > 0 ? largest : 1) * (size_t)slots;
-    char *sbuf = malloc((size_t)(largest > 0 ? largest : 1)), *rbuf = malloc(rbytes);
+    void *sp = NULL, *rp = NULL;
+    if (posix_memalign(&sp, PAGE, (size_t)(largest > 0 ? largest : 1)) != 0 ||
+        posix_memalign(&rp, PAGE, rbytes) != 0)
+        die("out of memory");
+    char *sbuf = sp, *rbuf = rp;
     long samples = p.iterations < MAX_SAMPLES ? p.iterations : MAX_SAMPLES;
     double *rtt = lat && rank == 0 ? malloc(sizeof(double) * (size_t)samples) : NULL;
     /* A window's sends and its acknowledgement. */

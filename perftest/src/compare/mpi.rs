@@ -167,6 +167,15 @@ impl Mpi {
         for (k, v) in &pinned.mca {
             args.extend(["--mca".into(), (*k).into(), (*v).into()]);
         }
+        if let Some(cpu) = opts.cpu {
+            // The program pins its ranks itself (rank 0 is the client), as perftest's
+            // --cpu pins its server and client: mpirun's own binding sorts a cpu list.
+            let client = cpu.client.unwrap_or(cpu.server + 1);
+            args.extend([
+                "-x".into(),
+                format!("PERFTEST_MPI_CPUS={client},{}", cpu.server),
+            ]);
+        }
         let sizes: Vec<String> = job.sizes.iter().map(usize::to_string).collect();
         args.push(self.exe.display().to_string());
         args.extend([
@@ -384,6 +393,16 @@ mod tests {
             line.ends_with("/x/mcapi_mpi_baseline bw 8,4096 1000 20 16 0.05 3"),
             "{line}"
         );
+        // --cpu pins MPI's ranks as it pins perftest's processes (server, client).
+        use clap::Parser;
+        #[derive(Parser)]
+        struct P {
+            #[command(flatten)]
+            c: CompareOpts,
+        }
+        let pinned_opts = P::parse_from(["p", "--cpu", "0,1"]).c;
+        let line = m.child(&job, &pinned, &pinned_opts).unwrap().args.join(" ");
+        assert!(line.contains(" -x PERFTEST_MPI_CPUS=1,0 "), "{line}");
         let pkt = Job {
             test: Test::PktBw,
             ..job
