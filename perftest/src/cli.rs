@@ -426,7 +426,8 @@ pub struct SizeSpec {
     pub all: bool,
 }
 
-const SIZE_HELP: &str = "expected a byte count such as 64, 4k or 1m (k = 1024, m = 1048576), \
+const SIZE_HELP: &str =
+    "expected a byte count such as 64, 4k, 1m or 1g (k = 1024, m = 1048576, g = 2^30), \
                          a power-of-two range such as 1:4m, a comma-separated list of these \
                          (8,64,1k:64k), or 'all'";
 
@@ -480,12 +481,13 @@ fn power_range(lo: usize, hi: usize) -> Vec<usize> {
     out
 }
 
-/// One size: digits with an optional `k` or `m` suffix.
+/// One size: digits with an optional `k`, `m` or `g` suffix.
 fn parse_size(s: &str) -> Result<usize, String> {
     let bad = || format!("invalid size '{s}': {SIZE_HELP}");
     let (digits, unit) = match s.char_indices().last() {
         Some((i, 'k' | 'K')) => (&s[..i], 1024),
         Some((i, 'm' | 'M')) => (&s[..i], 1024 * 1024),
+        Some((i, 'g' | 'G')) => (&s[..i], 1024 * 1024 * 1024),
         _ => (s, 1),
     };
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -555,6 +557,7 @@ mod tests {
         assert_eq!(sizes("8,64,1k"), [8, 64, 1024]);
         assert_eq!(sizes("1m, 4K ,0"), [0, 4096, 1 << 20]);
         assert_eq!(sizes("64,8,64"), [8, 64]);
+        assert_eq!(sizes("1g"), [1 << 30]);
     }
 
     #[test]
@@ -573,7 +576,7 @@ mod tests {
     #[test]
     fn bad_sizes_explain_the_syntax() {
         for bad in [
-            "", "abc", "4x", "k", "1,,2", "8:1", "-1", "2g", "1.5k", "4096m",
+            "", "abc", "4x", "k", "1,,2", "8:1", "-1", "g", "1.5k", "4097m",
         ] {
             let e = parse_sizes(bad).unwrap_err();
             assert!(e.contains(bad) || bad.is_empty(), "{bad}: {e}");

@@ -162,9 +162,10 @@ impl Summary {
         self.total.total_bytes()
     }
 
-    /// Mean microseconds per transfer over all rounds.
+    /// Median microseconds per transfer of the rounds (as MB/s and the message rate are
+    /// medians: the row's columns agree).
     pub fn usec_per_xfer(&self) -> f64 {
-        self.total.usec_per_xfer()
+        median(self.rounds.iter().map(Measurement::usec_per_xfer))
     }
 
     /// Median MB/s of the rounds.
@@ -276,6 +277,9 @@ mod tests {
         );
         let (lo, hi) = s.mb_s_spread().unwrap();
         assert!(lo <= s.mb_s() && s.mb_s() <= hi);
+        // usec/xfer is the median round's (elapsed / transfers: 1, 5 and 68 us), as MB/s
+        // is: not the pooled mean (416 / 18 us).
+        assert!((s.usec_per_xfer() - 5.0).abs() < 1e-9, "{}", s.usec_per_xfer());
     }
 
     #[test]
