@@ -198,7 +198,7 @@ impl Report {
                 n => format!("; {n} rounds, raw and MCAPI alternating (medians, spread min..max)"),
             };
             s += &format!(
-                "# {} provider {} (libfabric {}): {} iterations{window}, warmup {}, at most {:?} per size{rounds}\n",
+                "# {} provider {} (libfabric {}): {} iterations{window}, warmup {}, at most {:?} per size (iters* = stopped by that limit){rounds}\n",
                 self.test,
                 self.provider,
                 self.info.libfabric_version,
@@ -237,11 +237,13 @@ impl Report {
                 }
                 continue;
             };
+            // Fewer than asked for: the time limit ended the size's rounds.
+            let cut = m.iterations() < self.plan.iterations * u64::from(self.plan.rounds);
             s += &format!(
                 "{:<8} {:<9} {:>8} {:>7} {:>7.2}s {:>10.2} {:>9.2} {:>10.3}",
                 layer,
                 r.size,
-                m.iterations(),
+                format!("{}{}", m.iterations(), if cut { "*" } else { "" }),
                 size_str(m.total_bytes()),
                 m.elapsed().as_secs_f64(),
                 m.mb_s(),

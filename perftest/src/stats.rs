@@ -279,7 +279,11 @@ mod tests {
         assert!(lo <= s.mb_s() && s.mb_s() <= hi);
         // usec/xfer is the median round's (elapsed / transfers: 1, 5 and 68 us), as MB/s
         // is: not the pooled mean (416 / 18 us).
-        assert!((s.usec_per_xfer() - 5.0).abs() < 1e-9, "{}", s.usec_per_xfer());
+        assert!(
+            (s.usec_per_xfer() - 5.0).abs() < 1e-9,
+            "{}",
+            s.usec_per_xfer()
+        );
     }
 
     #[test]
