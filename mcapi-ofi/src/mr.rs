@@ -166,13 +166,25 @@ pub(crate) struct MrInner {
 }
 
 impl MemoryRegion {
-    /// Allocates `len` zeroed bytes as one slot and registers them for local send/receive
-    /// and, where the domain offers RMA, remote read/write.
+    /// Allocates `len` zeroed bytes as one slot and registers them for local use: sends,
+    /// receives and, where the domain offers RMA, as the local buffer of this process's
+    /// reads and writes. No peer can read or write it.
     ///
     /// # Errors
     /// Allocation or `fi_mr_reg` failures.
     pub fn new(domain: &Domain, len: usize) -> Result<MemoryRegion> {
         MemoryRegion::make(domain, 1, len.max(1), false)
+    }
+
+    /// As [`MemoryRegion::new`], and open to remote reads (`FI_REMOTE_READ`, where the domain
+    /// offers RMA) by whoever is told its [`MemoryRegion::key`], which is random: a peer
+    /// reads what the region holds at the time, never writes it. For data a peer fetches
+    /// (a rendezvous sender's staging): write it before telling the key.
+    ///
+    /// # Errors
+    /// As [`MemoryRegion::new`].
+    pub fn readable_remotely(domain: &Domain, len: usize) -> Result<MemoryRegion> {
+        MemoryRegion::register(domain, 1, len.max(1), false, flags::REMOTE_READ)
     }
 
     /// Allocates `count` slots of `slot_size` bytes each (zeroed) and registers them as
@@ -202,13 +214,25 @@ impl MemoryRegion {
     }
 
     fn make(domain: &Domain, count: usize, slot_size: usize, sink: bool) -> Result<MemoryRegion> {
+        MemoryRegion::register(domain, count, slot_size, sink, 0)
+    }
+
+    /// Registers a new region for local access and `remote` (`FI_REMOTE_READ` or nothing):
+    /// no region is writable by peers, and none readable unless asked for.
+    fn register(
+        domain: &Domain,
+        count: usize,
+        slot_size: usize,
+        sink: bool,
+        remote: u64,
+    ) -> Result<MemoryRegion> {
         let len = count
             .checked_mul(slot_size)
             .ok_or(Error::InvalidArgument("memory region too large"))?;
         let mut mem = Memory::new(len)?;
         let mut access = flags::SEND | flags::RECV;
         if domain.attributes().has(flags::RMA) {
-            access |= flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
+            access |= flags::READ | flags::WRITE | remote;
         }
         mem.register(&domain.inner.fid, access, len)?;
         let inner = Arc::new_cyclic(|me| {

@@ -19,7 +19,6 @@ use core::ptr::{self, NonNull};
 use ofi_sys as sys;
 use std::alloc::{self, Layout};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Converts a libfabric return code (`0` or `-errno`) into a `Result`.
@@ -488,7 +487,7 @@ impl Memory {
     }
 
     pub(crate) fn register(&mut self, domain: &DomainFid, access: u64, len: usize) -> Result<()> {
-        let requested_key = fresh_key();
+        let requested_key = fresh_key()?;
         let mut p = ptr::null_mut();
         // SAFETY: the memory is valid for len <= layout.size() bytes and outlives the
         // registration (field order closes mr first).
@@ -982,10 +981,12 @@ pub(crate) fn send_from(
 }
 
 /// A key to ask a registration for: providers without `FI_MR_PROV_KEY` take the key asked
-/// for and reject duplicates within a domain, so every registration asks for a fresh one.
-fn fresh_key() -> u64 {
-    static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
-    NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+/// for (and reject duplicates within a domain), and tcp and sockets address memory by the
+/// key and an offset from 0: a counted key would let anyone who reaches the endpoint guess
+/// one. A random 64-bit key is as good as unguessable, and in practice never twice the
+/// same in a process.
+fn fresh_key() -> Result<u64> {
+    getrandom::u64().map_err(|e| Error::call("getrandom", e.raw_os_error().unwrap_or(libc::EIO)))
 }
 
 /// Whether this process may copy from and into another process of the same user with
@@ -1066,7 +1067,7 @@ fn register_for_reads(domain: &DomainFid, data: &[u8]) -> Result<(MrFid, u64)> {
             data.len(),
             sys::FI_REMOTE_READ as u64,
             0,
-            fresh_key(),
+            fresh_key()?,
             0,
             &mut p,
             ptr::null_mut(),

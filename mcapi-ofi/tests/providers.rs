@@ -981,6 +981,10 @@ fn slots_and_sinks(prov: &str) -> TestResult {
     check(contexts == [1, 2], || format!("sink contexts {contexts:?}"))
 }
 
+/// No region is open to remote writes: a peer's `fi_write` with its key fails or lands
+/// nowhere, and the region keeps its bytes. (shm's writes are cross-memory copies, which
+/// any process of the same user may make into this one anyway: only their completion is
+/// checked there.)
 fn rma_write(prov: &str) -> TestResult {
     let h = hints(prov).caps(flags::RMA);
     let a = match Side::open(&h, EndpointOptions::default()) {
@@ -990,10 +994,15 @@ fn rma_write(prov: &str) -> TestResult {
             return Ok(());
         }
     };
+    if prov.contains("ofi_rxd") {
+        // As its reads (rma_read_in_place): a refused write is retried forever.
+        eprintln!("  {prov}: ofi_rxd's refused writes never end (not tried)");
+        return Ok(());
+    }
     let b = Side::open(&h, EndpointOptions::default())?;
     let dest = a.av.insert(b.ep.address())?;
     b.av.insert(a.ep.address())?;
-    let target = MemoryRegion::new(&b.domain, 4096)?;
+    let target = MemoryRegion::readable_remotely(&b.domain, 4096)?;
     let source = MemoryRegion::new(&a.domain, 4096)?;
     let data = pattern(4096, 3);
     source.write(0, &data)?;
@@ -1004,12 +1013,34 @@ fn rma_write(prov: &str) -> TestResult {
         0
     };
     let mut net = Net::new(&[&a, &b]);
-    net.post(|| a.ep.write(source.all(), dest, base, target.key(), 42))?;
-    let c = ok_all(net.collect(0, 1)?)?[0];
-    check(c.context() == 42, || "wrong write completion".into())?;
+    let refused = match net.post(|| a.ep.write(source.all(), dest, base, target.key(), 42)) {
+        Err(e) => {
+            eprintln!("  {prov}: write refused at once: {e:?}");
+            true
+        }
+        Ok(_) => match net.collect(0, 1)?.remove(0) {
+            Err(e) => {
+                eprintln!("  {prov}: write failed: {e}");
+                true
+            }
+            Ok(c) => {
+                check(c.context() == 42, || "wrong write completion".into())?;
+                false
+            }
+        },
+    };
+    if prov.starts_with("shm") {
+        return Ok(());
+    }
+    // What the target's provider still had to do about it.
+    for _ in 0..100 {
+        net.poll()?;
+    }
     let mut out = vec![0u8; 4096];
     target.read(0, &mut out)?;
-    check(out == data, || "RMA write did not land".into())
+    check(out.iter().all(|&b| b == 0), || {
+        format!("a remote write landed (completion said refused: {refused})")
+    })
 }
 
 /// A read straight into a Vec (no registration): it returns once the completion was read,
@@ -1036,7 +1067,7 @@ fn rma_read_in_place(prov: &str) -> TestResult {
     let b = Side::open(&h, EndpointOptions::default())?;
     let src = a.av.insert(b.ep.address())?;
     b.av.insert(a.ep.address())?;
-    let source = MemoryRegion::new(&b.domain, 1 << 20)?;
+    let source = MemoryRegion::readable_remotely(&b.domain, 1 << 20)?;
     let data = pattern(1 << 20, 5);
     source.write(0, &data)?;
     let base = if b.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0 {
@@ -1150,7 +1181,7 @@ fn rma_reads_into_a_recv_buffer(prov: &str) -> TestResult {
         return Ok(());
     };
     let len = 1 << 20;
-    let source = MemoryRegion::new(&b.domain, len)?;
+    let source = MemoryRegion::readable_remotely(&b.domain, len)?;
     let data = pattern(len, 9);
     source.write(0, &data)?;
     let base = if b.domain.attributes().mr_mode & flags::MR_VIRT_ADDR != 0 {

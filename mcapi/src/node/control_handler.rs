@@ -114,7 +114,11 @@ impl ControlHandler {
                     Err(s) => Frame::Refused(s.code()),
                 }
             }
-            Frame::Channel { port, op } => match node.channel_frame(*port, op) {
+            // (A connection says which node it is, Hello, before anything else.)
+            Frame::Channel { port, op } => match peer
+                .ok_or(Status::MCAPI_ERR_PARAMETER)
+                .and_then(|sender| node.channel_frame(*port, op, sender))
+            {
                 Ok(Some(attributes)) => Frame::Connected { attributes },
                 Ok(None) => Frame::Value(0),
                 Err(s) => Frame::Refused(s.code()),

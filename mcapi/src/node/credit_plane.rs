@@ -72,6 +72,11 @@ impl NodeInner {
                     st.outbox.push_back((from, tag, u64::from(back)));
                 }
             }
+            Kind::Request | Kind::Return if !st.peers[from as usize].is_alive() => {
+                // In the name of a peer that left (forged, or late): its credits were
+                // reclaimed when it went, and a grant to it would never be sent, so never
+                // come back.
+            }
             Kind::Request | Kind::Return => {
                 let State {
                     endpoints,

@@ -34,6 +34,8 @@ mod peers;
 mod progress;
 mod rendezvous;
 mod requests;
+#[cfg(test)]
+mod security_tests;
 mod seq;
 mod state;
 mod wait;

@@ -3,7 +3,7 @@
 use super::inner::NodeInner;
 use super::state::{State, CQ_BATCH};
 use crate::semantics::wire::{Context, Tag};
-use mcapi_ofi::{Completion, Error as OfiError};
+use mcapi_ofi::{flags, Completion, Error as OfiError};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -50,7 +50,11 @@ impl NodeInner {
                     Some(Context::RecvSlot(slot)) => {
                         self.free_slot(st, slot, 0);
                     }
-                    _ => {}
+                    // A control receive that failed (a message longer than a control,
+                    // which no peer of ours sends): posted again, or strangers could use
+                    // up the node's control slots.
+                    Some(Context::ControlSlot(slot)) => self.repost_control_slot(slot),
+                    None => {}
                 },
                 Err(_) => break,
             }
@@ -77,17 +81,24 @@ impl NodeInner {
             Some(Context::Read(index)) => self.read_completed(st, index, true),
             Some(Context::ControlSlot(slot)) => {
                 let mut tag = [0u8; 8];
-                // The receive completed: the slot is idle (a refusal leaves no tag).
+                // The receive completed: the slot is idle (a refusal leaves no tag). Only a
+                // whole tag with its number is a control (a shorter message would leave
+                // the slot's last tag to be taken again).
                 let read = self.fab.control_pool.read(slot as usize * 8, &mut tag);
                 debug_assert!(read.is_ok(), "{read:?}");
-                if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)) {
+                let whole = c.len() == 8 && c.flags() & flags::REMOTE_CQ_DATA != 0;
+                if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)).filter(|_| whole) {
                     self.control_arrived(st, tag, c.data());
                 }
-                if let Err(e) = self.fab.post_control_slot(slot) {
-                    log::warn!("a control receive slot could not be posted again: {e}");
-                }
+                self.repost_control_slot(slot);
             }
             None => {}
+        }
+    }
+
+    fn repost_control_slot(&self, slot: u32) {
+        if let Err(e) = self.fab.post_control_slot(slot) {
+            log::warn!("a control receive slot could not be posted again: {e}");
         }
     }
 }

@@ -121,8 +121,10 @@ pub(super) struct Rendezvous {
     staged: Vec<Option<Staged>>,
     free_ids: Vec<u32>,
     generation: u32,
-    /// Staging regions not in use, kept for the next large message.
-    cache: Vec<MemoryRegion>,
+    /// Staging regions not in use, kept for the next large message to the same peer: the
+    /// peer they were staged for, which knows their key (a region's registration, and so its
+    /// key, stays; another peer reading it by that key would read what is not its own).
+    cache: Vec<(u16, MemoryRegion)>,
     staged_bytes: usize,
     /// The receiving side: reads of messages that arrived, in flight or done.
     pub(super) fetches: super::fetch::Fetches,
@@ -211,8 +213,8 @@ impl Rendezvous {
             Data::Staged(region) => {
                 keep_largest(
                     &mut self.cache,
-                    region,
-                    MemoryRegion::len,
+                    (s.peer, region),
+                    |(_, m)| m.len(),
                     (STAGING_CACHE, STAGING_BUDGET),
                 );
                 None
@@ -354,14 +356,14 @@ impl NodeInner {
             .cache
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.len() >= data.len())
-            .min_by_key(|(_, m)| m.len())
+            .filter(|(_, (p, m))| *p == peer && m.len() >= data.len())
+            .min_by_key(|(_, (_, m))| m.len())
             .map(|(i, _)| i);
         let region = match best {
-            Some(i) => r.cache.swap_remove(i),
+            Some(i) => r.cache.swap_remove(i).1,
             None => {
                 let size = data.len().next_power_of_two().max(STAGING_UNIT);
-                MemoryRegion::new(&self.fab.domain, size).map_err(|e| {
+                MemoryRegion::readable_remotely(&self.fab.domain, size).map_err(|e| {
                     log::info!("a staging region of {size} bytes: {e}");
                     Status::MCAPI_ERR_MEM_LIMIT
                 })?
@@ -369,7 +371,7 @@ impl NodeInner {
         };
         if let Err(e) = region.write(0, data) {
             // Never: a cached region is in no operation.
-            r.cache.push(region);
+            r.cache.push((peer, region));
             return Err(ofi_status(e));
         }
         let (addr, key) = (self.remote_address(region.addr()), region.key());

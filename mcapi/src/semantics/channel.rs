@@ -338,6 +338,8 @@ pub const MAX_SEND_CREDITS: u32 = 1 << 16;
 #[derive(Debug, Clone, Copy)]
 pub struct SendCredits {
     available: u32,
+    /// The receiver's pool: no more are ever held (a count from the peer is capped there).
+    capacity: u32,
 }
 
 impl SendCredits {
@@ -345,7 +347,15 @@ impl SendCredits {
     pub fn new(capacity: u32) -> SendCredits {
         SendCredits {
             available: capacity,
+            capacity,
         }
+    }
+
+    /// The receiver's pool grew by `n` buffers, all free (a sender that opened before it
+    /// knew the pool starts with none).
+    pub fn grant(&mut self, n: u32) {
+        self.capacity = self.capacity.saturating_add(n).min(MAX_SEND_CREDITS);
+        self.add(n);
     }
 
     /// Takes one credit for a packet or scalar about to be sent.
@@ -360,10 +370,10 @@ impl SendCredits {
         self.available += 1;
     }
 
-    /// Credits the receiver returned. The count comes from the peer: it saturates at
-    /// [`MAX_SEND_CREDITS`] (more than any receiver's pool) rather than overflow.
+    /// Credits the receiver returned. The count comes from the peer (or from a stranger
+    /// on the fabric): no more than the receiver's pool are ever held.
     pub fn add(&mut self, n: u32) {
-        self.available = self.available.saturating_add(n).min(MAX_SEND_CREDITS);
+        self.available = self.available.saturating_add(n).min(self.capacity);
     }
 
     /// Credits held now.
@@ -513,15 +523,21 @@ impl PoolBuffers {
 mod tests {
     use super::*;
 
-    /// Credits a peer returns are counted without overflow, whatever it sends.
+    /// Credits a peer returns are counted without overflow, whatever it sends, and never
+    /// beyond the receiver's pool.
     #[test]
     fn returned_credits_saturate() {
         let mut c = SendCredits::new(4);
-        c.add(u32::MAX);
-        c.add(u32::MAX);
-        assert_eq!(c.available(), MAX_SEND_CREDITS);
         assert!(c.try_take());
-        assert_eq!(c.available(), MAX_SEND_CREDITS - 1);
+        c.add(u32::MAX);
+        c.add(u32::MAX);
+        assert_eq!(c.available(), 4);
+        let mut early = SendCredits::new(0);
+        early.grant(8);
+        early.add(100);
+        assert_eq!(early.available(), 8);
+        early.grant(u32::MAX);
+        assert_eq!(early.available(), MAX_SEND_CREDITS);
     }
     use status_flags::*;
 

@@ -78,6 +78,8 @@ pub struct Completed {
 /// The receive side's state machine (see the module doc).
 pub struct RecvSide {
     kind: ChannelKind,
+    /// The sender's credits: items it may have here (arrived and not yet received).
+    capacity: u32,
     posting: Posting,
     buffer_size: usize,
     buffers: PoolBuffers,
@@ -111,6 +113,7 @@ impl RecvSide {
     ) -> RecvSide {
         RecvSide {
             kind,
+            capacity,
             posting,
             buffer_size,
             buffers: PoolBuffers::new(n),
@@ -213,6 +216,11 @@ impl RecvSide {
     /// widened by the caller. Returns credits to give back now.
     #[inline(always)]
     pub fn hub_scalar_arrived(&mut self, seq: u32, value: u64, len: usize) -> Option<u32> {
+        // The hub routes by what a message says: one beyond the sender's credits (a
+        // stranger's, or a peer's protocol error) is dropped, never queued without bound.
+        if self.fifo.len() + self.reorder.buffered(&0) >= self.capacity as usize {
+            return None;
+        }
         let item = Item {
             offset: 0,
             len,
@@ -788,6 +796,11 @@ impl<B: UserBuffer> SendSide<B> {
     #[inline(always)]
     pub fn credits_returned(&mut self, n: u32) {
         self.credits.add(n);
+    }
+
+    /// The receiver's pool of `n` buffers, for a sender that opened before it knew it.
+    pub fn credits_granted(&mut self, n: u32) {
+        self.credits.grant(n);
     }
 
     /// Whether a credit is held (for an item that is to be posted next).

@@ -93,7 +93,15 @@ impl NodeInner {
         &self,
         port: u32,
         op: &ChannelOp,
+        sender: (u32, u32),
     ) -> std::result::Result<Option<ChannelAttributes>, Status> {
+        // An open or a close speaks for an endpoint of the node that sends it, never for
+        // another node's (any member of the job could name any endpoint).
+        if let ChannelOp::Opened { from, .. } | ChannelOp::Closed { from, .. } = op {
+            if (from.domain(), from.node()) != sender {
+                return Err(Status::MCAPI_ERR_PARAMETER);
+            }
+        }
         match *op {
             ChannelOp::Connect { peer, kind, end } => {
                 let dir = match end {
@@ -120,6 +128,7 @@ impl NodeInner {
                 }
                 ep.channel.binding.connect(kind, dir);
                 ep.channel.peer = Some(peer);
+                ep.channel.connected_by = Some(sender);
                 // An open announced by an endpoint of a connect that failed half-way.
                 if ep
                     .channel
@@ -146,6 +155,11 @@ impl NodeInner {
                     let Some(ep) = st.endpoints.get_mut(&port) else {
                         return Ok(None);
                     };
+                    // Only the node that connected it (or its other end's) undoes it.
+                    let other_end = ep.channel.peer.map(|p| (p.domain(), p.node()));
+                    if ep.channel.connected_by != Some(sender) && other_end != Some(sender) {
+                        return Err(Status::MCAPI_ERR_PARAMETER);
+                    }
                     ep.channel.binding.undo_connect();
                     if ep.channel.binding.is_connected() {
                         return Ok(None);
@@ -253,7 +267,7 @@ impl NodeInner {
         op: ChannelOp,
     ) -> Result<Option<ChannelAttributes>> {
         if (to.domain(), to.node()) == (self.domain_id, self.node_id) {
-            return self.channel_frame(to.port(), &op);
+            return self.channel_frame(to.port(), &op, (self.domain_id, self.node_id));
         }
         // Only a connect starts something new; every other frame is about a binding made
         // with the run we knew, which a later run of the node never heard of: no waiting

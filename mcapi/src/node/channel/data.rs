@@ -65,9 +65,15 @@ impl Source<'_> {
 }
 
 impl SendData {
-    /// Handles a sender's completion (`ok`: not an error completion); returns the credit
-    /// receive slot of a credit message (to be posted again).
-    pub(super) fn event(&mut self, ctx: u64, ok: bool, out: &mut Outbox) -> Option<usize> {
+    /// Handles a sender's completion (`ok`: not an error completion; `len`: the bytes it
+    /// reports); returns the credit receive slot of a credit message (to be posted again).
+    pub(super) fn event(
+        &mut self,
+        ctx: u64,
+        ok: bool,
+        len: usize,
+        out: &mut Outbox,
+    ) -> Option<usize> {
         let slot = (ctx & CTX_MASK) as usize;
         match ctx & !CTX_MASK {
             CTX_CREDIT if ok => {
@@ -75,9 +81,16 @@ impl SendData {
                 // The receive completed: the slot is idle (a refusal returns no credits).
                 let read = self.credit_slots.read(slot * 8, &mut word);
                 debug_assert!(read.is_ok(), "{read:?}");
-                self.state.credits_returned(u64::from_le_bytes(word) as u32);
+                // Only a whole credit word counts (a shorter message, which the receiver
+                // never sends, would leave the slot's last word to be counted again).
+                if len == 8 {
+                    self.state.credits_returned(u64::from_le_bytes(word) as u32);
+                }
                 return Some(slot);
             }
+            // A credit receive that failed (a message longer than a credit word, which the
+            // receiver never sends): posted again, or strangers could use them all up.
+            CTX_CREDIT => return Some(slot),
             CTX_STAGING => self.state.staged_sent(slot, ok),
             CTX_ZERO_COPY => self.state.zero_copy_sent(ok),
             CTX_USER => self.state.user_sent(slot, ok, out),

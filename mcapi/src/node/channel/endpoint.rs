@@ -22,6 +22,8 @@ pub(in crate::node) struct EndpointChannel {
     pub(super) binding: Binding<PeerOpen>,
     /// The other endpoint, once connected.
     pub(super) peer: Option<EndpointId>,
+    /// The node that made the connect (`<domain, node>`), which may undo it.
+    pub(super) connected_by: Option<(u32, u32)>,
     /// The side slot reserved by an open.
     pub(super) side: Option<ChannelHandle>,
 }

@@ -37,6 +37,9 @@ pub(super) const ROUTES: usize = 1 << 15;
 /// Most scalars a receive side may have in flight to it: every side's may sit in the CQ at
 /// once, which holds 2^16 (and the 16-bit sequence numbers need a window below 2^15).
 pub(super) const MAX_CAPACITY: usize = (1 << 16) / MAX_SIDES - 8;
+/// Most messages kept for a side that has not read them yet: its scalars and its credit
+/// returns, each bounded by a side's capacity.
+const INBOX_LIMIT: usize = 2 * MAX_CAPACITY;
 
 /// A message for one side, copied out of the pool.
 #[derive(Clone, Copy, Default)]
@@ -291,9 +294,13 @@ impl ScalarHub {
             out[*n] = item;
             *n += 1;
             false
-        } else {
+        } else if r.inbox[slot].len() < INBOX_LIMIT {
             r.inbox[slot].push_back(item);
             slot != reader
+        } else {
+            // More than a side's sender may have in flight (scalars and credit returns):
+            // not from a peer that keeps to its credits. Dropped, never queued without bound.
+            false
         }
     }
 

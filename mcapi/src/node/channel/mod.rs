@@ -58,6 +58,8 @@ mod outbox;
 mod recv;
 mod req;
 mod scalar;
+#[cfg(test)]
+mod security_tests;
 mod send;
 mod side;
 mod side_io;

@@ -217,7 +217,7 @@ impl NodeInner {
         if let SideData::Send(s) = &mut io.data {
             if early {
                 // Opened early (compatibility mode), with no credits.
-                s.state.credits_returned(peer.credits);
+                s.state.credits_granted(peer.credits);
                 s.local = local;
             }
             // A scalar sender's credits come through the hub, a same-node sender's directly.

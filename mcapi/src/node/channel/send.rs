@@ -120,14 +120,16 @@ impl Node {
                 match cq.read(&mut buf) {
                     Ok(n) => {
                         for c in &buf[..n] {
-                            if let Some(slot) = s.event(c.context(), true, out) {
+                            if let Some(slot) = s.event(c.context(), true, c.len(), out) {
                                 // Re-posted after the send: the endpoint is lent out.
                                 s.credit_reposts.push(slot);
                             }
                         }
                     }
                     Err(OfiError::Completion(e)) => {
-                        s.event(e.context, false, out);
+                        if let Some(slot) = s.event(e.context, false, 0, out) {
+                            s.credit_reposts.push(slot);
+                        }
                     }
                     Err(_) => {
                         // The CQ cannot be read: the send's end will never be seen, and only

@@ -125,7 +125,10 @@ impl SideIo {
             OfiError::Completion(e) => {
                 match &mut self.data {
                     SideData::Send(s) => {
-                        s.event(e.context, false, &mut self.out);
+                        if let Some(slot) = s.event(e.context, false, 0, &mut self.out) {
+                            s.credit_reposts.push(slot);
+                            self.repost_credit_slots();
+                        }
                     }
                     // A receive that failed (say, truncated): its scalar slot or packet buffer
                     // is free again (a scalar slot never holds a packet), a multi-receive
@@ -193,7 +196,7 @@ impl SideIo {
         match &mut self.data {
             SideData::Unconnected => {}
             SideData::Send(s) => {
-                if let Some(slot) = s.event(ctx, true, &mut self.out) {
+                if let Some(slot) = s.event(ctx, true, c.len(), &mut self.out) {
                     if let (Some(ep), Ok(b)) = (&self.ep, s.credit_slots.slice(slot * 8, 8)) {
                         if let Err(e) = ep.recv(b, FiAddr::UNSPEC, ctx) {
                             credit_slot_lost(&e);

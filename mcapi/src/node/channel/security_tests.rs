@@ -1,0 +1,128 @@
+//! What a stranger on the fabric (anyone who can send to a channel side's endpoint or the
+//! scalar hub) must not be able to do to a channel (found by review; each failed before its
+//! fix).
+
+use crate::node::test_pair::sender_and_receiver;
+use std::time::Duration;
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+
+/// A peer (or anyone reaching the hub's address) sends 2,000 scalars in sequence without
+/// credits to a receive side of N = 8: all of them are queued (memory grows with what the
+/// sender sends, not with NUM_RECV_BUFFERS).
+#[test]
+fn scalars_without_credits_do_not_grow_a_receive_side_beyond_its_buffers() {
+    let (a, b, tx, rx, to) = sender_and_receiver("tcp", "rv-hub", (81, 82), Some(8));
+    let c = a.sclchan_connect_i(tx, to).unwrap();
+    a.wait(c, None, T).unwrap();
+    let (hs, qs) = a.sclchan_send_open_i(tx).unwrap();
+    let (hr, qr) = b.sclchan_recv_open_i(rx).unwrap();
+    let a2 = a.clone();
+    let opened = std::thread::spawn(move || a2.wait(qs, None, T));
+    b.wait(qr, None, T).unwrap();
+    opened.join().unwrap().unwrap();
+    a.sclchan_send(hs, 1, 8).unwrap();
+    assert_eq!(b.sclchan_recv(hr, 8), Ok(1));
+    // The forgery: straight to the receive side's route, numbered in sequence.
+    let (slot, ..) = hs.decode().unwrap();
+    const FORGED: u32 = 2000;
+    let mut sent = 0u32;
+    while sent < FORGED {
+        let g = a.inner.channels.sides[slot].lock();
+        let io = g.as_ref().unwrap().io.as_ref().unwrap();
+        let h = io.hub.as_ref().unwrap();
+        match h
+            .hub
+            .send_value(&7u64.to_le_bytes(), 1 + sent, io.dest, h.peer_route)
+        {
+            Ok(()) => sent += 1,
+            Err(e) if e.is_again() => {
+                drop(g);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let mut queued = 0;
+    for _ in 0..1000 {
+        queued = b.sclchan_available(hr).unwrap();
+        if queued >= FORGED as usize {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert!(
+        queued <= 8,
+        "{queued} scalars queued at a receive side of 8 buffers"
+    );
+}
+
+/// Anyone who can send to a packet send side's endpoint sends it a few messages longer
+/// than a credit slot (8 bytes): each ends in a truncation error for one credit receive,
+/// which is never posted again. With all of them gone the sender never hears a credit
+/// return: the channel stops after the receiver's first N packets.
+#[test]
+fn oversized_messages_to_a_send_side_do_not_use_up_its_credit_receives() {
+    for provider in ["tcp", "shm"] {
+        let (a, b, tx, rx, to) =
+            sender_and_receiver(provider, "rv-credit-slots", (91, 92), Some(8));
+        a.set_endpoint_timeout(tx, Some(Duration::from_secs(3)))
+            .unwrap();
+        b.set_endpoint_timeout(rx, Some(Duration::from_secs(3)))
+            .unwrap();
+        let c = a.pktchan_connect_i(tx, to).unwrap();
+        a.wait(c, None, T).unwrap();
+        let (hs, qs) = a.pktchan_send_open_i(tx).unwrap();
+        let (hr, qr) = b.pktchan_recv_open_i(rx).unwrap();
+        let a2 = a.clone();
+        let opened = std::thread::spawn(move || a2.wait(qs, None, T));
+        b.wait(qr, None, T).unwrap();
+        opened.join().unwrap().unwrap();
+        // The forgery, from the receive side's endpoint (any endpoint would do).
+        let (slot, ..) = hr.decode().unwrap();
+        let mut forged = 0;
+        let start = std::time::Instant::now();
+        while forged < 16 && start.elapsed() < Duration::from_secs(5) {
+            let g = b.inner.channels.sides[slot].lock();
+            let io = g.as_ref().unwrap().io.as_ref().unwrap();
+            if io.ep.as_ref().unwrap().inject(&[0u8; 16], io.dest).is_ok() {
+                forged += 1;
+            } else {
+                drop(g);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let reader = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while let Ok(p) = b.pktchan_recv(hr) {
+                    _ = b.pktchan_release(p);
+                    n += 1;
+                }
+                n
+            })
+        };
+        let mut sent = 0;
+        let outcome = loop {
+            if sent == 40 {
+                break Ok(());
+            }
+            match a.pktchan_send(hs, b"packet") {
+                Ok(()) => sent += 1,
+                Err(e) => break Err(e),
+            }
+        };
+        a.finalize().unwrap();
+        let _ = reader.join();
+        b.finalize().unwrap();
+        assert_eq!(
+            outcome,
+            Ok(()),
+            "{provider}: after {forged} forged messages the sender stalled at packet {sent}"
+        );
+    }
+}

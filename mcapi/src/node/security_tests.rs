@@ -1,0 +1,376 @@
+//! What a stranger on the fabric (any process that reaches a node's libfabric endpoint,
+//! with no control connection and no job key), or a job member on the control plane, must
+//! not be able to read or change at a node (found by review; each failed before its fix).
+
+use crate::config::Config;
+use crate::control::{connect_when_up, ChannelOp, Frame, Rendezvous, Stream};
+use crate::node::credit_plane::{control_tag, EPOCH_UNKNOWN};
+use crate::node::test_pair::sender_and_receiver;
+use crate::semantics::wire::Kind;
+use crate::{Node, Status};
+use std::time::{Duration, Instant};
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+
+/// Progresses both nodes until `done` holds or `limit` passes; returns whether it held.
+fn until(nodes: &[&Node], limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() > limit {
+            return false;
+        }
+        for n in nodes {
+            if let Ok(mut st) = n.inner.live_state() {
+                n.inner.progress(&mut st);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
+/// An authenticated control connection to node `<0, node>` of `of`'s job (what any process
+/// holding the job key can open), introduced by a Hello naming node `claims` with run
+/// `incarnation` and fabric address `addr`.
+fn member_connection(of: &Node, node: u32, claims: u32, incarnation: u64, addr: Vec<u8>) -> Stream {
+    let to = Rendezvous::of(&of.inner.config, 0, node).expect("rendezvous");
+    let mut s = connect_when_up(
+        &to,
+        Some(Instant::now() + Duration::from_secs(10)),
+        &of.inner.auth,
+        &|| false,
+    )
+    .expect("connect")
+    .expect("up");
+    let hello = Frame::Hello {
+        domain: 0,
+        node: claims,
+        peer: 0,
+        incarnation,
+        reads_itself: false,
+        fabric_addr: addr,
+    };
+    match s.call(&hello).expect("hello") {
+        Frame::Welcome { .. } => {}
+        other => panic!("hello answered {other:?}"),
+    }
+    s
+}
+
+/// A member that is not an end of a channel sends `Closed` naming the real sender's
+/// endpoint: the receive side ends as if the sender had closed, although the sender is
+/// open and sends on.
+#[test]
+fn a_channel_close_from_a_node_that_does_not_own_the_channel_is_refused() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "rv-close", (73, 74), Some(8));
+    b.set_endpoint_timeout(rx, Some(Duration::from_millis(300)))
+        .unwrap();
+    let c = a.pktchan_connect_i(tx, to).unwrap();
+    a.wait(c, None, T).unwrap();
+    let (hs, qs) = a.pktchan_send_open_i(tx).unwrap();
+    let (hr, qr) = b.pktchan_recv_open_i(rx).unwrap();
+    let a2 = a.clone();
+    let opened = std::thread::spawn(move || a2.wait(qs, None, T));
+    b.wait(qr, None, T).unwrap();
+    opened.join().unwrap().unwrap();
+    a.pktchan_send(hs, b"one").unwrap();
+    let p = b.pktchan_recv(hr).unwrap();
+    b.pktchan_release(p).unwrap();
+    // Node 75 (a member of the job, no end of this channel) says node 73's endpoint closed.
+    let addr = a.inner.fab.ep.address().to_vec();
+    let mut third = member_connection(&b, 74, 75, 0x75, addr);
+    let from = crate::EndpointId::encode(0, 73, 1).unwrap();
+    let answer = third
+        .call(&Frame::Channel {
+            port: 1,
+            op: ChannelOp::Closed { sent: 1, from },
+        })
+        .unwrap();
+    // The sender is open and has sent nothing more: a receive waits (its timeout).
+    let got = b.pktchan_recv(hr).map(|p| {
+        let n = p.len();
+        _ = b.pktchan_release(p);
+        n
+    });
+    assert_eq!(
+        got,
+        Err(Status::MCAPI_TIMEOUT),
+        "receive side ended by a Closed from node 75 (answered {answer:?})"
+    );
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// Any sender on the fabric (no control connection, no credit) sends a credit request in
+/// the name of a peer that is gone: the endpoint grants it credits, the grant is dropped
+/// from the outbox (the peer is not alive), and the node never gets those credits back.
+/// One forged request per endpoint leaks N of the node's P receive credits for good.
+#[test]
+fn a_forged_credit_request_for_a_gone_peer_leaks_no_credit() {
+    let (a, b, _tx, _rx, _to) = sender_and_receiver("shm", "rv-gone", (76, 77), Some(8));
+    let p = b.inner.fab.recv_slots;
+    // A third node meets node 77 and finalizes: after the grace it is gone.
+    let mut config = Config::defaults();
+    config.provider = Some("shm".into());
+    config.job = format!("rv-gone-{}", std::process::id());
+    let c = Node::initialize(0, 78, config).unwrap();
+    c.endpoint_get(0, 77, 1, T).unwrap();
+    c.finalize().unwrap();
+    let gone = b.inner.state.lock().unwrap().peer_of[&(0, 78)];
+    assert!(
+        until(&[&a, &b], Duration::from_secs(10), || {
+            let st = b.inner.state.lock().unwrap();
+            st.run_lost(0, 78) && st.departing == 0
+        }),
+        "node 78 not gone"
+    );
+    assert_eq!(
+        b.inner.state.lock().unwrap().recv_free,
+        p,
+        "all credits home"
+    );
+    // The forgery, from node 76's fabric endpoint (any process reaching the provider).
+    let (addr, index) = {
+        let st = a.inner.state.lock().unwrap();
+        let peer = st.peer_of[&(0, 77)];
+        (st.peers[peer as usize].addr, gone)
+    };
+    let mut tag = control_tag(Kind::Request, (1, 0), index);
+    tag.priority = EPOCH_UNKNOWN;
+    assert!(until(&[&a, &b], Duration::from_secs(5), || a
+        .inner
+        .fab
+        .ep
+        .inject_data(&tag.encode().to_le_bytes(), 8u64 << 32, addr)
+        .is_ok()));
+    // Until the forged request is handled (it takes credits), if it is at all.
+    until(&[&a, &b], Duration::from_secs(2), || {
+        b.inner.state.lock().unwrap().recv_free < p
+    });
+    let back = until(&[&a, &b], Duration::from_secs(3), || {
+        let st = b.inner.state.lock().unwrap();
+        (st.recv_free, st.recv_strays) == (p, 0)
+    });
+    let free = b.inner.state.lock().unwrap().recv_free;
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert!(
+        back,
+        "{free} of {p} credits free: granted to a gone peer, never back"
+    );
+}
+
+/// Any sender on the fabric sends untagged messages longer than a control slot (8 bytes):
+/// each ends in a truncation error completion of a control receive, which is never posted
+/// again. Once the slots are gone the node hears no credit control and no `RndvDone` any
+/// more: here a rendezvous message read by its receiver stays staged at its sender.
+#[test]
+fn oversized_untagged_messages_do_not_use_up_the_control_slots() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "rv-ctlslots", (83, 84), Some(8));
+    let big = vec![5u8; 256 << 10];
+    let mut buf = vec![0u8; big.len()];
+    // The receiver (b) sends a rendezvous message to a, which reads it: b is told (RndvDone).
+    let back = b.endpoint_get(0, 83, 1, T).unwrap();
+    let staged = |n: &Node| n.inner.state.lock().unwrap().rndv.outstanding();
+    b.msg_send(rx, back, &big, 0).unwrap();
+    assert_eq!(a.msg_recv(tx, &mut buf), Ok(big.len()));
+    assert!(until(&[&a, &b], Duration::from_secs(5), || staged(&b) == 0));
+    // The forgery: 300 untagged 16-byte messages to b (it posts at most 256 control slots).
+    let addr = {
+        let st = a.inner.state.lock().unwrap();
+        st.peers[st.peer_of[&(0, 84)] as usize].addr
+    };
+    let mut sent = 0;
+    until(&[&a, &b], Duration::from_secs(10), || {
+        while sent < 300 && a.inner.fab.ep.inject_data(&[0u8; 16], 0, addr).is_ok() {
+            sent += 1;
+        }
+        sent == 300
+    });
+    until(&[&a, &b], Duration::from_millis(200), || false);
+    // The same exchange again.
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(5)))
+        .unwrap();
+    b.set_endpoint_timeout(rx, Some(Duration::from_secs(5)))
+        .unwrap();
+    _ = b.msg_send(rx, back, &big, 0);
+    _ = a.msg_recv(tx, &mut buf);
+    let released = until(&[&a, &b], Duration::from_secs(5), || staged(&b) == 0);
+    let _ = to;
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert!(
+        released,
+        "after {sent} oversized control messages b never heard RndvDone"
+    );
+}
+
+/// A receiver keeps the key and address of the staging region it read a rendezvous message
+/// from. The sender caches that region, still registered for remote reads under the same
+/// key, and stages its next large message to another node in it: the first receiver reads
+/// that message (tcp: the key is checked by the sender's provider, and still valid).
+#[test]
+fn a_receiver_cannot_read_a_later_message_staged_for_another_node() {
+    let mut config = Config::defaults();
+    config.provider = Some("tcp".into());
+    config.job = format!("rv-rma-{}", std::process::id());
+    let a = Node::initialize(0, 85, config.clone()).unwrap();
+    let b = Node::initialize(0, 86, config.clone()).unwrap();
+    let c = Node::initialize(0, 87, config).unwrap();
+    let tx = a.endpoint_create(1).unwrap();
+    let rb = b.endpoint_create(1).unwrap();
+    let rc = c.endpoint_create(1).unwrap();
+    let to_b = a.endpoint_get(0, 86, 1, T).unwrap();
+    let to_c = a.endpoint_get(0, 87, 1, T).unwrap();
+    const LEN: usize = 1 << 20;
+    let mut buf = vec![0u8; LEN];
+    // Message 1, to b: b learns (addr, key) of the region (read here from a's side: the
+    // first staged id is generation 1, index 0).
+    a.msg_send(tx, to_b, &vec![1u8; LEN], 0).unwrap();
+    let (addr, key) = {
+        let st = a.inner.state.lock().unwrap();
+        let region = st.rndv.region(1 << 32).expect("staged").clone();
+        (a.inner.remote_address(region.addr()), region.key())
+    };
+    assert_eq!(b.msg_recv(rb, &mut buf), Ok(LEN));
+    // Message 2, a secret for c, staged in the region b read from.
+    let secret = vec![0x5e_u8; LEN];
+    a.msg_send(tx, to_c, &secret, 0).unwrap();
+    // b reads a's memory with what message 1 told it.
+    b.inner
+        .hold_background
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let got = rma(&b, 85, addr, key, LEN, None);
+    b.inner
+        .hold_background
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let mut cbuf = vec![0u8; LEN];
+    assert_eq!(c.msg_recv(rc, &mut cbuf), Ok(LEN));
+    for n in [a, b, c] {
+        n.finalize().unwrap();
+    }
+    assert!(
+        got.as_ref() != Some(&secret),
+        "node 86 read the message staged for node 87 with the key ({key}) of its own earlier message"
+    );
+}
+
+/// Reads `len` bytes of `from`'s registered memory (`addr`, `key`) with `by`'s endpoint,
+/// or writes `data` there; waits for the completion by reading `by`'s CQ (its background
+/// thread held).
+fn rma(
+    by: &Node,
+    from: u32,
+    addr: u64,
+    key: u64,
+    len: usize,
+    data: Option<&[u8]>,
+) -> Option<Vec<u8>> {
+    let region = mcapi_ofi::MemoryRegion::new(&by.inner.fab.domain, len).unwrap();
+    let src = {
+        let st = by.inner.state.lock().unwrap();
+        st.peers[st.peer_of[&(0, from)] as usize].addr
+    };
+    if let Some(d) = data {
+        region.write(0, d).unwrap();
+    }
+    let mut entries = [mcapi_ofi::Completion::default(); 16];
+    let start = Instant::now();
+    loop {
+        let buf = region.slice(0, len).unwrap();
+        let posted = match data {
+            Some(_) => by.inner.fab.ep.write(buf, src, addr, key, 9),
+            None => by.inner.fab.ep.read(buf, src, addr, key, 9),
+        };
+        match posted {
+            Ok(()) => break,
+            // No connection yet (rxm connects on first use): progress and try again.
+            Err(e) if e.is_again() && start.elapsed() < Duration::from_secs(5) => {
+                let _st = by.inner.state.lock().unwrap();
+                _ = by.inner.fab.cq.read(&mut entries);
+            }
+            Err(e) => {
+                eprintln!("rma post: {e}");
+                return None;
+            }
+        }
+    }
+    let mut out = vec![0u8; len];
+    let start = Instant::now();
+    loop {
+        {
+            let _st = by.inner.state.lock().unwrap();
+            _ = by.inner.fab.cq.read(&mut entries);
+        }
+        // Readable (and writable) again once the operation completed.
+        if region.read(0, &mut out).is_ok() && region.write(0, &out[..1]).is_ok() {
+            return Some(out);
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// On tcp every region of a node was registered for remote read and write, with keys
+/// numbered 1, 2, 3... and offset addressing: anyone who reached the node's provider read
+/// the messages queued for it in its receive pool (trying the first keys at the slots'
+/// offsets), and rewrote them before the application took them. (tcp;ofi_rxm serves reads
+/// whatever the region's access flags: the random key is what keeps them out.)
+#[test]
+fn nobody_reads_or_writes_a_nodes_receive_pool_by_rma() {
+    let mut config = Config::defaults();
+    config.provider = Some("tcp".into());
+    config.job = format!("rv-pool-{}", std::process::id());
+    let a = Node::initialize(0, 88, config.clone()).unwrap();
+    let b = Node::initialize(0, 89, config.clone()).unwrap();
+    let c = Node::initialize(0, 90, config).unwrap();
+    let ra = a.endpoint_create(1).unwrap();
+    let tc = c.endpoint_create(1).unwrap();
+    b.endpoint_get(0, 88, 1, T).unwrap(); // b only needs a's fabric address
+    let to_a = c.endpoint_get(0, 88, 1, T).unwrap();
+    let secret = b"for node 88 only: 0123456789";
+    c.msg_send(tc, to_a, secret, 0).unwrap();
+    // Until a's progress put it in a receive slot.
+    assert!(until(&[&a], Duration::from_secs(5), || a.msg_available(ra)
+        == Ok(1)));
+    b.inner
+        .hold_background
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let base = a.inner.remote_address(a.inner.fab.recv_pool.addr());
+    let slot = crate::node::common::EAGER_SLOT;
+    let mut found = None;
+    'keys: for key in 0..=16 {
+        for i in 0..a.inner.fab.recv_slots as u64 {
+            let Some(bytes) = rma(&b, 88, base + i * slot as u64, key, secret.len(), None) else {
+                continue 'keys;
+            };
+            if &bytes[..] == secret {
+                found = Some((key, i));
+                break 'keys;
+            }
+        }
+    }
+    if let Some((key, i)) = found {
+        rma(&b, 88, base + i * slot as u64, key, 8, Some(b"REWRITE!"));
+    }
+    b.inner
+        .hold_background
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    // (tcp progresses a write into a's memory with a's progress)
+    until(&[&a, &b], Duration::from_millis(200), || false);
+    let mut buf = [0u8; 64];
+    let n = a.msg_recv(ra, &mut buf).unwrap();
+    let got = buf[..n].to_vec();
+    for n in [a, b, c] {
+        n.finalize().unwrap();
+    }
+    assert!(
+        found.is_none() && &got[..] == secret,
+        "node 89 read node 88's queued message (key, slot) {found:?} (offset addressing \
+         {}); node 88 then received {:?}",
+        base == 0,
+        String::from_utf8_lossy(&got)
+    );
+}
