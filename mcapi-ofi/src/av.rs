@@ -1,18 +1,67 @@
 //! Address vectors: raw peer addresses in, `fi_addr_t` handles out.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fabric::Domain;
 use crate::raw::{self, AvFid};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A peer address as libfabric numbers it in an address vector.
+/// A peer address as libfabric numbers it in an address vector: made only by
+/// [`AddressVector::insert`] (or [`FiAddr::UNSPEC`]), and used only with endpoints bound to
+/// that vector while it is there. Providers index their tables with it unchecked (a
+/// made-up number, one of another vector or one removed is a wild memory access), so
+/// every operation checks it first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FiAddr(pub u64);
+pub struct FiAddr {
+    raw: u64,
+    /// The vector it is of (0: none, `UNSPEC`).
+    av: u32,
+}
 
 impl FiAddr {
-    /// `FI_ADDR_UNSPEC`: any source (receives) or no address.
-    pub const UNSPEC: FiAddr = FiAddr(ofi_sys::FI_ADDR_UNSPEC);
+    /// `FI_ADDR_UNSPEC`: any source (receives); no destination.
+    pub const UNSPEC: FiAddr = FiAddr {
+        raw: ofi_sys::FI_ADDR_UNSPEC,
+        av: 0,
+    };
 }
+
+/// Which addresses of a vector are there (inserted, not removed): a bit per index, read
+/// without a lock on every operation. A vector holds at most [`MAX_ADDRESSES`].
+struct LiveSet(Box<[AtomicU64]>);
+
+/// The most addresses an address vector holds (8 KiB of bits).
+pub const MAX_ADDRESSES: usize = 1 << 16;
+
+impl LiveSet {
+    fn new() -> LiveSet {
+        LiveSet((0..MAX_ADDRESSES / 64).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Marks `index` there (or not); `false` if it is beyond the set.
+    fn set(&self, index: u64, live: bool) -> bool {
+        let Some(word) = self.0.get((index / 64) as usize) else {
+            return false;
+        };
+        let bit = 1 << (index % 64);
+        if live {
+            word.fetch_or(bit, Ordering::Release);
+        } else {
+            word.fetch_and(!bit, Ordering::Release);
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn has(&self, index: u64) -> bool {
+        self.0
+            .get((index / 64) as usize)
+            .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (index % 64)) != 0)
+    }
+}
+
+/// Numbers address vectors, so that an address names its own.
+static NEXT_AV: AtomicU32 = AtomicU32::new(1);
 
 /// An address vector (`FI_AV_TABLE`). Keeps its domain open.
 #[derive(Clone)]
@@ -23,6 +72,8 @@ pub struct AddressVector {
 pub(crate) struct AvInner {
     pub(crate) fid: AvFid,
     pub(crate) domain: Domain,
+    id: u32,
+    live: LiveSet,
 }
 
 impl AddressVector {
@@ -36,6 +87,8 @@ impl AddressVector {
             inner: Arc::new(AvInner {
                 fid,
                 domain: domain.clone(),
+                id: NEXT_AV.fetch_add(1, Ordering::Relaxed),
+                live: LiveSet::new(),
             }),
         })
     }
@@ -45,14 +98,56 @@ impl AddressVector {
     /// # Errors
     /// `fi_av_insert` failures (e.g. a malformed address).
     pub fn insert(&self, addr: &[u8]) -> Result<FiAddr> {
-        self.inner.fid.insert(addr).map(FiAddr)
+        let raw = self.inner.fid.insert(addr)?;
+        if !self.inner.live.set(raw, true) {
+            _ = self.inner.fid.remove(raw);
+            return Err(Error::InvalidArgument(
+                "address vector full (MAX_ADDRESSES)",
+            ));
+        }
+        Ok(FiAddr {
+            raw,
+            av: self.inner.id,
+        })
     }
 
-    /// Removes a peer; operations to it fail afterwards.
+    /// Removes a peer; operations to it are refused afterwards. (Operations to it still in
+    /// flight end as the provider ends them: fi_av(3) leaves that to the provider.)
     ///
     /// # Errors
+    /// `InvalidArgument` for an address of another vector or one removed already;
     /// `fi_av_remove` failures.
     pub fn remove(&self, addr: FiAddr) -> Result<()> {
-        self.inner.fid.remove(addr.0)
+        let raw = self.destination(addr)?;
+        self.inner.live.set(raw, false);
+        self.inner.fid.remove(raw)
     }
+
+    /// The provider's number for `addr` as an operation's peer, if it may be one: an
+    /// address of this vector that is there.
+    #[inline(always)]
+    pub(crate) fn destination(&self, addr: FiAddr) -> Result<u64> {
+        if addr.av != self.inner.id || !self.inner.live.has(addr.raw) {
+            return Err(foreign(addr));
+        }
+        Ok(addr.raw)
+    }
+
+    /// As [`AddressVector::destination`], or `FI_ADDR_UNSPEC` (a receive from anyone).
+    #[inline]
+    pub(crate) fn source(&self, addr: FiAddr) -> Result<u64> {
+        if addr == FiAddr::UNSPEC {
+            return Ok(addr.raw);
+        }
+        self.destination(addr)
+    }
+}
+
+#[cold]
+fn foreign(addr: FiAddr) -> Error {
+    Error::InvalidArgument(if addr == FiAddr::UNSPEC {
+        "FI_ADDR_UNSPEC is no peer"
+    } else {
+        "an address not (or no longer) in the endpoint's address vector"
+    })
 }

@@ -6,7 +6,7 @@ use crate::mr::MemoryRegion;
 use crate::raw::{self, CqFid};
 pub use crate::raw::{Completion, CompletionError};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +30,12 @@ pub struct CompletionQueue {
 pub(crate) struct CqInner {
     // Declared first: the CQ is closed before the regions its completions name are freed.
     pub(crate) fid: CqFid,
+    /// Held across a read and the bookkeeping of what it read: a completion is finished
+    /// (its slot released) before another thread reads the next, so an operation posted
+    /// in a slot meanwhile is never taken for the one that completed, and the error entry's
+    /// data is read before another read may replace it (fi_cq(3): "serialize access to the
+    /// CQ when processing errors").
+    reading: ReadLock,
     /// Every region an operation of an endpoint bound to this CQ was posted on, kept until
     /// the CQ is closed (after its endpoints): the provider may use the memory until the
     /// endpoint closes, and completions read from the CQ name the regions' slots.
@@ -74,6 +80,7 @@ impl CompletionQueue {
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 fid,
+                reading: ReadLock::default(),
                 pinned: Mutex::new(Vec::new()),
                 id: NEXT_CQ_ID.fetch_add(1, Ordering::Relaxed),
                 domain: domain.clone(),
@@ -109,8 +116,9 @@ impl CompletionQueue {
     /// # Errors
     /// [`Error::Completion`] for an error completion (read with `fi_cq_readerr`; the entry is
     /// consumed), `Error::Call` for a failing CQ.
-    #[inline]
+    #[inline(always)]
     pub fn read(&self, out: &mut [Completion]) -> Result<usize> {
+        let _reading = self.inner.reading.lock();
         self.inner.fid.read(out)
     }
 
@@ -123,6 +131,8 @@ impl CompletionQueue {
             return Err(Error::InvalidArgument("CQ opened without a wait object"));
         }
         let t = timeout_ms.map_or(-1, |t| t.min(i32::MAX as u32) as i32);
+        // (Held while it sleeps: other readers of this CQ wait for it.)
+        let _reading = self.inner.reading.lock();
         match self.inner.fid.sread(out, t) {
             Err(e) if e.errno() == Some(ofi_sys::FI_ETIMEDOUT as i32) => Ok(0),
             Err(e) if e.errno() == Some(ofi_sys::FI_EINTR as i32) => Ok(0),
@@ -236,5 +246,35 @@ impl CompletionQueue {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// The CQ's reader lock (`CqInner::reading`): a flag, since a read holds it only for the
+/// read and its bookkeeping (a lock that counted poisoning and waiters cost a CQ poll about
+/// a tenth more).
+#[derive(Default)]
+struct ReadLock(AtomicBool);
+
+struct Reading<'a>(&'a AtomicBool);
+
+impl ReadLock {
+    #[inline(always)]
+    fn lock(&self) -> Reading<'_> {
+        while self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // Another thread reads (an `sread` may sleep): let it run.
+            std::thread::yield_now();
+        }
+        Reading(&self.0)
+    }
+}
+
+impl Drop for Reading<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }

@@ -151,10 +151,12 @@ impl Endpoint {
     /// # Errors
     /// `InvalidArgument` for more than `inject_size` bytes; `-FI_EAGAIN`
     /// ([`crate::Error::is_again`]) when the provider has no room; other errors.
-    #[inline]
+    #[inline(always)]
     pub fn inject_tagged(&self, data: &[u8], dest: FiAddr, tag: u64) -> Result<()> {
         self.injectable(data)?;
-        self.inner.fid.tinject(data, None, dest.0, tag)
+        self.inner
+            .fid
+            .tinject(data, None, self.inner.av.destination(dest)?, tag)
     }
 
     /// `InvalidArgument` for data longer than the provider injects.
@@ -172,7 +174,7 @@ impl Endpoint {
     ///
     /// # Errors
     /// As [`Endpoint::inject_tagged`].
-    #[inline]
+    #[inline(always)]
     pub fn inject_tagged_data(
         &self,
         data: &[u8],
@@ -181,27 +183,33 @@ impl Endpoint {
         tag: u64,
     ) -> Result<()> {
         self.injectable(data)?;
-        self.inner.fid.tinject(data, Some(cq_data), dest.0, tag)
+        self.inner
+            .fid
+            .tinject(data, Some(cq_data), self.inner.av.destination(dest)?, tag)
     }
 
     /// Untagged inject.
     ///
     /// # Errors
     /// As [`Endpoint::inject_tagged`].
-    #[inline]
+    #[inline(always)]
     pub fn inject(&self, data: &[u8], dest: FiAddr) -> Result<()> {
         self.injectable(data)?;
-        self.inner.fid.inject(data, None, dest.0)
+        self.inner
+            .fid
+            .inject(data, None, self.inner.av.destination(dest)?)
     }
 
     /// Untagged inject with remote CQ data.
     ///
     /// # Errors
     /// As [`Endpoint::inject_tagged`].
-    #[inline]
+    #[inline(always)]
     pub fn inject_data(&self, data: &[u8], cq_data: u64, dest: FiAddr) -> Result<()> {
         self.injectable(data)?;
-        self.inner.fid.inject(data, Some(cq_data), dest.0)
+        self.inner
+            .fid
+            .inject(data, Some(cq_data), self.inner.av.destination(dest)?)
     }
 
     /// Posts a tagged send of `buf`; completion (with `context`) says the buffer is free.
@@ -214,7 +222,9 @@ impl Endpoint {
     #[inline]
     pub fn send_tagged(&self, buf: Buf<'_>, dest: FiAddr, tag: u64, context: u64) -> Result<()> {
         self.post(&buf, Op::Send, context, |c| {
-            self.inner.fid.tsend(buf.io, None, dest.0, tag, c)
+            self.inner
+                .fid
+                .tsend(buf.io, None, self.inner.av.destination(dest)?, tag, c)
         })
     }
 
@@ -232,7 +242,13 @@ impl Endpoint {
         context: u64,
     ) -> Result<()> {
         self.post(&buf, Op::Send, context, |c| {
-            self.inner.fid.tsend(buf.io, Some(cq_data), dest.0, tag, c)
+            self.inner.fid.tsend(
+                buf.io,
+                Some(cq_data),
+                self.inner.av.destination(dest)?,
+                tag,
+                c,
+            )
         })
     }
 
@@ -249,7 +265,9 @@ impl Endpoint {
         context: u64,
     ) -> Result<()> {
         self.post(&buf, Op::Send, context, |c| {
-            self.inner.fid.send(buf.io, cq_data, dest.0, c)
+            self.inner
+                .fid
+                .send(buf.io, cq_data, self.inner.av.destination(dest)?, c)
         })
     }
 
@@ -276,6 +294,10 @@ impl Endpoint {
         context: u64,
         mut wait: impl FnMut() -> SendWait,
     ) -> (Option<Endpoint>, Result<()>) {
+        let dest = match self.inner.av.destination(dest) {
+            Ok(dest) => dest,
+            Err(e) => return (Some(self), Err(e)),
+        };
         raw::send_unregistered(self, data, cq_data, dest, context, &mut wait)
     }
 
@@ -306,7 +328,13 @@ impl Endpoint {
         if !self.sends_unregistered() {
             return Err(crate::Error::InvalidArgument("provider needs FI_MR_LOCAL"));
         }
-        raw::send_from(&self.inner.fid, buf, cq_data, dest.0, context)
+        raw::send_from(
+            &self.inner.fid,
+            buf,
+            cq_data,
+            self.inner.av.destination(dest)?,
+            context,
+        )
     }
 
     /// Posts an RMA read (`fi_read`) of `len` bytes of the peer's registered memory at
@@ -336,7 +364,7 @@ impl Endpoint {
             &self.inner.fid,
             buf,
             (at, len),
-            (src.0, remote_addr, key),
+            (self.inner.av.destination(src)?, remote_addr, key),
             context,
         )
     }
@@ -387,7 +415,9 @@ impl Endpoint {
         context: u64,
     ) -> Result<()> {
         self.post(&buf, Op::Recv, context, |c| {
-            self.inner.fid.trecv(buf.io, src.0, tag, ignore, c)
+            self.inner
+                .fid
+                .trecv(buf.io, self.inner.av.source(src)?, tag, ignore, c)
         })
     }
 
@@ -399,7 +429,9 @@ impl Endpoint {
     #[inline]
     pub fn recv(&self, buf: Buf<'_>, src: FiAddr, context: u64) -> Result<()> {
         self.post(&buf, Op::Recv, context, |c| {
-            self.inner.fid.recv(buf.io, src.0, false, c)
+            self.inner
+                .fid
+                .recv(buf.io, self.inner.av.source(src)?, false, c)
         })
     }
 
@@ -418,7 +450,9 @@ impl Endpoint {
     #[inline]
     pub fn recv_multi(&self, buf: Buf<'_>, context: u64) -> Result<()> {
         self.post(&buf, Op::MultiRecv, context, |c| {
-            self.inner.fid.recv(buf.io, FiAddr::UNSPEC.0, true, c)
+            self.inner
+                .fid
+                .recv(buf.io, ofi_sys::FI_ADDR_UNSPEC, true, c)
         })
     }
 
@@ -436,9 +470,13 @@ impl Endpoint {
         context: u64,
     ) -> Result<()> {
         self.post(&buf, Op::Send, context, |c| {
-            self.inner
-                .fid
-                .rma_write(buf.io, dest.0, remote_addr, key, c)
+            self.inner.fid.rma_write(
+                buf.io,
+                self.inner.av.destination(dest)?,
+                remote_addr,
+                key,
+                c,
+            )
         })
     }
 
@@ -458,7 +496,9 @@ impl Endpoint {
         context: u64,
     ) -> Result<()> {
         self.post(&buf, Op::Recv, context, |c| {
-            self.inner.fid.rma_read(buf.io, src.0, remote_addr, key, c)
+            self.inner
+                .fid
+                .rma_read(buf.io, self.inner.av.destination(src)?, remote_addr, key, c)
         })
     }
 
@@ -490,7 +530,7 @@ impl Endpoint {
         raw::read_in_place(
             &self.inner.fid,
             out,
-            (src.0, remote_addr, key),
+            (self.inner.av.destination(src)?, remote_addr, key),
             context,
             &mut wait,
         )

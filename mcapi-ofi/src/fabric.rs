@@ -1,6 +1,6 @@
 //! Fabric and domain: the roots of every other object.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::info::{Attributes, Info};
 use crate::raw::{self, DomainFid, FabricFid};
 use std::sync::Arc;
@@ -64,6 +64,13 @@ impl Domain {
     /// # Errors
     /// `fi_domain` failures.
     pub fn open(fabric: &Fabric, info: &Info) -> Result<Domain> {
+        // A domain of another provider's info on this fabric would report that provider's
+        // properties (and reads made by the reader where they are not).
+        if info.provider() != fabric.inner.info.provider() {
+            return Err(Error::InvalidArgument(
+                "the info is of another provider than the fabric's",
+            ));
+        }
         let fid = raw::open_domain(&fabric.inner.fid, &info.raw)?;
         Ok(Domain {
             inner: Arc::new(DomainInner {

@@ -639,7 +639,7 @@ pub(crate) fn send_unregistered(
     ep: crate::Endpoint,
     data: &[u8],
     cq_data: u64,
-    dest: crate::FiAddr,
+    dest: u64,
     context: u64,
     wait: &mut dyn FnMut() -> crate::SendWait,
 ) -> (Option<crate::Endpoint>, Result<()>) {
@@ -672,7 +672,7 @@ pub(crate) fn send_unregistered(
     // above, and `wait` is given none) was closed, so the provider never reads it later.
     // `record` stays allocated while posted (leaked if the send is abandoned).
     let posted =
-        unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest.0, provider_context as u64) };
+        unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest, provider_context as u64) };
     if let Err(e) = posted {
         record.disarm();
         ep.keep_send_record(record);
@@ -684,10 +684,14 @@ pub(crate) fn send_unregistered(
             // Done only once the completion was read, whatever the waiter thinks.
             crate::SendWait::Done if !record.posted() => {
                 drop(guard);
-                // Its completion cleared it: idle again.
+                // Its completion cleared it: idle again (an error completion says why not).
+                let outcome = match record.error() {
+                    0 => Ok(()),
+                    err => Err(Error::call("fi_senddata (completion)", err)),
+                };
                 record.disarm();
                 ep.keep_send_record(record);
-                return (Some(ep), Ok(()));
+                return (Some(ep), outcome);
             }
             crate::SendWait::Done | crate::SendWait::Pending => {}
             crate::SendWait::Abandon => {
@@ -1661,8 +1665,13 @@ impl CqFid {
     /// The error entry `-FI_EAVAIL` announced; `None` if there is none (any more).
     fn read_error(&self) -> Result<Option<CompletionError>> {
         let mut e = sys::fi_cq_err_entry::default();
-        // SAFETY: e is a writable fi_cq_err_entry; err_data stays NULL so the provider uses
-        // its own buffer, valid until the next read on this CQ (we copy the text now).
+        // The provider's error data goes into our own buffer: its own would be valid only
+        // until the next read of the CQ, which another thread may make meanwhile.
+        let mut err_data = [0u8; 256];
+        e.err_data = err_data.as_mut_ptr().cast();
+        e.err_data_size = err_data.len();
+        // SAFETY: e is a writable fi_cq_err_entry whose err_data points to err_data_size
+        // writable bytes (alive until the strerror below).
         let ret = unsafe { sys::fi_cq_readerr(self.as_ptr(), &mut e, 0) };
         if ret == -(sys::FI_EAGAIN as isize) {
             return Ok(None);
@@ -1695,6 +1704,20 @@ impl CqFid {
 
     /// The CQ's wait file descriptor (`fi_control(FI_GETWAIT)`), when it has one.
     pub(crate) fn wait_fd(&self) -> Option<c_int> {
+        // FI_GETWAIT writes what the wait object is (an fd, or a larger mutex/cond or pollfd
+        // set): asked only once FI_GETWAITOBJ said it is an fd.
+        let mut obj = sys::fi_wait_obj::default();
+        // SAFETY: FI_GETWAITOBJ writes one enum fi_wait_obj.
+        let ret = unsafe {
+            sys::fi_control(
+                self.fid(),
+                sys::FI_GETWAITOBJ as c_int,
+                (&mut obj as *mut sys::fi_wait_obj).cast(),
+            )
+        };
+        if ret != 0 || obj != sys::FI_WAIT_FD {
+            return None;
+        }
         let mut fd: c_int = -1;
         // SAFETY: for an FD wait object FI_GETWAIT writes one int.
         let ret = unsafe {

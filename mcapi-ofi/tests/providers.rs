@@ -73,6 +73,10 @@ fn main() {
         ("cq_wait_object_sleeps_and_wakes", cq_wait),
         ("cq_sleep_on_fd_wakes_on_arrival", cq_sleep),
         ("misuse_is_refused", misuse_is_refused),
+        (
+            "foreign_addresses_are_refused",
+            foreign_addresses_are_refused,
+        ),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -1643,4 +1647,34 @@ fn child_main(spec: &str) {
         }
         other => panic!("unknown role {other}"),
     }
+}
+
+/// Addresses are checked before the provider indexes its table with them (a wild index
+/// crashed shm and tcp;ofi_rxm): `FI_ADDR_UNSPEC` as a destination, an address of another
+/// address vector and a removed one are refused, and nothing is sent.
+fn foreign_addresses_are_refused(prov: &str) -> TestResult {
+    let (a, b, dest) = pair(prov)?;
+    let refused = |what: &str, r: Result<(), Error>| match r {
+        Err(Error::InvalidArgument(_)) => Ok(()),
+        other => Err(Failed::from(format!("{what}: {other:?}"))),
+    };
+    refused("UNSPEC", a.ep.inject_tagged(b"x", FiAddr::UNSPEC, 0))?;
+    // `a` as `b` sees it, used on `a`'s endpoint (bound to `a`'s vector).
+    let other = b.av.insert(a.ep.address())?;
+    refused("another vector's", a.ep.inject_tagged(b"x", other, 0))?;
+    a.av.remove(dest)?;
+    refused("removed", a.ep.inject_tagged(b"x", dest, 0))?;
+    refused("removed twice", a.av.remove(dest))?;
+    // Still usable once inserted again.
+    let again = a.av.insert(b.ep.address())?;
+    let mut net = Net::new(&[&a, &b]);
+    net.post(|| a.ep.inject_tagged(b"x", again, 7))?;
+    let mut buf = [0u8; 8];
+    let sink = MemoryRegion::new(&b.domain, 8)?;
+    b.ep.recv_tagged(sink.slice(0, 8)?, FiAddr::UNSPEC, 7, 0, 7)?;
+    let got = ok_all(net.collect(1, 1)?)?;
+    sink.read(0, &mut buf[..1])?;
+    check(got[0].tag() == 7 && buf[0] == b'x', || {
+        "the re-inserted address".into()
+    })
 }
