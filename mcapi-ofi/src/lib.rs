@@ -52,9 +52,20 @@
 //! the other way in: `unsafe` to make from a pointer, with a stated contract, or safe from
 //! `'static` memory (nobody writes a send's; nobody else ever reaches a read's).
 //!
+//! # Peers' addresses and memory
+//! An [`FiAddr`] comes only from [`AddressVector::insert`], and every operation checks
+//! that its address is of the endpoint's vector and still there: providers index their
+//! tables with it unchecked. No region is open to peers' writes; only one made by
+//! [`MemoryRegion::readable_remotely`] is open to their reads, under a random key (tcp and
+//! sockets address memory by key and offset, and tcp;ofi_rxm serves a read whatever the
+//! access flags). A peer told the key reads what the region holds at the time: write it
+//! before telling the key, and not while a peer may read it.
+//!
 //! # Thread safety
 //! Domains are opened with `FI_THREAD_SAFE`: every handle is `Send + Sync` and operations
-//! may be posted and completions read from any thread.
+//! may be posted and completions read from any thread. Reads of one CQ take turns (a flag
+//! held until the completions read are finished), so what one thread reads is handed out
+//! before another reads the next.
 //!
 //! # Provider selection
 //! [`Hints::provider`] picks a provider by name. libfabric's `FI_PROVIDER` environment
