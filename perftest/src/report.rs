@@ -12,8 +12,9 @@
 //! rounds (see [`Summary`]). `ratio` is MCAPI over raw (p50 latency for latency tests, MB/s
 //! for the others), `delta_us` MCAPI's p50 minus raw's (latency tests); with several rounds
 //! each is the median of the rounds' own (raw and MCAPI back to back in a round). Fields of a half that
-//! did not run are null. Then `libfabric_version`, `host`, `date` (UTC, ISO 8601) and
-//! `git_sha` (the build's commit).
+//! did not run are null. Then `libfabric_version`, `host`, `date` (UTC, ISO 8601),
+//! `git_sha` (the build's commit), `settings` (the `MCAPI_*` and `FI_*` environment, but
+//! the job key) and `load_average` (the machine's 1-minute load average at the start).
 
 use crate::cli::{Metric, Test};
 use crate::pattern::Plan;
@@ -22,13 +23,19 @@ use serde_json::Value;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Where and when the run happened.
-#[derive(Clone, Debug)]
+/// Where and when the run happened, and what else steered it.
+#[derive(Clone, Debug, Default)]
 pub struct RunInfo {
     pub libfabric_version: String,
     pub host: String,
     pub date: String,
     pub git_sha: &'static str,
+    /// The `MCAPI_*` and `FI_*` environment (spin time, eager threshold, buffers, the
+    /// provider's own settings), which change the numbers; sorted.
+    pub settings: Vec<(String, String)>,
+    /// The machine's 1-minute load average at the start: other processes' load moves the
+    /// layers apart (they wait differently).
+    pub load_average: Option<f64>,
 }
 
 impl RunInfo {
@@ -39,8 +46,21 @@ impl RunInfo {
             host: hostname(),
             date: iso8601_utc(SystemTime::now()),
             git_sha: env!("PERFTEST_GIT_SHA"),
+            settings: settings(),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|l| l.split_whitespace().next()?.parse().ok()),
         }
     }
+}
+
+/// The environment variables that steer MCAPI and libfabric.
+fn settings() -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| (k.starts_with("MCAPI_") || k.starts_with("FI_")) && k != "MCAPI_JOB_KEY")
+        .collect();
+    v.sort();
+    v
 }
 
 fn hostname() -> String {
@@ -363,6 +383,17 @@ impl Report {
         fields.push(("host".into(), self.info.host.clone().into()));
         fields.push(("date".into(), self.info.date.clone().into()));
         fields.push(("git_sha".into(), self.info.git_sha.into()));
+        let settings: serde_json::Map<String, Value> = self
+            .info
+            .settings
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect();
+        fields.push(("settings".into(), settings.into()));
+        fields.push((
+            "load_average".into(),
+            self.info.load_average.map_or(Value::Null, Value::from),
+        ));
         // Written by hand to keep the field order (serde_json's map sorts without the
         // preserve_order feature).
         let body: Vec<String> = fields
@@ -460,6 +491,8 @@ mod tests {
             host: "h\"q".into(),
             date: "d".into(),
             git_sha: "abc",
+            settings: vec![("MCAPI_SPIN_US".into(), "7".into())],
+            load_average: Some(0.25),
         };
         let report = Report::new(&plan, "shm", true, info);
         let m1 = Summary::new(m.clone());
@@ -477,6 +510,8 @@ mod tests {
         assert_eq!(v["raw_lat_us_min"], 2.0);
         assert!(v["lat_us_p50"].is_null() && v["ratio"].is_null() && v["window"].is_null());
         assert_eq!(v["host"], "h\"q");
+        assert_eq!(v["settings"]["MCAPI_SPIN_US"], "7");
+        assert_eq!(v["load_average"], 0.25);
         assert_eq!(v["raw_iterations_done"], 1);
 
         // Both halves: MCAPI unprefixed, the ratio of the p50s, and in the table a row each.
@@ -559,6 +594,8 @@ mod tests {
             host: "h".into(),
             date: "d".into(),
             git_sha: "abc",
+            settings: vec![("MCAPI_SPIN_US".into(), "7".into())],
+            load_average: Some(0.25),
         };
         let mut report = Report::new(&plan, "shm", true, info);
         let r = SizeResult {

@@ -57,6 +57,31 @@ fn member_connection(of: &Node, node: u32, claims: u32, incarnation: u64, addr: 
     s
 }
 
+/// A member asks a node to connect one of its endpoints to itself (no connect of ours
+/// does): refused, and the endpoint stays free for messages (it would have become its own
+/// same-node channel peer).
+#[test]
+fn a_connect_of_an_endpoint_to_itself_is_refused() {
+    let (a, b, _tx, rx, to) = sender_and_receiver("shm", "sec-self", (93, 94), Some(8));
+    let mut member = member_connection(&b, 94, 95, 0x95, a.inner.fab.ep.address().to_vec());
+    let connect = Frame::Channel {
+        port: 1,
+        op: ChannelOp::Connect {
+            peer: rx,
+            kind: crate::semantics::channel::ChannelKind::Packet,
+            end: crate::control::ConnectEnd::Send,
+        },
+    };
+    let answer = member.call(&connect).expect("an answer");
+    assert!(matches!(answer, Frame::Refused(_)), "{answer:?}");
+    let tx = a.endpoint_create(2).unwrap();
+    assert_eq!(a.msg_send(tx, to, b"still free", 0), Ok(()));
+    let mut buf = [0u8; 16];
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(10));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
 /// A member that is not an end of a channel sends `Closed` naming the real sender's
 /// endpoint: the receive side ends as if the sender had closed, although the sender is
 /// open and sends on.

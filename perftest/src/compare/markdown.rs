@@ -305,6 +305,7 @@ mod tests {
             host: "h".into(),
             date: "d".into(),
             git_sha: "abc",
+            ..Default::default()
         }
     }
 

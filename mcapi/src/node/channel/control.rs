@@ -104,6 +104,12 @@ impl NodeInner {
         }
         match *op {
             ChannelOp::Connect { peer, kind, end } => {
+                // An endpoint connected to itself (no connect of ours asks for that) would be
+                // its own same-node peer.
+                if (peer.domain(), peer.node(), peer.port()) == (self.domain_id, self.node_id, port)
+                {
+                    return Err(Status::MCAPI_ERR_ENDP_INVALID);
+                }
                 let dir = match end {
                     ConnectEnd::Send => Direction::Send,
                     ConnectEnd::Receive { .. } => Direction::Receive,
