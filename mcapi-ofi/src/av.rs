@@ -3,14 +3,16 @@
 use crate::error::{Error, Result};
 use crate::fabric::Domain;
 use crate::raw::{self, AvFid};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A peer address as libfabric numbers it in an address vector: made only by
 /// [`AddressVector::insert`] (or [`FiAddr::UNSPEC`]), and used only with endpoints bound to
-/// that vector while it is there. Providers index their tables with it unchecked (a
-/// made-up number, one of another vector or one removed is a wild memory access), so
-/// every operation checks it first.
+/// that vector while its number is in it. Providers index their tables with it unchecked
+/// (a made-up number, one of another vector or one removed is a wild memory access), so
+/// every operation checks it first. (A provider may hand a removed address's number to
+/// an address inserted later, which the old value then names: drop values once removed.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FiAddr {
     raw: u64,
@@ -74,6 +76,9 @@ pub(crate) struct AvInner {
     pub(crate) domain: Domain,
     id: u32,
     live: LiveSet,
+    /// How many times each address is in (providers hand out one number for an address
+    /// inserted twice, and keep it until it is removed as often): its bit is cleared at 0.
+    inserted: Mutex<HashMap<u64, u32>>,
 }
 
 impl AddressVector {
@@ -89,6 +94,7 @@ impl AddressVector {
                 domain: domain.clone(),
                 id: NEXT_AV.fetch_add(1, Ordering::Relaxed),
                 live: LiveSet::new(),
+                inserted: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -98,6 +104,11 @@ impl AddressVector {
     /// # Errors
     /// `fi_av_insert` failures (e.g. a malformed address).
     pub fn insert(&self, addr: &[u8]) -> Result<FiAddr> {
+        let mut inserted = self
+            .inner
+            .inserted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let raw = self.inner.fid.insert(addr)?;
         if !self.inner.live.set(raw, true) {
             _ = self.inner.fid.remove(raw);
@@ -105,20 +116,39 @@ impl AddressVector {
                 "address vector full (MAX_ADDRESSES)",
             ));
         }
+        *inserted.entry(raw).or_insert(0) += 1;
         Ok(FiAddr {
             raw,
             av: self.inner.id,
         })
     }
 
-    /// Removes a peer; operations to it are refused afterwards. (Operations to it still in
-    /// flight end as the provider ends them: fi_av(3) leaves that to the provider.)
+    /// Removes a peer (once for each time it was inserted); operations to it are refused
+    /// afterwards, until the provider hands its number to an address inserted later.
+    /// (Operations to it still in flight end as the provider ends them: fi_av(3) leaves
+    /// that to the provider.)
     ///
     /// # Errors
     /// `InvalidArgument` for an address of another vector or one removed already;
     /// `fi_av_remove` failures.
     pub fn remove(&self, addr: FiAddr) -> Result<()> {
+        let mut inserted = self
+            .inner
+            .inserted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let raw = self.destination(addr)?;
+        let Some(count) = inserted.get_mut(&raw) else {
+            return Err(foreign(addr));
+        };
+        *count -= 1;
+        if *count > 0 {
+            // Still in under another handle. (The provider is told once, at the last:
+            // ofi_rxd numbers a second insert alike but drops the entry at the first
+            // remove; the others count, and keep an entry per extra insert.)
+            return Ok(());
+        }
+        inserted.remove(&raw);
         self.inner.live.set(raw, false);
         self.inner.fid.remove(raw)
     }

@@ -8,7 +8,7 @@ pub use crate::raw::{Completion, CompletionError};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a thread may sleep until completions arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +75,8 @@ impl CompletionQueue {
         let fid = raw::open_cq(&domain.inner.fid, size, obj)?;
         let wait_fd = match wait {
             WaitObject::None => None,
-            _ => fid.wait_fd(),
+            WaitObject::Fd => fid.wait_fd(true),
+            WaitObject::Unspec => fid.wait_fd(false),
         };
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
@@ -123,6 +124,8 @@ impl CompletionQueue {
     }
 
     /// Blocks up to `timeout_ms` (`None`: forever) for completions on the wait object.
+    /// Other threads read the CQ meanwhile: it sleeps on the fd where there is one, else in
+    /// the provider's blocking read 1 ms at a time.
     ///
     /// # Errors
     /// As [`CompletionQueue::read`]; `InvalidArgument` if the CQ has no wait object.
@@ -130,13 +133,30 @@ impl CompletionQueue {
         if self.inner.wait == WaitObject::None {
             return Err(Error::InvalidArgument("CQ opened without a wait object"));
         }
-        let t = timeout_ms.map_or(-1, |t| t.min(i32::MAX as u32) as i32);
-        // (Held while it sleeps: other readers of this CQ wait for it.)
-        let _reading = self.inner.reading.lock();
-        match self.inner.fid.sread(out, t) {
-            Err(e) if e.errno() == Some(ofi_sys::FI_ETIMEDOUT as i32) => Ok(0),
-            Err(e) if e.errno() == Some(ofi_sys::FI_EINTR as i32) => Ok(0),
-            r => r,
+        let deadline = timeout_ms.map(|t| Instant::now() + Duration::from_millis(t.into()));
+        loop {
+            let n = self.read(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => Duration::from_millis(100),
+            };
+            if left.is_zero() {
+                return Ok(0);
+            }
+            let nap = left.min(Duration::from_millis(100));
+            if CompletionQueue::sleep(std::slice::from_ref(self), nap)? == Sleep::Unsupported {
+                let _reading = self.inner.reading.lock();
+                match self.inner.fid.sread(out, 1) {
+                    Ok(0) => {}
+                    Err(e) if e.errno() == Some(ofi_sys::FI_ETIMEDOUT as i32) => {}
+                    Err(e) if e.errno() == Some(ofi_sys::FI_EINTR as i32) => {}
+                    Err(e) if e.errno() == Some(ofi_sys::FI_EAGAIN as i32) => {}
+                    r => return r,
+                }
+            }
         }
     }
 

@@ -1703,19 +1703,13 @@ impl CqFid {
     }
 
     /// The CQ's wait file descriptor (`fi_control(FI_GETWAIT)`), when it has one.
-    pub(crate) fn wait_fd(&self) -> Option<c_int> {
+    /// `fd_asked`: the CQ was opened with `FI_WAIT_FD`, so its wait object is an fd;
+    /// otherwise (`FI_WAIT_UNSPEC`) the provider chose, and is asked which first.
+    pub(crate) fn wait_fd(&self, fd_asked: bool) -> Option<c_int> {
         // FI_GETWAIT writes what the wait object is (an fd, or a larger mutex/cond or pollfd
-        // set): asked only once FI_GETWAITOBJ said it is an fd.
-        let mut obj = sys::fi_wait_obj::default();
-        // SAFETY: FI_GETWAITOBJ writes one enum fi_wait_obj.
-        let ret = unsafe {
-            sys::fi_control(
-                self.fid(),
-                sys::FI_GETWAITOBJ as c_int,
-                (&mut obj as *mut sys::fi_wait_obj).cast(),
-            )
-        };
-        if ret != 0 || obj != sys::FI_WAIT_FD {
+        // set): for a wait object the provider chose, asked only once FI_GETWAITOBJ said it
+        // is an fd (sockets answers FI_GETWAITOBJ for none: not asked of an fd CQ).
+        if !fd_asked && !self.wait_obj_is_fd() {
             return None;
         }
         let mut fd: c_int = -1;
@@ -1728,6 +1722,19 @@ impl CqFid {
             )
         };
         (ret == 0 && fd >= 0).then_some(fd)
+    }
+
+    fn wait_obj_is_fd(&self) -> bool {
+        let mut obj = sys::fi_wait_obj::default();
+        // SAFETY: FI_GETWAITOBJ writes one enum fi_wait_obj.
+        let ret = unsafe {
+            sys::fi_control(
+                self.fid(),
+                sys::FI_GETWAITOBJ as c_int,
+                (&mut obj as *mut sys::fi_wait_obj).cast(),
+            )
+        };
+        ret == 0 && obj == sys::FI_WAIT_FD
     }
 
     /// Wakes a thread blocked in `sread`.

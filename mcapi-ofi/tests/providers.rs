@@ -77,6 +77,9 @@ fn main() {
             "foreign_addresses_are_refused",
             foreign_addresses_are_refused,
         ),
+        ("fd_cq_exposes_its_fd", fd_cq_exposes_its_fd),
+        ("read_not_blocked_by_sread", read_not_blocked_by_sread),
+        ("double_insert_then_remove", double_insert_then_remove),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -1676,5 +1679,57 @@ fn foreign_addresses_are_refused(prov: &str) -> TestResult {
     sink.read(0, &mut buf[..1])?;
     check(got[0].tag() == 7 && buf[0] == b'x', || {
         "the re-inserted address".into()
+    })
+}
+
+/// A CQ opened with an fd wait object hands out its fd (mcapi sleeps on it): sockets
+/// answers no `FI_GETWAITOBJ`, and for a while gave none.
+fn fd_cq_exposes_its_fd(prov: &str) -> TestResult {
+    let domain = Domain::open_info(&Info::first(&hints(prov))?)?;
+    let Ok(cq) = CompletionQueue::open(&domain, 0, WaitObject::Fd) else {
+        // No fd wait object at all (shm).
+        return Ok(());
+    };
+    if prov.contains("ofi_rxd") {
+        // ofi_rxd exposes none.
+        return Ok(());
+    }
+    check(cq.wait_fd().is_some(), || {
+        "FI_WAIT_FD CQ opened but no fd".into()
+    })
+}
+
+/// A thread reading a CQ is not held up by another thread sleeping in `sread` on it.
+fn read_not_blocked_by_sread(prov: &str) -> TestResult {
+    let domain = Domain::open_info(&Info::first(&hints(prov))?)?;
+    let Some(rx) = fd_wait_side(prov, domain)? else {
+        return Ok(());
+    };
+    let cq = rx.cq.clone();
+    let sleeper = std::thread::spawn(move || {
+        let mut buf = [Completion::default(); 4];
+        cq.sread(&mut buf, Some(1000)).map(|_| ())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    let mut buf = [Completion::default(); 4];
+    rx.cq.read(&mut buf)?;
+    let took = t.elapsed();
+    sleeper.join().map_err(|_| "sleeper panicked")??;
+    check(took < Duration::from_millis(200), || {
+        format!("a read waited {took:?} for another thread's sread")
+    })
+}
+
+/// The same address inserted twice (providers hand out one number, counted): removing one
+/// handle leaves the other usable.
+fn double_insert_then_remove(prov: &str) -> TestResult {
+    let (a, b, dest) = pair(prov)?;
+    let again = a.av.insert(b.ep.address())?;
+    a.av.remove(again)?;
+    let mut net = Net::new(&[&a, &b]);
+    let r = net.post(|| a.ep.inject_tagged(b"x", dest, 7));
+    check(r.is_ok() || again != dest, || {
+        format!("the other handle refused: {r:?}")
     })
 }

@@ -72,10 +72,17 @@ impl NodeInner {
                     st.outbox.push_back((from, tag, u64::from(back)));
                 }
             }
-            Kind::Request | Kind::Return if !st.peers[from as usize].is_alive() => {
-                // In the name of a peer that left (forged, or late): its credits were
-                // reclaimed when it went, and a grant to it would never be sent, so never
-                // come back.
+            Kind::Request if !st.peers[from as usize].is_alive() => {
+                // In the name of a peer that is leaving or left (forged, or late): a grant
+                // to it would never be sent, so its credits would never come back.
+            }
+            Kind::Return
+                if !st.peers[from as usize].is_alive()
+                    && !st.peers[from as usize].life.is_departing() =>
+            {
+                // In the name of a peer that left (forged, or late): what it held was
+                // reclaimed when it went. (One that is leaving still returns what it held,
+                // strays of deleted endpoints among them.)
             }
             Kind::Request | Kind::Return => {
                 let State {

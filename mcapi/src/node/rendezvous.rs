@@ -290,6 +290,9 @@ impl Rendezvous {
     /// regions), for the caller to dispose of and fail. Exposed application buffers end
     /// with their waiting senders.
     pub(super) fn forget_peer(&mut self, peer: u16) -> Vec<Forgotten> {
+        // Regions cached for it would only serve it again (or its successor, which never
+        // learnt their keys): freed.
+        self.cache.retain(|(p, _)| *p != peer);
         let ids: Vec<u64> = self
             .staged
             .iter()

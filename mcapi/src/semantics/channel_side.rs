@@ -80,6 +80,9 @@ pub struct RecvSide {
     kind: ChannelKind,
     /// The sender's credits: items it may have here (arrived and not yet received).
     capacity: u32,
+    /// More arrived than a sender keeping to its credits can have sent (hub scalars,
+    /// which are routed by what a message says): some were dropped, the stream has a gap.
+    overrun: bool,
     posting: Posting,
     buffer_size: usize,
     buffers: PoolBuffers,
@@ -114,6 +117,7 @@ impl RecvSide {
         RecvSide {
             kind,
             capacity,
+            overrun: false,
             posting,
             buffer_size,
             buffers: PoolBuffers::new(n),
@@ -216,9 +220,12 @@ impl RecvSide {
     /// widened by the caller. Returns credits to give back now.
     #[inline(always)]
     pub fn hub_scalar_arrived(&mut self, seq: u32, value: u64, len: usize) -> Option<u32> {
-        // The hub routes by what a message says: one beyond the sender's credits (a
-        // stranger's, or a peer's protocol error) is dropped, never queued without bound.
-        if self.fifo.len() + self.reorder.buffered(&0) >= self.capacity as usize {
+        // The hub routes by what a message says: beyond what a sender can have here (its
+        // credits, twice over if a forged credit return refilled them once) a message is
+        // dropped, never queued without bound, and the side reports the gap
+        // ([`RecvSide::overrun`]) rather than waiting for it.
+        if self.fifo.len() + self.reorder.buffered(&0) >= 2 * self.capacity as usize {
+            self.overrun = true;
             return None;
         }
         let item = Item {
@@ -448,6 +455,13 @@ impl RecvSide {
     /// The sender's node died: nothing more comes than what arrived.
     pub fn sender_died(&mut self) {
         self.peer_sent = Some(self.received);
+    }
+
+    /// Whether items beyond what the sender could have sent on its credits arrived and
+    /// were dropped (a stream with a gap: it ends with `MCAPI_ERR_TRANSMISSION`).
+    #[inline(always)]
+    pub fn overrun(&self) -> bool {
+        self.overrun
     }
 
     /// Whether nothing more will come from a sender that closed or died: all it announced

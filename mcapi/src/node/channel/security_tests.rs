@@ -8,8 +8,9 @@ use std::time::Duration;
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
 /// A peer (or anyone reaching the hub's address) sends 2,000 scalars in sequence without
-/// credits to a receive side of N = 8: all of them are queued (memory grows with what the
-/// sender sends, not with NUM_RECV_BUFFERS).
+/// credits to a receive side of N = 8: all of them were queued (memory grew with what the
+/// sender sent, not with NUM_RECV_BUFFERS). Now at most 2N are kept, and the receiver
+/// learns of the gap (`MCAPI_ERR_TRANSMISSION` once the kept ones are taken).
 #[test]
 fn scalars_without_credits_do_not_grow_a_receive_side_beyond_its_buffers() {
     let (a, b, tx, rx, to) = sender_and_receiver("tcp", "rv-hub", (81, 82), Some(8));
@@ -44,18 +45,26 @@ fn scalars_without_credits_do_not_grow_a_receive_side_beyond_its_buffers() {
         }
     }
     let mut queued = 0;
-    for _ in 0..1000 {
+    for _ in 0..500 {
         queued = b.sclchan_available(hr).unwrap();
         if queued >= FORGED as usize {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    let mut taken = 0;
+    let end = loop {
+        match b.sclchan_recv(hr, 8) {
+            Ok(_) => taken += 1,
+            Err(e) => break e,
+        }
+    };
     a.finalize().unwrap();
     b.finalize().unwrap();
+    assert_eq!(end, crate::Status::MCAPI_ERR_TRANSMISSION, "after {taken}");
     assert!(
-        queued <= 8,
-        "{queued} scalars queued at a receive side of 8 buffers"
+        queued <= 16 && taken <= 16,
+        "{queued} scalars queued ({taken} taken) at a receive side of 8 buffers"
     );
 }
 
@@ -125,4 +134,52 @@ fn oversized_messages_to_a_send_side_do_not_use_up_its_credit_receives() {
             "{provider}: after {forged} forged messages the sender stalled at packet {sent}"
         );
     }
+}
+
+/// A forged credit return to a scalar send side (the hub routes it by route number)
+/// refills the sender's credits while the receiver still holds its scalars: the sender
+/// then has twice its credits in flight. That much is kept, and nothing is lost.
+#[test]
+fn one_forged_credit_return_loses_no_scalar() {
+    let (a, b, tx, rx, to) = sender_and_receiver("tcp", "sec-hub-credit", (96, 97), Some(8));
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(10)))
+        .unwrap();
+    b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+        .unwrap();
+    let c = a.sclchan_connect_i(tx, to).unwrap();
+    a.wait(c, None, T).unwrap();
+    let (hs, qs) = a.sclchan_send_open_i(tx).unwrap();
+    let (hr, qr) = b.sclchan_recv_open_i(rx).unwrap();
+    let a2 = a.clone();
+    let opened = std::thread::spawn(move || a2.wait(qs, None, T));
+    b.wait(qr, None, T).unwrap();
+    opened.join().unwrap().unwrap();
+    for v in 0..8u64 {
+        a.sclchan_send(hs, v, 8).unwrap();
+    }
+    // The forgery, from the receiver's side of the hub to the sender's route.
+    let (slot, ..) = hr.decode().unwrap();
+    loop {
+        let g = b.inner.channels.sides[slot].lock();
+        let io = g.as_ref().unwrap().io.as_ref().unwrap();
+        let h = io.hub.as_ref().unwrap();
+        match h.hub.send_credits(8, io.dest, h.peer_route) {
+            Ok(()) => break,
+            Err(e) if e.is_again() => {
+                drop(g);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let sender = {
+        let a = a.clone();
+        std::thread::spawn(move || (8..24u64).try_for_each(|v| a.sclchan_send(hs, v, 8)))
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let got: Vec<u64> = (0..24).map_while(|_| b.sclchan_recv(hr, 8).ok()).collect();
+    assert_eq!(sender.join().unwrap(), Ok(()));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert_eq!(got, (0..24).collect::<Vec<u64>>());
 }

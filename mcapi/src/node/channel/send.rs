@@ -160,15 +160,19 @@ impl Node {
                 SendWait::Pending
             });
             io.ep = back;
+            // Credit receives that completed during the wait go back, whatever the send did.
+            if let Some(ep) = &io.ep {
+                super::side_io::repost_credit_slots_on(s, ep);
+            }
+            // A send that completed with an error (the layer reports it as such too) broke
+            // the channel: its sequence number may or may not have arrived.
+            if s.state.zero_copy() == ZeroCopy::Done(false) {
+                side.peer_gone = Some(Status::MCAPI_ERR_TRANSMISSION);
+                return Err(Status::MCAPI_ERR_TRANSMISSION);
+            }
             match result {
-                Ok(()) if s.state.zero_copy() == ZeroCopy::Done(false) => {
-                    side.peer_gone = Some(Status::MCAPI_ERR_TRANSMISSION);
-                    return Err(Status::MCAPI_ERR_TRANSMISSION);
-                }
                 Ok(()) => {
-                    let sent = s.state.posted(Posted::Sent, Status::MCAPI_ERR_TRANSMISSION);
-                    io.repost_credit_slots();
-                    return sent;
+                    return s.state.posted(Posted::Sent, Status::MCAPI_ERR_TRANSMISSION);
                 }
                 Err(e) if e.is_again() => Err(e),
                 Err(OfiError::InvalidArgument("send abandoned")) => {

@@ -469,6 +469,11 @@ impl SideIo {
         let SideData::Recv(r) = &self.data else {
             return Err(Status::MCAPI_ERR_CHAN_INVALID);
         };
+        if r.state.overrun() {
+            // Items beyond the sender's credits were dropped: what follows the gap would
+            // never come out of the reorder buffer.
+            return Err(Status::MCAPI_ERR_TRANSMISSION);
+        }
         match gone.filter(|_| r.state.sender_done()) {
             Some(status) => Err(status),
             None => Ok(()),
@@ -477,15 +482,18 @@ impl SideIo {
 
     /// Re-posts credit receives consumed while the endpoint was lent to a zero-copy send.
     pub(super) fn repost_credit_slots(&mut self) {
-        let SideData::Send(s) = &mut self.data else {
-            return;
-        };
-        let Some(ep) = &self.ep else { return };
-        while let Some(slot) = s.credit_reposts.pop() {
-            if let Ok(b) = s.credit_slots.slice(slot * 8, 8) {
-                if let Err(e) = ep.recv(b, FiAddr::UNSPEC, CTX_CREDIT | slot as u64) {
-                    credit_slot_lost(&e);
-                }
+        if let (SideData::Send(s), Some(ep)) = (&mut self.data, &self.ep) {
+            repost_credit_slots_on(s, ep);
+        }
+    }
+}
+
+/// [`SideIo::repost_credit_slots`] of send side data `s` on its endpoint `ep`.
+pub(super) fn repost_credit_slots_on(s: &mut SendData, ep: &Endpoint) {
+    while let Some(slot) = s.credit_reposts.pop() {
+        if let Ok(b) = s.credit_slots.slice(slot * 8, 8) {
+            if let Err(e) = ep.recv(b, FiAddr::UNSPEC, CTX_CREDIT | slot as u64) {
+                credit_slot_lost(&e);
             }
         }
     }
