@@ -68,6 +68,44 @@ pub(crate) mod test_pair {
         let to = a.endpoint_get(0, ids.1, 1, None).expect("the receiver");
         (a, b, tx, rx, to)
     }
+
+    /// Connects `tx` of `a` to `to` (`rx` of `b`) as a packet channel, or a scalar one, and
+    /// opens both sides: their handles (send, receive).
+    pub(crate) fn open_channel(
+        (a, b): (&Node, &Node),
+        (tx, rx, to): (EndpointId, EndpointId, EndpointId),
+        scalar: bool,
+    ) -> (crate::ChannelHandle, crate::ChannelHandle) {
+        let t = Some(std::time::Duration::from_secs(10));
+        let (connect, send_open, recv_open): (Connect, Open, Open) = if scalar {
+            (
+                Node::sclchan_connect_i,
+                Node::sclchan_send_open_i,
+                Node::sclchan_recv_open_i,
+            )
+        } else {
+            (
+                Node::pktchan_connect_i,
+                Node::pktchan_send_open_i,
+                Node::pktchan_recv_open_i,
+            )
+        };
+        let c = connect(a, tx, to).expect("connect");
+        a.wait(c, None, t).expect("connected");
+        let (hs, qs) = send_open(a, tx).expect("send open");
+        let (hr, qr) = recv_open(b, rx).expect("receive open");
+        let a2 = a.clone();
+        let opened = std::thread::spawn(move || a2.wait(qs, None, t));
+        b.wait(qr, None, t).expect("receive side open");
+        opened.join().expect("the opener").expect("send side open");
+        (hs, hr)
+    }
+
+    type Connect = fn(&Node, EndpointId, EndpointId) -> Result<crate::RequestHandle, crate::Status>;
+    type Open = fn(
+        &Node,
+        EndpointId,
+    ) -> Result<(crate::ChannelHandle, crate::RequestHandle), crate::Status>;
 }
 
 pub use channel::{ChannelHandle, Packet, MAX_PKT_SIZE};

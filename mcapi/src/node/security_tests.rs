@@ -5,7 +5,7 @@
 use crate::config::Config;
 use crate::control::{connect_when_up, ChannelOp, Frame, Rendezvous, Stream};
 use crate::node::credit_plane::{control_tag, EPOCH_UNKNOWN};
-use crate::node::test_pair::sender_and_receiver;
+use crate::node::test_pair::{open_channel, sender_and_receiver};
 use crate::semantics::wire::Kind;
 use crate::{Node, Status};
 use std::time::{Duration, Instant};
@@ -90,14 +90,7 @@ fn a_channel_close_from_a_node_that_does_not_own_the_channel_is_refused() {
     let (a, b, tx, rx, to) = sender_and_receiver("shm", "rv-close", (73, 74), Some(8));
     b.set_endpoint_timeout(rx, Some(Duration::from_millis(300)))
         .unwrap();
-    let c = a.pktchan_connect_i(tx, to).unwrap();
-    a.wait(c, None, T).unwrap();
-    let (hs, qs) = a.pktchan_send_open_i(tx).unwrap();
-    let (hr, qr) = b.pktchan_recv_open_i(rx).unwrap();
-    let a2 = a.clone();
-    let opened = std::thread::spawn(move || a2.wait(qs, None, T));
-    b.wait(qr, None, T).unwrap();
-    opened.join().unwrap().unwrap();
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
     a.pktchan_send(hs, b"one").unwrap();
     let p = b.pktchan_recv(hr).unwrap();
     b.pktchan_release(p).unwrap();

@@ -2,10 +2,8 @@
 //! scalar hub) must not be able to do to a channel (found by review; each failed before its
 //! fix).
 
-use crate::node::test_pair::sender_and_receiver;
+use crate::node::test_pair::{open_channel, sender_and_receiver};
 use std::time::Duration;
-
-const T: Option<Duration> = Some(Duration::from_secs(10));
 
 /// A peer (or anyone reaching the hub's address) sends 2,000 scalars in sequence without
 /// credits to a receive side of N = 8: all of them were queued (memory grew with what the
@@ -14,14 +12,7 @@ const T: Option<Duration> = Some(Duration::from_secs(10));
 #[test]
 fn scalars_without_credits_do_not_grow_a_receive_side_beyond_its_buffers() {
     let (a, b, tx, rx, to) = sender_and_receiver("tcp", "rv-hub", (81, 82), Some(8));
-    let c = a.sclchan_connect_i(tx, to).unwrap();
-    a.wait(c, None, T).unwrap();
-    let (hs, qs) = a.sclchan_send_open_i(tx).unwrap();
-    let (hr, qr) = b.sclchan_recv_open_i(rx).unwrap();
-    let a2 = a.clone();
-    let opened = std::thread::spawn(move || a2.wait(qs, None, T));
-    b.wait(qr, None, T).unwrap();
-    opened.join().unwrap().unwrap();
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), true);
     a.sclchan_send(hs, 1, 8).unwrap();
     assert_eq!(b.sclchan_recv(hr, 8), Ok(1));
     // The forgery: straight to the receive side's route, numbered in sequence.
@@ -81,14 +72,7 @@ fn oversized_messages_to_a_send_side_do_not_use_up_its_credit_receives() {
             .unwrap();
         b.set_endpoint_timeout(rx, Some(Duration::from_secs(3)))
             .unwrap();
-        let c = a.pktchan_connect_i(tx, to).unwrap();
-        a.wait(c, None, T).unwrap();
-        let (hs, qs) = a.pktchan_send_open_i(tx).unwrap();
-        let (hr, qr) = b.pktchan_recv_open_i(rx).unwrap();
-        let a2 = a.clone();
-        let opened = std::thread::spawn(move || a2.wait(qs, None, T));
-        b.wait(qr, None, T).unwrap();
-        opened.join().unwrap().unwrap();
+        let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
         // The forgery, from the receive side's endpoint (any endpoint would do).
         let (slot, ..) = hr.decode().unwrap();
         let mut forged = 0;
@@ -146,14 +130,7 @@ fn one_forged_credit_return_loses_no_scalar() {
         .unwrap();
     b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
         .unwrap();
-    let c = a.sclchan_connect_i(tx, to).unwrap();
-    a.wait(c, None, T).unwrap();
-    let (hs, qs) = a.sclchan_send_open_i(tx).unwrap();
-    let (hr, qr) = b.sclchan_recv_open_i(rx).unwrap();
-    let a2 = a.clone();
-    let opened = std::thread::spawn(move || a2.wait(qs, None, T));
-    b.wait(qr, None, T).unwrap();
-    opened.join().unwrap().unwrap();
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), true);
     for v in 0..8u64 {
         a.sclchan_send(hs, v, 8).unwrap();
     }
