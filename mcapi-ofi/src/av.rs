@@ -62,6 +62,13 @@ impl LiveSet {
     }
 }
 
+/// What an address vector holds (`AvInner::inserted`).
+#[derive(Default)]
+struct Inserted {
+    by_bytes: HashMap<Vec<u8>, (u64, u32)>,
+    bytes_of: HashMap<u64, Vec<u8>>,
+}
+
 /// Numbers address vectors, so that an address names its own.
 static NEXT_AV: AtomicU32 = AtomicU32::new(1);
 
@@ -76,9 +83,11 @@ pub(crate) struct AvInner {
     pub(crate) domain: Domain,
     id: u32,
     live: LiveSet,
-    /// How many times each address is in (providers hand out one number for an address
-    /// inserted twice, and keep it until it is removed as often): its bit is cleared at 0.
-    inserted: Mutex<HashMap<u64, u32>>,
+    /// The addresses in, by their bytes and by their numbers, with how many times each was
+    /// inserted: the provider sees one insert per address and one remove at the last
+    /// (providers differ on a second insert: most count it, ofi_rxd drops the entry at the
+    /// first remove, shm runs out of entries).
+    inserted: Mutex<Inserted>,
 }
 
 impl AddressVector {
@@ -94,21 +103,31 @@ impl AddressVector {
                 domain: domain.clone(),
                 id: NEXT_AV.fetch_add(1, Ordering::Relaxed),
                 live: LiveSet::new(),
-                inserted: Mutex::new(HashMap::new()),
+                inserted: Mutex::default(),
             }),
         })
     }
 
-    /// Inserts a peer's raw address (from [`crate::Endpoint::address`] on the peer).
+    /// Inserts a peer's raw address (from [`crate::Endpoint::address`] on the peer). The
+    /// same bytes inserted again give the same value, counted: it stays until removed as
+    /// often.
     ///
     /// # Errors
     /// `fi_av_insert` failures (e.g. a malformed address).
     pub fn insert(&self, addr: &[u8]) -> Result<FiAddr> {
-        let mut inserted = self
+        let mut guard = self
             .inner
             .inserted
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let inserted = &mut *guard;
+        if let Some((raw, count)) = inserted.by_bytes.get_mut(addr) {
+            *count += 1;
+            return Ok(FiAddr {
+                raw: *raw,
+                av: self.inner.id,
+            });
+        }
         let raw = self.inner.fid.insert(addr)?;
         if !self.inner.live.set(raw, true) {
             _ = self.inner.fid.remove(raw);
@@ -116,7 +135,8 @@ impl AddressVector {
                 "address vector full (MAX_ADDRESSES)",
             ));
         }
-        *inserted.entry(raw).or_insert(0) += 1;
+        inserted.by_bytes.insert(addr.to_vec(), (raw, 1));
+        inserted.bytes_of.insert(raw, addr.to_vec());
         Ok(FiAddr {
             raw,
             av: self.inner.id,
@@ -132,23 +152,24 @@ impl AddressVector {
     /// `InvalidArgument` for an address of another vector or one removed already;
     /// `fi_av_remove` failures.
     pub fn remove(&self, addr: FiAddr) -> Result<()> {
-        let mut inserted = self
+        let mut guard = self
             .inner
             .inserted
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let raw = self.destination(addr)?;
-        let Some(count) = inserted.get_mut(&raw) else {
+        let Inserted { by_bytes, bytes_of } = &mut *guard;
+        let Some((_, count)) = bytes_of.get(&raw).and_then(|b| by_bytes.get_mut(b)) else {
             return Err(foreign(addr));
         };
         *count -= 1;
         if *count > 0 {
-            // Still in under another handle. (The provider is told once, at the last:
-            // ofi_rxd numbers a second insert alike but drops the entry at the first
-            // remove; the others count, and keep an entry per extra insert.)
+            // Still in under another handle.
             return Ok(());
         }
-        inserted.remove(&raw);
+        if let Some(bytes) = bytes_of.remove(&raw) {
+            by_bytes.remove(&bytes);
+        }
         self.inner.live.set(raw, false);
         self.inner.fid.remove(raw)
     }

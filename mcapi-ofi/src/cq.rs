@@ -8,7 +8,7 @@ pub use crate::raw::{Completion, CompletionError};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How a thread may sleep until completions arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,9 +123,11 @@ impl CompletionQueue {
         self.inner.fid.read(out)
     }
 
-    /// Blocks up to `timeout_ms` (`None`: forever) for completions on the wait object.
-    /// Other threads read the CQ meanwhile: it sleeps on the fd where there is one, else in
-    /// the provider's blocking read 1 ms at a time.
+    /// Blocks up to `timeout_ms` (`None`: forever) for completions on the wait object, or
+    /// until [`CompletionQueue::signal`]: `Ok(0)` then. Where the CQ has an fd, it sleeps on
+    /// it and other threads read the CQ meanwhile; without one it sleeps in the provider's
+    /// blocking read, and other readers wait for it (shm's ignores the timeout: it returns
+    /// with a completion only).
     ///
     /// # Errors
     /// As [`CompletionQueue::read`]; `InvalidArgument` if the CQ has no wait object.
@@ -133,30 +135,22 @@ impl CompletionQueue {
         if self.inner.wait == WaitObject::None {
             return Err(Error::InvalidArgument("CQ opened without a wait object"));
         }
-        let deadline = timeout_ms.map(|t| Instant::now() + Duration::from_millis(t.into()));
-        loop {
-            let n = self.read(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            let left = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()),
-                None => Duration::from_millis(100),
-            };
-            if left.is_zero() {
-                return Ok(0);
-            }
-            let nap = left.min(Duration::from_millis(100));
-            if CompletionQueue::sleep(std::slice::from_ref(self), nap)? == Sleep::Unsupported {
-                let _reading = self.inner.reading.lock();
-                match self.inner.fid.sread(out, 1) {
-                    Ok(0) => {}
-                    Err(e) if e.errno() == Some(ofi_sys::FI_ETIMEDOUT as i32) => {}
-                    Err(e) if e.errno() == Some(ofi_sys::FI_EINTR as i32) => {}
-                    Err(e) if e.errno() == Some(ofi_sys::FI_EAGAIN as i32) => {}
-                    r => return r,
-                }
-            }
+        let n = self.read(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        // (`None`: a day at a time, which a completion or a signal ends.)
+        let timeout = Duration::from_millis(timeout_ms.map_or(86_400_000, u64::from));
+        if CompletionQueue::sleep(std::slice::from_ref(self), timeout)? != Sleep::Unsupported {
+            // Woken by a completion, a signal or the timeout: one look.
+            return self.read(out);
+        }
+        let t = timeout_ms.map_or(-1, |t| t.min(i32::MAX as u32) as i32);
+        let _reading = self.inner.reading.lock();
+        match self.inner.fid.sread(out, t) {
+            Err(e) if e.errno() == Some(ofi_sys::FI_ETIMEDOUT as i32) => Ok(0),
+            Err(e) if e.errno() == Some(ofi_sys::FI_EINTR as i32) => Ok(0),
+            r => r,
         }
     }
 

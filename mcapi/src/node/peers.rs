@@ -269,8 +269,10 @@ impl NodeInner {
         index_at_peer: u16,
     ) {
         let p = &mut st.peers[index as usize];
-        if p.addr != addr {
-            // The address of a run replaced (or gone): shm maps 256 peers at most.
+        if p.addr != addr || p.life.incarnation() != Some(incarnation) {
+            // The address of a run replaced (or gone): shm maps 256 peers at most. (A new
+            // run inserted its address anew, `peer_address`, even where it is the same one:
+            // the vector counts inserts, so the old run's goes.)
             self.forget_address(p.addr);
         }
         p.addr = addr;

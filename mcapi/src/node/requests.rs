@@ -20,9 +20,9 @@ impl Node {
     /// `MCAPI_ERR_DOMAIN_INVALID`, `MCAPI_ERR_NODE_INVALID`, `MCAPI_ERR_PORT_INVALID`,
     /// `MCAPI_ERR_REQUEST_LIMIT`.
     pub fn endpoint_get_i(&self, domain: u32, node: u32, port: u32) -> Result<RequestHandle> {
-        let id = EndpointId::encode(domain, node, port)?;
         // (A finalized node says so first.)
         drop(self.inner.live_state()?);
+        let id = EndpointId::encode(domain, node, port)?;
         // A node that is not in the job never will be: refused before any request exists
         // (spec 4.2.2: on error only the status is set).
         let ours = (domain, node) == (self.inner.domain_id, self.inner.node_id);

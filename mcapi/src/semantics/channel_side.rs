@@ -457,6 +457,12 @@ impl RecvSide {
         self.peer_sent = Some(self.received);
     }
 
+    /// An item for this side was dropped before it arrived here (the hub's inbox for it
+    /// was full): the stream has a gap.
+    pub fn gap(&mut self) {
+        self.overrun = true;
+    }
+
     /// Whether items beyond what the sender could have sent on its credits arrived and
     /// were dropped (a stream with a gap: it ends with `MCAPI_ERR_TRANSMISSION`).
     #[inline(always)]

@@ -67,6 +67,9 @@ pub(super) struct Routing {
     buf: [Completion; READ_BURST],
     /// Messages read by one side for another, by the side's slot.
     inbox: Vec<VecDeque<HubItem>>,
+    /// A message for the side was dropped (its inbox was full), by the side's slot: its
+    /// stream has a gap, which it learns at its next read.
+    dropped: Vec<bool>,
     /// The slot of each route's side, while it is there.
     owner: Vec<Option<u8>>,
     /// The route the next side gets (if free).
@@ -113,6 +116,7 @@ impl ScalarHub {
             routing: Mutex::new(Routing {
                 buf: [Completion::default(); READ_BURST],
                 inbox: (0..MAX_SIDES).map(|_| VecDeque::new()).collect(),
+                dropped: vec![false; MAX_SIDES],
                 owner: vec![None; ROUTES],
                 next_route: 0,
                 posted: [true; POOL_BUFFERS],
@@ -194,12 +198,14 @@ impl ScalarHub {
         &self,
         route: u16,
         out: &mut [HubItem],
+        dropped: &mut bool,
     ) -> std::result::Result<usize, OfiError> {
         let mut guard = lock(&self.routing);
         let r = &mut *guard;
         let Some(own) = r.owner[usize::from(route)].map(usize::from) else {
             return Ok(0);
         };
+        *dropped |= std::mem::take(&mut r.dropped[own]);
         if r.unposted {
             self.repost_released(r);
         }
@@ -299,7 +305,9 @@ impl ScalarHub {
             slot != reader
         } else {
             // More than a side's sender may have in flight (scalars and credit returns):
-            // not from a peer that keeps to its credits. Dropped, never queued without bound.
+            // not from a peer that keeps to its credits. Dropped, never queued without bound;
+            // the side learns of the gap.
+            r.dropped[slot] = true;
             false
         }
     }

@@ -12,6 +12,8 @@ use std::time::Duration;
 #[test]
 fn scalars_without_credits_do_not_grow_a_receive_side_beyond_its_buffers() {
     let (a, b, tx, rx, to) = sender_and_receiver("tcp", "rv-hub", (81, 82), Some(8));
+    b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+        .unwrap();
     let (hs, hr) = open_channel((&a, &b), (tx, rx, to), true);
     a.sclchan_send(hs, 1, 8).unwrap();
     assert_eq!(b.sclchan_recv(hr, 8), Ok(1));

@@ -168,7 +168,14 @@ impl SideIo {
     /// none (or the read failed).
     fn read_hub(&mut self) -> Option<usize> {
         let h = self.hub.as_mut()?;
-        let n = h.hub.read(h.route, &mut h.items).ok().filter(|&n| n > 0)?;
+        let mut dropped = false;
+        let n = h.hub.read(h.route, &mut h.items, &mut dropped);
+        if dropped {
+            if let SideData::Recv(r) = &mut self.data {
+                r.state.gap();
+            }
+        }
+        let n = n.ok().filter(|&n| n > 0)?;
         let mut credits_due = 0;
         for i in 0..n {
             let it = h.items[i];
