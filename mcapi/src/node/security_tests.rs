@@ -83,8 +83,8 @@ fn a_connect_of_an_endpoint_to_itself_is_refused() {
 }
 
 /// A member that is not an end of a channel sends `Closed` naming the real sender's
-/// endpoint: the receive side ends as if the sender had closed, although the sender is
-/// open and sends on.
+/// endpoint: the receive side ended as if the sender had closed, although the sender was
+/// open and sending. Now refused: a close speaks only for the sending node's endpoints.
 #[test]
 fn a_channel_close_from_a_node_that_does_not_own_the_channel_is_refused() {
     let (a, b, tx, rx, to) = sender_and_receiver("shm", "rv-close", (73, 74), Some(8));
@@ -120,9 +120,9 @@ fn a_channel_close_from_a_node_that_does_not_own_the_channel_is_refused() {
 }
 
 /// Any sender on the fabric (no control connection, no credit) sends a credit request in
-/// the name of a peer that is gone: the endpoint grants it credits, the grant is dropped
-/// from the outbox (the peer is not alive), and the node never gets those credits back.
-/// One forged request per endpoint leaks N of the node's P receive credits for good.
+/// the name of a peer that is gone: the endpoint granted it credits, the grant was dropped
+/// from the outbox (the peer is not alive), and the node never got those credits back (N
+/// of its P per forged request). Now such requests are ignored.
 #[test]
 fn a_forged_credit_request_for_a_gone_peer_leaks_no_credit() {
     let (a, b, _tx, _rx, _to) = sender_and_receiver("shm", "rv-gone", (76, 77), Some(8));
@@ -179,12 +179,13 @@ fn a_forged_credit_request_for_a_gone_peer_leaks_no_credit() {
 }
 
 /// Any sender on the fabric sends untagged messages longer than a control slot (8 bytes):
-/// each ends in a truncation error completion of a control receive, which is never posted
-/// again. Once the slots are gone the node hears no credit control and no `RndvDone` any
-/// more: here a rendezvous message read by its receiver stays staged at its sender.
+/// each ended in a truncation error completion of a control receive, which was never
+/// posted again. Once the slots were gone the node heard no credit control and no
+/// `RndvDone` any more (a rendezvous message read by its receiver stayed staged at its
+/// sender). Now a failed control receive is posted again.
 #[test]
 fn oversized_untagged_messages_do_not_use_up_the_control_slots() {
-    let (a, b, tx, rx, to) = sender_and_receiver("shm", "rv-ctlslots", (83, 84), Some(8));
+    let (a, b, tx, rx, _to) = sender_and_receiver("shm", "rv-ctlslots", (83, 84), Some(8));
     let big = vec![5u8; 256 << 10];
     let mut buf = vec![0u8; big.len()];
     // The receiver (b) sends a rendezvous message to a, which reads it: b is told (RndvDone).
@@ -214,7 +215,6 @@ fn oversized_untagged_messages_do_not_use_up_the_control_slots() {
     _ = b.msg_send(rx, back, &big, 0);
     _ = a.msg_recv(tx, &mut buf);
     let released = until(&[&a, &b], Duration::from_secs(5), || staged(&b) == 0);
-    let _ = to;
     a.finalize().unwrap();
     b.finalize().unwrap();
     assert!(
@@ -224,9 +224,10 @@ fn oversized_untagged_messages_do_not_use_up_the_control_slots() {
 }
 
 /// A receiver keeps the key and address of the staging region it read a rendezvous message
-/// from. The sender caches that region, still registered for remote reads under the same
-/// key, and stages its next large message to another node in it: the first receiver reads
-/// that message (tcp: the key is checked by the sender's provider, and still valid).
+/// from. The sender cached that region, still registered for remote reads under the same
+/// key, and staged its next large message to another node in it: the first receiver read
+/// that message (tcp: the key is checked by the sender's provider, and still valid). Now a
+/// cached region is reused only for the peer it was staged for.
 #[test]
 fn a_receiver_cannot_read_a_later_message_staged_for_another_node() {
     let mut config = Config::defaults();
