@@ -26,6 +26,8 @@ mod credit_plane;
 mod endpoints;
 mod fabric;
 mod fetch;
+#[cfg(test)]
+mod handle_tests;
 mod inner;
 mod lifecycle;
 mod message_path;

@@ -474,6 +474,8 @@ pub struct PoolBuffers {
     held: Vec<u32>,
     /// Whether the provider owns the buffer (posted and not yet released).
     posted: Vec<bool>,
+    /// Whether a packet ever arrived in the buffer.
+    received: Vec<bool>,
 }
 
 impl PoolBuffers {
@@ -482,12 +484,19 @@ impl PoolBuffers {
         PoolBuffers {
             held: vec![0; n],
             posted: vec![true; n],
+            received: vec![false; n],
         }
     }
 
     /// A packet arrived in buffer `b`.
     pub fn arrived(&mut self, b: usize) {
         self.held[b] += 1;
+        self.received[b] = true;
+    }
+
+    /// Whether a packet ever arrived in buffer `b`.
+    pub fn ever_received(&self, b: usize) -> bool {
+        self.received.get(b).copied().unwrap_or(false)
     }
 
     /// The provider released buffer `b`; `true`: it is free to be posted again.

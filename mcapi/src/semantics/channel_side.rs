@@ -100,6 +100,10 @@ pub struct RecvSide {
     peer_sent: Option<u32>,
     /// `pktchan_recv_i` requests in the order they were made.
     pending: VecDeque<RequestHandle>,
+    /// Where the packets handed to `pktchan_recv_i` requests lie, until the application
+    /// takes them from their requests ([`RecvSide::delivered`]): held, but not yet its to
+    /// release (a stale pointer to the same place, released before, is refused).
+    undelivered: Vec<usize>,
     /// Requests completed and not yet taken by the driver.
     completed: VecDeque<Completed>,
 }
@@ -140,6 +144,7 @@ impl RecvSide {
             received: 0,
             peer_sent: None,
             pending: VecDeque::with_capacity(16),
+            undelivered: Vec::with_capacity(16),
             completed: VecDeque::with_capacity(16),
         }
     }
@@ -321,6 +326,10 @@ impl RecvSide {
     /// `MCAPI_ERR_BUF_INVALID` if no packet is held there.
     #[inline(always)]
     pub fn release(&mut self, offset: usize) -> Result<(Repost, Option<u32>), Status> {
+        if !self.undelivered.is_empty() && self.held_count(offset) <= self.undelivered_at(offset) {
+            // Every packet held there waits in a request: none is the application's.
+            return Err(Status::MCAPI_ERR_BUF_INVALID);
+        }
         if !self.unhold(offset) {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
         }
@@ -341,19 +350,45 @@ impl RecvSide {
 
     /// `mcapi_pktchan_release_test` of `offset`: `Some(false)` while the application holds
     /// the packet there, `Some(true)` once it released it, `None` if no packet began there
-    /// (a plain receive's packets begin their buffers; a multi-receive buffer remembers
-    /// where its packets began until it receives again after being posted again).
+    /// (a plain receive's packets begin their buffers, once one was received there; a
+    /// multi-receive buffer remembers where its packets began until it receives again
+    /// after being posted again).
     pub fn release_state(&self, offset: usize) -> Option<bool> {
         if self.is_held(offset) {
             return Some(false);
         }
         let began = match &self.held {
-            Held::ByBuffer { .. } => self.plain_buffer(offset).is_some(),
+            Held::ByBuffer { .. } => self
+                .plain_buffer(offset)
+                .is_some_and(|b| self.buffers.ever_received(b)),
             Held::ByOffset(_) => offset
                 .checked_div(self.buffer_size)
                 .is_some_and(|b| self.starts.began(b, offset)),
         };
         began.then_some(true)
+    }
+
+    /// The application took the packet at `offset` from its `pktchan_recv_i` request: it
+    /// may release it now.
+    pub fn delivered(&mut self, offset: usize) {
+        if let Some(i) = self.undelivered.iter().position(|&o| o == offset) {
+            self.undelivered.swap_remove(i);
+        }
+    }
+
+    /// Packets handed to requests at `offset` that the application has not taken yet.
+    fn undelivered_at(&self, offset: usize) -> usize {
+        self.undelivered.iter().filter(|&&o| o == offset).count()
+    }
+
+    /// Packets held at `offset`.
+    fn held_count(&self, offset: usize) -> usize {
+        match &self.held {
+            Held::ByOffset(map) => map.get(&offset).map_or(0, |&n| n as usize),
+            Held::ByBuffer { counts, .. } => {
+                self.plain_buffer(offset).map_or(0, |b| counts[b] as usize)
+            }
+        }
     }
 
     /// Whether the application holds any packet.
@@ -393,6 +428,7 @@ impl RecvSide {
                 break;
             };
             self.hold(item.offset);
+            self.undelivered.push(item.offset);
             self.completed.push_back(Completed {
                 request,
                 status: Status::MCAPI_SUCCESS,
@@ -1181,11 +1217,55 @@ mod tests {
         let _ = r.packet_arrived(0, 0, 4, 2);
         assert_eq!(r.release_state(b.offset), None, "received into again");
         assert_eq!(r.release_state(0), Some(true), "arrived, not taken");
-        // Plain receives: packets begin their buffers.
-        let p = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 4, 4);
+        // Plain receives: packets begin their buffers, once one was received there (before,
+        // any buffer's start read as "released", pool memory never received into too).
+        let mut p = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 4, 4);
+        assert_eq!(p.release_state(SIZE), None, "never received into");
+        let _ = p.packet_arrived(1, SIZE, 8, 0);
+        let _ = p.buffer_done(1);
+        let taken = p.take_packet().unwrap();
+        assert_eq!(p.release_state(SIZE), Some(false));
+        assert_eq!(p.release(taken.offset).unwrap().0, Repost::Later);
         assert_eq!(p.release_state(SIZE), Some(true));
+        assert_eq!(p.release_state(0), None, "never received into");
         assert_eq!(p.release_state(SIZE + 1), None);
         assert_eq!(p.release_state(4 * SIZE), None);
+    }
+
+    /// A packet handed to a `pktchan_recv_i` is held, but the application may release it
+    /// only once it took it from the request: a stale pointer to the same buffer, released
+    /// before, is refused meanwhile (before, the release went through and the buffer went
+    /// back to the fabric under the packet the request then handed out).
+    #[test]
+    fn a_packet_waiting_in_its_request_cannot_be_released_yet() {
+        for posting in [Posting::Plain, Posting::MultiRecv] {
+            let mut r = RecvSide::new(ChannelKind::Packet, posting, SIZE, 2, 2);
+            let _ = r.packet_arrived(0, 0, 8, 0);
+            let _ = r.buffer_done(0);
+            let first = r.take_packet().unwrap();
+            let _ = r.release(first.offset).expect("the first packet released");
+            if posting == Posting::MultiRecv {
+                r.posted(0, true);
+            } else {
+                assert_eq!(r.next_to_post(), Some(0));
+                r.posted_again();
+            }
+            r.add_pending(req(1));
+            let _ = r.packet_arrived(0, 0, 8, 1);
+            let _ = r.buffer_done(0);
+            r.serve_pending(None);
+            let served = r.take_completed().unwrap();
+            assert_eq!(served.item.map(|i| i.offset), Some(0), "{posting:?}");
+            assert_eq!(
+                r.release(0),
+                Err(Status::MCAPI_ERR_BUF_INVALID),
+                "{posting:?}: a stale pointer released it"
+            );
+            assert!(r.is_held(0));
+            r.delivered(0);
+            assert!(r.release(0).is_ok(), "{posting:?}: taken, then released");
+            assert_eq!(r.release(0), Err(Status::MCAPI_ERR_BUF_INVALID));
+        }
     }
 
     /// A multi-receive buffer the provider releases with an error completion (a packet

@@ -45,6 +45,17 @@ pub(crate) const fn check16(payload: u64, salt: u64) -> u16 {
     (((payload & 0xFFFF_FFFF_FFFF) ^ salt).wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 48) as u16
 }
 
+/// The first generation of a new handle table (24 bits, never 0): a different one for each
+/// table this process makes, so a handle kept from before a `finalize` does not name the
+/// same slot of the next node's table (which would start where the old one started).
+/// Successive tables start 2^24 / golden ratio apart: the first 2^24 tables all differ,
+/// and a stale handle aliases only once its slot was reused millions of times.
+pub(crate) fn first_generation() -> u32 {
+    static TABLES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = TABLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (n.wrapping_mul(0x9E_3779) & 0xFF_FFFF).max(1)
+}
+
 /// Deterministic xorshift64 generator for tests (no external crates).
 #[cfg(test)]
 pub(crate) struct XorShift(pub u64);

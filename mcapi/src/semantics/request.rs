@@ -153,9 +153,10 @@ impl<T> RequestTable<T> {
             capacity <= MAX_REQUESTS,
             "request table capacity {capacity} too large"
         );
+        let generation = super::first_generation();
         let slots = (0..capacity)
             .map(|_| Slot {
-                generation: 1,
+                generation,
                 state: None,
                 payload: None,
                 waiter: false,

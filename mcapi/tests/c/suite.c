@@ -1464,6 +1464,7 @@ static void local_channel(void) {
     mcapi_pktchan_send_hndl_t hs;
     mcapi_pktchan_recv_hndl_t hr;
     mcapi_request_t r[2], sends[1024];
+    void* released[1024];
     mcapi_endp_attr_max_payload_size_t payload;
     mcapi_uint_t priority;
     mcapi_uint_t credits;
@@ -1555,6 +1556,7 @@ static void local_channel(void) {
         EXPECT(size == sizeof got);
         memcpy(&got, packet, sizeof got);
         EXPECT(got == i);
+        released[i] = packet;
         mcapi_pktchan_release(packet, &status);
         EXPECT_OK(status);
     }
@@ -1562,6 +1564,22 @@ static void local_channel(void) {
         EXPECT(mcapi_wait(&sends[i], &size, WAIT_MS, &status) == MCAPI_TRUE);
         EXPECT_OK(status);
     }
+    /* A packet handed to a pending recv_i lands in a buffer released before; releasing a
+     * stale pointer to it (an application bug) is refused, and the packet stays intact
+     * until the application takes it from the request and releases it. */
+    mcapi_pktchan_recv_i(hr, &packet, &r[0], &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    mcapi_pktchan_send(hs, "kept", 4, &status);
+    EXPECT_OK(status);
+    sleep_ms(20);
+    for (i = 0; i < n; i++) {
+        mcapi_pktchan_release(released[i], &status);
+        EXPECT_STATUS(status, MCAPI_ERR_BUF_INVALID);
+    }
+    EXPECT(mcapi_wait(&r[0], &size, WAIT_MS, &status) == MCAPI_TRUE);
+    EXPECT(size == 4 && memcmp(packet, "kept", 4) == 0);
+    mcapi_pktchan_release(packet, &status);
+    EXPECT_OK(status);
 
     /* The sender closes: what it sent is still received, then MCAPI_ERR_TRANSMISSION. */
     mcapi_pktchan_send(hs, "last", 4, &status);

@@ -110,7 +110,18 @@ impl Node {
 
     /// The packet a completed `pktchan_recv_i` request received (once).
     pub fn received_packet(&self, request: RequestHandle) -> Option<Packet> {
-        lock(&self.inner.state).delivered.remove(&request)
+        let packet = lock(&self.inner.state).delivered.remove(&request)?;
+        // The application's from now on: its side lets it be released.
+        if let Ok((_, mut g)) = self.inner.pool_side(packet.addr()) {
+            if let Some(SideIo {
+                data: SideData::Recv(r),
+                ..
+            }) = g.as_mut().and_then(|s| s.io.as_mut())
+            {
+                r.state.delivered(packet.offset);
+            }
+        }
+        Some(packet)
     }
 
     /// `mcapi_pktchan_available`: packets that can be received without waiting.

@@ -88,7 +88,7 @@ impl ChannelTable {
                 .collect(),
             touched: (0..MAX_SIDES).map(|_| AtomicU32::new(0)).collect(),
             used: Default::default(),
-            generation: AtomicU32::new(1),
+            generation: AtomicU32::new(crate::semantics::first_generation()),
             pools: Mutex::new(Vec::new()),
             retired: Mutex::new(VecDeque::new()),
             hub: Mutex::new(None),
