@@ -217,6 +217,9 @@ impl Config {
     /// An unreadable or malformed topology file, a non-numeric size, or a job key that is
     /// too short, given twice, or in an unsafe file.
     pub fn from_env() -> Result<Config, ConfigError> {
+        if let Some(key) = non_utf8_setting(std::env::vars_os()) {
+            return Err(ConfigError(format!("{key}: not valid UTF-8")));
+        }
         Config::from_vars(|k| std::env::var(k).ok())
     }
 
@@ -229,18 +232,11 @@ impl Config {
         if let Some(job) = var("MCAPI_JOB").filter(|j| !j.is_empty()) {
             c.job = job;
         }
-        c.runtime_dir = match var("MCAPI_RUNTIME_DIR") {
+        c.runtime_dir = match var("MCAPI_RUNTIME_DIR").filter(|d| !d.is_empty()) {
             Some(dir) => PathBuf::from(dir),
             None => default_runtime_dir(var("XDG_RUNTIME_DIR")),
         };
-        if let Some(path) = var("MCAPI_TOPOLOGY").filter(|p| !p.is_empty()) {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| ConfigError(format!("MCAPI_TOPOLOGY={path}: {e}")))?;
-            c.topology = Some(
-                Topology::parse(&text)
-                    .map_err(|e| ConfigError(format!("MCAPI_TOPOLOGY={path}: {e}")))?,
-            );
-        }
+        let topology_path = var("MCAPI_TOPOLOGY").filter(|p| !p.is_empty());
         c.bootstrap = match var("MCAPI_BOOTSTRAP").as_deref() {
             None | Some("") => {
                 let launched = ["PMIX_NAMESPACE", "PMIX_RANK", "PMIX_SERVER_URI"]
@@ -250,7 +246,7 @@ impl Config {
                     .any(|k| var(k).is_some());
                 if launched && crate::launcher::built_with_pmix() {
                     Bootstrap::Pmix
-                } else if c.topology.is_some() {
+                } else if topology_path.is_some() {
                     Bootstrap::Topology
                 } else {
                     Bootstrap::Local
@@ -264,7 +260,7 @@ impl Config {
                         .into(),
                 ))
             }
-            Some("topology") if c.topology.is_some() => Bootstrap::Topology,
+            Some("topology") if topology_path.is_some() => Bootstrap::Topology,
             Some("topology") => {
                 return Err(ConfigError(
                     "MCAPI_BOOTSTRAP=topology needs MCAPI_TOPOLOGY".into(),
@@ -277,9 +273,15 @@ impl Config {
                 )))
             }
         };
-        // The topology file is what `topology` reads; the other bootstraps ignore it.
-        if c.bootstrap != Bootstrap::Topology {
-            c.topology = None;
+        // The topology file is what `topology` reads; the other bootstraps leave it unread
+        // (a stale or broken one in the environment of a launched job is no error).
+        if let (Bootstrap::Topology, Some(path)) = (c.bootstrap, &topology_path) {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("MCAPI_TOPOLOGY={path}: {e}")))?;
+            c.topology = Some(
+                Topology::parse(&text)
+                    .map_err(|e| ConfigError(format!("MCAPI_TOPOLOGY={path}: {e}")))?,
+            );
         }
         c.job_key = match (
             var("MCAPI_JOB_KEY").filter(|k| !k.is_empty()),
@@ -414,6 +416,16 @@ fn default_runtime_dir(xdg: Option<String>) -> PathBuf {
             PathBuf::from(format!("/tmp/mcapi-{uid}"))
         }
     }
+}
+
+/// The first `MCAPI_*` variable whose value is not UTF-8: refused, not taken as unset (a
+/// job key among them would silently give way to a generated one).
+fn non_utf8_setting(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Option<String> {
+    vars.map(|(key, value)| (key.to_string_lossy().into_owned(), value))
+        .find(|(key, value)| key.starts_with("MCAPI_") && value.to_str().is_none())
+        .map(|(key, _)| key)
 }
 
 /// Where each node of a multi-host job runs: `MCAPI_TOPOLOGY` lines `domain node host[:port]`.
@@ -580,6 +592,9 @@ mod tests {
         assert!(c.single_host());
         assert_eq!(c.provider_candidates()[0], "shm");
         assert!(c.runtime_dir.to_string_lossy().starts_with("/tmp/mcapi-"));
+        // Empty is unset, as for every other variable (it was the path "").
+        let c = Config::from_vars(vars(&[("MCAPI_RUNTIME_DIR", "")])).unwrap();
+        assert!(c.runtime_dir.to_string_lossy().starts_with("/tmp/mcapi-"));
 
         let c = Config::from_vars(vars(&[
             ("MCAPI_JOB", "j1"),
@@ -624,6 +639,32 @@ mod tests {
     }
 
     #[test]
+    fn settings_that_are_not_utf8_are_refused() {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || OsString::from_vec(b"abcdefghijklmnop\xff".to_vec());
+        let vars = |pairs: Vec<(&str, OsString)>| {
+            pairs
+                .into_iter()
+                .map(|(k, v)| (OsString::from(k), v))
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        assert_eq!(
+            non_utf8_setting(vars(vec![
+                ("HOME", bad()),
+                ("MCAPI_JOB", "j".into()),
+                ("MCAPI_JOB_KEY", bad()),
+            ])),
+            Some("MCAPI_JOB_KEY".into())
+        );
+        assert_eq!(
+            non_utf8_setting(vars(vec![("PATH", bad()), ("MCAPI_JOB", "j".into())])),
+            None
+        );
+    }
+
+    #[test]
     fn bootstrap_detection_and_override() {
         let b = |pairs: &[(&str, &str)]| Config::from_vars(vars(pairs)).map(|c| c.bootstrap);
         assert_eq!(b(&[]), Ok(Bootstrap::Local));
@@ -640,6 +681,17 @@ mod tests {
         );
         assert!(b(&[("MCAPI_BOOTSTRAP", "topology")]).is_err());
         assert!(b(&[("MCAPI_BOOTSTRAP", "slurm")]).is_err());
+        // A topology file is read only by the bootstrap that uses it: a stale or broken one
+        // in a launched or local job's environment is no error (it failed every bootstrap).
+        let missing = ("MCAPI_TOPOLOGY", "/nonexistent/topo");
+        assert!(b(&[missing]).is_err(), "topology chosen, the file read");
+        assert_eq!(
+            b(&[missing, ("MCAPI_BOOTSTRAP", "local")]),
+            Ok(Bootstrap::Local)
+        );
+        if crate::launcher::built_with_pmix() {
+            assert_eq!(b(&[missing, ("PMIX_RANK", "0")]), Ok(Bootstrap::Pmix));
+        }
         assert_eq!(
             b(&[("MCAPI_BOOTSTRAP", "pmix")]).is_ok(),
             crate::launcher::built_with_pmix()
