@@ -969,6 +969,7 @@ mod tests {
         let hello = Frame::Hello {
             domain: 0,
             node: 2,
+            to: (0, 1),
             peer: 0,
             incarnation: 1,
             reads_itself: false,
@@ -981,6 +982,7 @@ mod tests {
         let stranger = Frame::Hello {
             domain: 0,
             node: 5,
+            to: (0, 1),
             peer: 0,
             incarnation: 1,
             reads_itself: false,
@@ -1118,6 +1120,7 @@ mod tests {
         Frame::Hello {
             domain: 0,
             node,
+            to: (0, 1),
             peer: 0,
             incarnation: 1,
             reads_itself: false,
@@ -1210,6 +1213,7 @@ mod tests {
         Frame::Hello {
             domain: 0,
             node: 2,
+            to: (0, 1),
             peer: 0,
             incarnation: 1,
             reads_itself: false,

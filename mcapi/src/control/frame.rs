@@ -23,8 +23,9 @@ use smallvec::SmallVec;
 
 /// The control protocol this build speaks. Change it with any change to the frames, their
 /// answers' meaning, or the fabric's control tags (4: a `Lookup` and a `CreditRequest` are
-/// answered with the endpoint's credit epoch, which credit control tags and `EndpointDeleted` carry).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// answered with the endpoint's credit epoch, which credit control tags and `EndpointDeleted` carry;
+/// 5: a Hello names the node it is for).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest frame body accepted (fabric addresses are small).
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -44,6 +45,9 @@ pub enum Frame {
         domain: u32,
         /// Sender's node.
         node: u32,
+        /// The node the sender means to reach, `(domain, node)`: another node at the address
+        /// (one that took over a dead node's port) refuses it.
+        to: (u32, u32),
         /// The index the sender gave the receiver among its peers (goes into the tags of
         /// messages the receiver sends to it).
         peer: u32,
@@ -222,6 +226,7 @@ impl Frame {
             Frame::Hello {
                 domain,
                 node,
+                to,
                 peer,
                 incarnation,
                 reads_itself,
@@ -231,6 +236,8 @@ impl Frame {
                 w.u32(PROTOCOL_VERSION);
                 w.u32(*domain);
                 w.u32(*node);
+                w.u32(to.0);
+                w.u32(to.1);
                 w.u32(*peer);
                 w.u64(*incarnation);
                 w.u8(u8::from(*reads_itself));
@@ -306,6 +313,7 @@ impl Frame {
                 Frame::Hello {
                     domain: r.u32()?,
                     node: r.u32()?,
+                    to: (r.u32()?, r.u32()?),
                     peer: r.u32()?,
                     incarnation: r.u64()?,
                     reads_itself: r.flag()?,
@@ -547,6 +555,7 @@ mod tests {
             Frame::Hello {
                 domain: 1,
                 node: 2,
+                to: (3, 4),
                 peer: 3,
                 incarnation: u64::MAX - 1,
                 reads_itself: true,
@@ -555,6 +564,7 @@ mod tests {
             Frame::Hello {
                 domain: u32::MAX,
                 node: 0,
+                to: (u32::MAX, u32::MAX),
                 peer: 0,
                 incarnation: 0,
                 reads_itself: false,
@@ -683,13 +693,14 @@ mod tests {
         let mut hello = encode(&Frame::Hello {
             domain: 1,
             node: 2,
+            to: (0, 1),
             peer: 3,
             incarnation: 4,
             reads_itself: true,
             fabric_addr: vec![5],
         });
-        // tag, version, domain, node, peer (4 each after the tag), incarnation (8)
-        let flag = 1 + 4 * 4 + 8;
+        // tag, version, domain, node, to (two), peer (4 each after the tag), incarnation (8)
+        let flag = 1 + 6 * 4 + 8;
         assert_eq!(hello[flag], 1);
         hello[flag] = 2;
         assert_eq!(Frame::decode(&hello), Err(DecodeError::Malformed));

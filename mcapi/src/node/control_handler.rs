@@ -53,11 +53,22 @@ impl ControlHandler {
             Frame::Hello {
                 domain,
                 node: n,
+                to,
                 peer,
                 incarnation,
                 reads_itself,
                 fabric_addr,
             } => {
+                // Meant for another node (one whose port this node took over after it
+                // died, its address still published): not ours to meet.
+                if *to != (node.domain_id, node.node_id) {
+                    log::info!(
+                        "node <{domain}, {n}> refused: its Hello is for <{}, {}>",
+                        to.0,
+                        to.1
+                    );
+                    return Frame::Refused(Status::MCAPI_ERR_NODE_INVALID.code());
+                }
                 let Ok(mut st) = node.live_state() else {
                     return Frame::Refused(Status::MCAPI_ERR_NODE_NOTINIT.code());
                 };

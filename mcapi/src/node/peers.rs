@@ -80,6 +80,7 @@ impl NodeInner {
         let hello = Frame::Hello {
             domain: self.domain_id,
             node: self.node_id,
+            to: (domain, node),
             peer: u32::from(index),
             incarnation: self.incarnation,
             reads_itself: self.fab.domain.reads_made_by_reader(),

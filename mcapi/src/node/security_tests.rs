@@ -45,6 +45,7 @@ fn member_connection(of: &Node, node: u32, claims: u32, incarnation: u64, addr: 
     let hello = Frame::Hello {
         domain: 0,
         node: claims,
+        to: (0, node),
         peer: 0,
         incarnation,
         reads_itself: false,
@@ -392,4 +393,37 @@ fn nobody_reads_or_writes_a_nodes_receive_pool_by_rma() {
         base == 0,
         String::from_utf8_lossy(&got)
     );
+}
+
+/// A Hello meant for another node (from a peer that reached this node at an address its
+/// previous owner published: PMIx keeps a dead node's address, and its port may be taken
+/// by another node of the job) is refused, and this node meets nobody. Before, it welcomed
+/// the caller, which took it for the node it meant and sent that node's messages here.
+#[test]
+fn a_hello_meant_for_another_node_is_refused() {
+    let mut config = Config::defaults();
+    config.provider = Some("shm".into());
+    config.job = format!("sec-hello-to-{}", std::process::id());
+    let x = Node::initialize(0, 96, config).unwrap();
+    let at = Rendezvous::of(&x.inner.config, 0, 96).expect("rendezvous");
+    let limit = Some(Instant::now() + Duration::from_secs(10));
+    let mut s = connect_when_up(&at, limit, &x.inner.auth, &|| false)
+        .expect("connect")
+        .expect("up");
+    let hello = |to| Frame::Hello {
+        domain: 0,
+        node: 97,
+        to,
+        peer: 0,
+        incarnation: 1,
+        reads_itself: false,
+        fabric_addr: x.inner.fab.ep.address().to_vec(),
+    };
+    let answer = s.call(&hello((0, 98))).expect("an answer");
+    assert_eq!(
+        answer,
+        Frame::Refused(Status::MCAPI_ERR_NODE_INVALID.code())
+    );
+    assert!(!x.inner.state.lock().unwrap().peer_of.contains_key(&(0, 97)));
+    x.finalize().unwrap();
 }
