@@ -106,12 +106,17 @@ impl Node {
             return Err(Status::MCAPI_ERR_ENDP_NOTOWNER);
         }
         let port = self.local_port(endpoint)?;
+        // In a channel: only once this side closed (its close finishes now).
+        if !self.inner.close_for_delete(port)? {
+            return Err(Status::MCAPI_ERR_CHAN_CONNECTED);
+        }
         let mut st = self.inner.live_state()?;
         if st
             .endpoints
             .get(&port)
             .is_some_and(|e| e.channel.is_connected())
         {
+            // Connected again meanwhile (another thread's connect).
             return Err(Status::MCAPI_ERR_CHAN_CONNECTED);
         }
         // What already arrived is discarded with it rather than left for a later endpoint.

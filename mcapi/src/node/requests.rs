@@ -548,9 +548,9 @@ impl Node {
                 self.inner.send_finished(&mut st, slot, rndv, false);
             }
             Req::Get { .. } | Req::Failed => {}
-            Req::Chan(ChanReq::Open { port, .. }) => {
+            Req::Chan(ChanReq::Open { port, handle }) => {
                 drop(st);
-                self.cancel_channel_open(port);
+                self.cancel_channel_open(port, handle);
             }
             Req::Chan(ChanReq::Close { port, handle }) => {
                 // Announced to the other side already: the close goes on without its

@@ -103,11 +103,15 @@ impl Node {
         }
     }
 
-    /// `mcapi_cancel` of an open, once its side is withdrawn: the endpoint is no longer
-    /// opening.
-    pub(in crate::node) fn cancel_channel_open(&self, port: u32) {
+    /// `mcapi_cancel` of an open (`handle`'s), once its side is withdrawn: the endpoint is no
+    /// longer opening (unless it was deleted, and a new endpoint at the port opens on its own).
+    pub(in crate::node) fn cancel_channel_open(&self, port: u32, handle: ChannelHandle) {
         if let Ok(mut st) = self.inner.live_state() {
-            if let Some(ep) = st.endpoints.get_mut(&port) {
+            if let Some(ep) = st
+                .endpoints
+                .get_mut(&port)
+                .filter(|ep| ep.channel.side == Some(handle))
+            {
                 ep.channel.binding.abandon_open();
                 ep.channel.side = None;
             }

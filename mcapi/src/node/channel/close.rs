@@ -9,7 +9,7 @@ use crate::node::common::{lock, Result};
 use crate::node::inner::NodeInner;
 use crate::node::state::Req;
 use crate::node::Node;
-use crate::semantics::channel::{ChannelKind, Direction};
+use crate::semantics::channel::{ChannelKind, Direction, Phase};
 use crate::semantics::channel_side::Posting;
 use crate::semantics::endpoint_id::EndpointId;
 use crate::semantics::request::RequestHandle;
@@ -92,11 +92,13 @@ impl Node {
                 .ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
             ep.channel.binding.close(kind, dir, ready)?;
             let peer_id = ep.channel.peer;
-            (
-                st.requests
-                    .alloc(Req::Chan(ChanReq::Close { port, handle }))?,
-                peer_id,
-            )
+            let req = st
+                .requests
+                .alloc(Req::Chan(ChanReq::Close { port, handle }))?;
+            if let Some(ep) = st.endpoints.get_mut(&port) {
+                ep.channel.closing = Some(req);
+            }
+            (req, peer_id)
         };
         // Closed, and what was sent counted, at one moment: no send slips in after the
         // count, and a cancel of a queued packet from now on announces its own count.
@@ -248,6 +250,35 @@ impl NodeInner {
             self.retire_side(handle);
         }
         Ok(finished)
+    }
+
+    /// `endpoint_delete` of the endpoint at `port` once its side closed: a close that still
+    /// waits for the other side's finishes now, successfully (spec 4.2.4: the close made
+    /// before the delete closed the connection as far as this endpoint goes; the other side
+    /// was told at the close). `false` if the endpoint is in a channel it has not closed.
+    pub(in crate::node) fn close_for_delete(&self, port: u32) -> Result<bool> {
+        let side = {
+            let mut st = self.live_state()?;
+            let Some(ep) = st.endpoints.get_mut(&port) else {
+                return Ok(true);
+            };
+            if !ep.channel.is_connected() {
+                return Ok(true);
+            }
+            if ep.channel.binding.phase() != Some(Phase::ClosePending) {
+                return Ok(false);
+            }
+            let channel = std::mem::take(&mut ep.channel);
+            if let Some(request) = channel.closing {
+                st.requests
+                    .complete_if_pending(request, Status::MCAPI_SUCCESS, 0);
+            }
+            channel.side
+        };
+        if let Some(handle) = side {
+            self.retire_side(handle);
+        }
+        Ok(true)
     }
 
     /// Finalize: tells the other side of each open channel that this side is gone, as a

@@ -203,12 +203,17 @@ impl Node {
         // `gone`: the other endpoint, whose node died or finalized; if this endpoint is
         // still connected to it for this open, it is unconnected again (there is nothing
         // to close against).
+        // The endpoint at `port` is the one this open was made on only while its side is
+        // this open's: after a delete, a new endpoint at the port is none of its business.
         let fail = |status: Status, gone: Option<EndpointId>| -> Result<()> {
             let mut st = self.inner.live_state()?;
-            if let Some(ep) = st.endpoints.get_mut(&port) {
+            if let Some(ep) = st
+                .endpoints
+                .get_mut(&port)
+                .filter(|ep| ep.channel.side == Some(handle))
+            {
                 ep.channel.binding.abandon_open();
-                let ours =
-                    gone.is_some() && ep.channel.peer == gone && ep.channel.side == Some(handle);
+                let ours = gone.is_some() && ep.channel.peer == gone;
                 if ours && ep.channel.binding.peer_lost_before_open() {
                     ep.channel.peer = None;
                 }
@@ -222,7 +227,11 @@ impl Node {
         // What the endpoint knows now.
         let (connected, peer_id, peer_info, max_payload, timeout) = {
             let st = self.inner.live_state()?;
-            let Some(ep) = st.endpoints.get(&port) else {
+            let Some(ep) = st
+                .endpoints
+                .get(&port)
+                .filter(|ep| ep.channel.side == Some(handle))
+            else {
                 drop(st);
                 return fail(Status::MCAPI_ERR_ENDP_DELETED, None);
             };
@@ -301,6 +310,7 @@ impl Node {
             .live_state()?
             .endpoints
             .get(&port)
+            .filter(|ep| ep.channel.side == Some(handle))
             .and_then(|ep| ep.channel.binding.peer_sent());
         if let Some(sent) = closed_before {
             self.inner.other_side_closed(handle, sent);

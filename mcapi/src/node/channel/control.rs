@@ -233,10 +233,15 @@ impl NodeInner {
                         return Ok(None);
                     }
                     ep.channel.binding.peer_closed_after(sent);
-                    ep.channel.side
+                    ep.channel.side.map(|h| (h, ep.channel.closing))
                 };
-                if let Some(handle) = handle {
+                if let Some((handle, closing)) = handle {
                     self.other_side_closed(handle, sent);
+                    // This side's close waited for this one: it finishes now (the endpoint
+                    // is free at once), not when the application next looks at its request.
+                    if let Some(request) = closing {
+                        _ = self.advance_close(request, port, handle);
+                    }
                 }
                 Ok(None)
             }

@@ -3,6 +3,7 @@
 use super::handle::ChannelHandle;
 use crate::semantics::channel::Binding;
 use crate::semantics::endpoint_id::EndpointId;
+use crate::semantics::request::RequestHandle;
 
 /// What the other side told us when it opened.
 #[derive(Clone, Debug)]
@@ -26,6 +27,8 @@ pub(in crate::node) struct EndpointChannel {
     pub(super) connected_by: Option<(u32, u32)>,
     /// The side slot reserved by an open.
     pub(super) side: Option<ChannelHandle>,
+    /// This side's close request, while the close waits for the other side's.
+    pub(super) closing: Option<RequestHandle>,
 }
 
 impl EndpointChannel {

@@ -50,6 +50,8 @@ mod drive;
 mod endpoint;
 mod handle;
 mod hub;
+#[cfg(test)]
+mod lifecycle_tests;
 mod limits;
 mod local;
 mod lookup;

@@ -1,0 +1,110 @@
+//! Channel lifecycle cases found by review (each failed before its fix).
+
+use crate::node::test_pair::{open_channel, sender_and_receiver};
+use crate::semantics::Status;
+use std::time::{Duration, Instant};
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+/// `MCAPI_ENDP_ATTR_STATUS`.
+const STATUS: u32 = 8;
+
+/// An open made on an endpoint that is then deleted ends with `MCAPI_ERR_ENDP_DELETED`,
+/// also when a new endpoint is created at the same port: before, the old request took the
+/// new endpoint over (its peer's packets went to the old handle, and a second receive side
+/// could open on it), and cancelling the old request withdrew the new endpoint's own open.
+#[test]
+fn an_open_of_a_deleted_endpoint_is_no_open_of_a_new_one_at_the_port() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "open-deleted", (110, 111), Some(8));
+    let (_old, old_open) = b.pktchan_recv_open_i(rx).unwrap();
+    b.endpoint_delete(rx).unwrap();
+    let rx2 = b.endpoint_create(1).unwrap();
+    assert_eq!(b.test(old_open, None), Err(Status::MCAPI_ERR_ENDP_DELETED));
+    // A second old open, cancelled after the new endpoint opened: the new open stays.
+    let (_, stale_open) = b.pktchan_recv_open_i(rx2).unwrap();
+    b.endpoint_delete(rx2)
+        .unwrap_or_else(|s| panic!("delete with an open pending: {s:?}"));
+    let rx3 = b.endpoint_create(1).unwrap();
+    let (hr, open) = b.pktchan_recv_open_i(rx3).unwrap();
+    _ = b.cancel(stale_open);
+    assert_eq!(
+        b.pktchan_recv_open_i(rx3).map(|_| ()),
+        Err(Status::MCAPI_ERR_CHAN_OPENPENDING),
+        "the new endpoint's open was withdrawn"
+    );
+    let c = a.pktchan_connect_i(tx, to).unwrap();
+    a.wait(c, None, T).unwrap();
+    let (hs, send_open) = a.pktchan_send_open_i(tx).unwrap();
+    let a2 = a.clone();
+    let opened = std::thread::spawn(move || a2.wait(send_open, None, T));
+    b.wait(open, None, T).expect("the new endpoint's open");
+    opened.join().unwrap().expect("the sender's open");
+    a.pktchan_send(hs, b"for rx3").unwrap();
+    let p = b.pktchan_recv(hr).expect("on the new endpoint's handle");
+    assert_eq!(p.to_vec(), b"for rx3");
+    b.pktchan_release(p).unwrap();
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// The side that closes first is disconnected as soon as the other side closes, whether or
+/// not its application has looked at its close request yet (spec 4.4.11: "disconnected when
+/// both sides have issued close calls"): before, it stayed close-pending (no messages, no
+/// new connect, no delete) until its request was tested or waited on.
+#[test]
+fn the_first_side_to_close_is_free_once_the_other_side_closed() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "first-closer", (112, 113), Some(8));
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+    let first = a.pktchan_send_close_i(hs).unwrap();
+    let second = b.pktchan_recv_close_i(hr).unwrap();
+    b.wait(second, None, T).unwrap();
+    let start = Instant::now();
+    while a.endpoint_get_attribute(tx, STATUS) != Ok(0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still {:x?} after both closed",
+            a.endpoint_get_attribute(tx, STATUS)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(a.msg_send(tx, to, b"m", 0), Ok(()));
+    let mut buf = [0u8; 4];
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(1));
+    assert_eq!(a.wait(first, None, T), Ok(0), "the first close completed");
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// Spec 4.2.4 ("the appropriate close method must be called before deleting the
+/// endpoint"), as its shutdown examples do: close, then delete at once. Before, the first
+/// side to close could not delete its endpoint (`MCAPI_ERR_CHAN_CONNECTED`) until the
+/// other side had closed too; now its close completes with the delete.
+#[test]
+fn an_endpoint_is_deleted_right_after_its_close() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "close-delete", (114, 115), Some(8));
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+    a.pktchan_send(hs, b"last").unwrap();
+    let closed = a.pktchan_send_close_i(hs).unwrap();
+    assert_eq!(a.endpoint_delete(tx), Ok(()));
+    assert_eq!(a.wait(closed, None, T), Ok(0));
+    // The receiver still gets what was sent, then the channel's end; its close completes.
+    let p = b.pktchan_recv(hr).unwrap();
+    assert_eq!(p.to_vec(), b"last");
+    b.pktchan_release(p).unwrap();
+    assert_eq!(
+        b.pktchan_recv(hr).map(|p| p.len()),
+        Err(Status::MCAPI_ERR_TRANSMISSION)
+    );
+    let closed = b.pktchan_recv_close_i(hr).unwrap();
+    assert_eq!(b.wait(closed, None, T), Ok(0));
+    assert_eq!(b.endpoint_delete(rx), Ok(()));
+    // Not closed: still refused.
+    let (tx2, rx2) = (a.endpoint_create(2).unwrap(), b.endpoint_create(2).unwrap());
+    let to2 = a.endpoint_get(0, 115, 2, T).unwrap();
+    let (_hs2, _hr2) = open_channel((&a, &b), (tx2, rx2, to2), true);
+    assert_eq!(
+        a.endpoint_delete(tx2),
+        Err(Status::MCAPI_ERR_CHAN_CONNECTED)
+    );
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
