@@ -27,6 +27,8 @@ mod auth;
 mod frame;
 mod job_dir;
 
+pub(crate) use job_dir::remove_unused as remove_unused_job_dir;
+
 use crate::config::{Bootstrap, Config};
 use crate::launcher;
 use crate::semantics::Status;

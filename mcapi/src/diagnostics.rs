@@ -1,21 +1,34 @@
-//! Diagnostics: why a call failed, on stderr, when the user asks (`MCAPI_LOG`).
+//! Diagnostics: why a call failed, on stderr (`MCAPI_LOG`).
 //!
-//! Off by default. `MCAPI_LOG=error|warn|info|debug|trace` (or any `env_logger` filter)
-//! turns it on for this library the first time a node is initialized; libfabric's own
-//! logging stays with `FI_LOG_LEVEL`. Every `MCAPI_ERR_NODE_INITFAILED`, and the causes of
+//! Errors only by default: why an initialize failed (an unknown provider, a node id taken,
+//! a key file others can read...), a panic caught at the C boundary, so a C program that
+//! gets `MCAPI_ERR_NODE_INITFAILED` is told why. `MCAPI_LOG=off` silences them;
+//! `MCAPI_LOG=error|warn|info|debug|trace` (or any `env_logger` filter) sets the level for
+//! this library the first time a node is initialized; libfabric's own logging stays with
+//! `FI_LOG_LEVEL`. Every `MCAPI_ERR_NODE_INITFAILED`, and the causes of
 //! `MCAPI_ERR_TRANSMISSION` and `MCAPI_ERR_GENERAL` (a fabric call that failed, a peer
 //! lost, a refused frame, a broken node), are logged at `info` or above with the provider,
 //! the call, libfabric's error text and the peer. Logging sits on error paths only: a call
 //! that succeeds logs nothing and checks no level.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
-/// Turns logging on if `MCAPI_LOG` asks for it (once per process). An application that
-/// installed a logger of its own keeps it: ours is then not installed.
+/// Our logger is the one installed, at errors only until `mcapi_set_debug_level`.
+static OURS: AtomicBool = AtomicBool::new(false);
+
+/// Installs our stderr logger (once per process): at `MCAPI_LOG`'s level, errors only
+/// without it. An application that installed a logger of its own keeps it: ours is then
+/// not installed.
 pub(crate) fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         let Some(filter) = log_variable() else {
+            // Errors only, with room for `mcapi_set_debug_level` to raise the level.
+            if install("mcapi=trace") {
+                OURS.store(true, Ordering::Relaxed);
+                log::set_max_level(log::LevelFilter::Error);
+            }
             return;
         };
         // A bare level applies to this library; a full filter is taken as it is.
@@ -24,7 +37,7 @@ pub(crate) fn init() {
         } else {
             filter
         };
-        install(&filter);
+        _ = install(&filter);
     });
 }
 
@@ -33,17 +46,18 @@ fn log_variable() -> Option<String> {
     std::env::var("MCAPI_LOG").ok().filter(|f| !f.is_empty())
 }
 
-/// Installs our stderr logger with `filter`, unless a logger is installed already.
-fn install(filter: &str) {
+/// Installs our stderr logger with `filter`, unless a logger is installed already (`false`).
+fn install(filter: &str) -> bool {
     let pid = std::process::id();
-    let _already_set = env_logger::Builder::new()
+    env_logger::Builder::new()
         .parse_filters(filter)
         .format(move |out, record| {
             use std::io::Write;
             writeln!(out, "mcapi[{pid}] {}: {}", record.level(), record.args())
         })
         .target(env_logger::Target::Stderr)
-        .try_init();
+        .try_init()
+        .is_ok()
 }
 
 /// The level `mcapi_set_debug_level(level)` stands for: 0 (or less) off, 1 errors, 2
@@ -66,8 +80,11 @@ pub(crate) fn set_debug_level(level: i32) {
     if log_variable().is_some() {
         return;
     }
-    install("mcapi=trace");
-    log::set_max_level(debug_level(level));
+    init();
+    // An application's own logger keeps its level.
+    if OURS.load(Ordering::Relaxed) {
+        log::set_max_level(debug_level(level));
+    }
 }
 
 #[cfg(test)]

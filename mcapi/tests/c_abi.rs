@@ -45,6 +45,10 @@ fn main() {
         Trial::test("headers::compile_as_cxx", compile_as_cxx),
         Trial::test("library::soname_and_exported_symbols", soname_and_exports),
         Trial::test("install::pkg_config_shared_and_static", pkg_config_programs),
+        Trial::test(
+            "library::a_failed_initialize_says_why",
+            failed_initialize_says_why,
+        ),
     ];
     for provider in ["shm", "tcp"] {
         let absent = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_err();
@@ -872,6 +876,41 @@ fn read_all(child: &mut Child) -> String {
         let _ = err.read_to_string(&mut text);
     }
     text
+}
+
+/// A C program whose `mcapi_initialize` fails (an unknown provider) is told why on stderr
+/// without asking (`MCAPI_LOG` unset: errors only); `MCAPI_LOG=off` silences it. Before, it
+/// failed with `MCAPI_ERR_NODE_INITFAILED` and printed nothing unless `MCAPI_LOG` was set.
+fn failed_initialize_says_why() -> Result<(), Failed> {
+    let exe = build_once("app.c", &[], "app")?;
+    let run = |log: Option<&str>| -> Result<std::process::Output, Failed> {
+        let mut cmd = Command::new(&exe);
+        cmd.env("MCAPI_PROVIDER", "nosuchprovider")
+            .env("MCAPI_JOB", format!("c-init-fails-{}", std::process::id()))
+            .env_remove("MCAPI_LOG");
+        if let Some(level) = log {
+            cmd.env("MCAPI_LOG", level);
+        }
+        Ok(cmd.output()?)
+    };
+    let out = run(None)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success()
+        || !stderr.contains("initialize failed")
+        || !stderr.contains("nosuchprovider")
+    {
+        return Err(format!("by default: {:?}, stderr {stderr:?}", out.status).into());
+    }
+    let out = run(Some("off"))?;
+    if out.status.success() || !out.stderr.is_empty() {
+        return Err(format!(
+            "MCAPI_LOG=off: {:?}, stderr {:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// The C suite (`tests/c/suite.c`): the echo process and the checking process.

@@ -22,7 +22,7 @@ pub fn run(opts: &Opts) -> Result<i32> {
         .map_err(|e| crate::error::Error::failed(format!("MCAPI configuration: {e}")))?;
     config.provider = Some(opts.provider.clone());
     config.job = format!("perftest-same-node-{}", std::process::id());
-    let node = Node::initialize(0, 0, config)
+    let node = Node::initialize(0, 0, config.clone())
         .map_err(|e| crate::error::Error::failed(format!("mcapi_initialize: {e}")))?;
     let a = node.endpoint_create(1).map_err(mcapi_err)?;
     let b = node.endpoint_create(2).map_err(mcapi_err)?;
@@ -81,6 +81,8 @@ pub fn run(opts: &Opts) -> Result<i32> {
     }
     node.finalize().map_err(mcapi_err)?;
     drop(node);
+    // The job name is this run's alone: its directory goes with it.
+    let _ = config.remove_unused_job_dir();
     // The provider's figure in the same run: `--local` with the same options.
     println!(
         "# msg-lat --local -p {} (two processes), for comparison",

@@ -244,6 +244,46 @@ fn shm_latency() {
     latency_run("shm", "shm", "27611");
 }
 
+/// A run removes its job's directory when it ends (its job name is the run's alone):
+/// before, every run left `<runtime_dir>/perftest-<pid>-<port>/key` behind, and the
+/// same-node run `perftest-same-node-<pid>/`.
+#[test]
+fn a_run_leaves_no_job_directory() {
+    let runtime = std::env::temp_dir().join(format!("perftest-rundir-{}", std::process::id()));
+    _ = std::fs::remove_dir_all(&runtime);
+    let dir = runtime.to_str().expect("a UTF-8 path");
+    for args in [
+        &[
+            "msg-lat",
+            "--local",
+            "-S",
+            "8",
+            "-I",
+            "50",
+            "--oob-port",
+            "47690",
+        ][..],
+        &[
+            "msg-lat",
+            "--same-node",
+            "-S",
+            "8",
+            "-I",
+            "50",
+            "--oob-port",
+            "47690",
+        ][..],
+    ] {
+        let out = perftest_env(args, &[("MCAPI_RUNTIME_DIR", dir)]);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let left: Vec<_> = std::fs::read_dir(&runtime)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{args:?} left {left:?} in {dir}");
+    }
+    _ = std::fs::remove_dir_all(&runtime);
+}
+
 #[test]
 fn shm_bandwidth() {
     bandwidth_run("shm", "shm", "27612");

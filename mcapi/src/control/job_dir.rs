@@ -130,10 +130,67 @@ pub(crate) fn job_key(dir: &Path) -> Result<JobKey, String> {
     JobKey::from_file(&path).map_err(|e| e.0)
 }
 
+/// Removes `<runtime_dir>/<job>` and its key when nothing else is in it (no node of the
+/// job bound there, none starting): `Ok(true)` if it did.
+///
+/// # Errors
+/// A directory or key that is there and cannot be read or removed.
+pub(crate) fn remove_unused(runtime_dir: &Path, job: &str) -> io::Result<bool> {
+    if job.is_empty() || job == "." || job == ".." || job.contains('/') || job.contains('\0') {
+        return Ok(false);
+    }
+    let dir = runtime_dir.join(job);
+    let entries = match std::fs::read_dir(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        entries => entries?,
+    };
+    for entry in entries {
+        if entry?.file_name() != KEY_FILE {
+            return Ok(false);
+        }
+    }
+    match std::fs::remove_file(dir.join(KEY_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    match std::fs::remove_dir(&dir) {
+        Ok(()) => Ok(true),
+        // Another process of the job removed it first, or a node started there meanwhile.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::DirectoryNotEmpty
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn an_unused_job_directory_is_removed_a_used_one_kept() {
+        let runtime = scratch("remove");
+        let dir = private_job_dir(&runtime, "once").unwrap();
+        job_key(&dir).unwrap();
+        std::fs::write(dir.join("d0n1.sock"), b"").unwrap();
+        assert!(
+            !remove_unused(&runtime, "once").unwrap(),
+            "a node's socket is there"
+        );
+        assert!(dir.join(KEY_FILE).exists());
+        std::fs::remove_file(dir.join("d0n1.sock")).unwrap();
+        assert!(remove_unused(&runtime, "once").unwrap());
+        assert!(!dir.exists());
+        assert!(!remove_unused(&runtime, "once").unwrap(), "gone already");
+        assert!(!remove_unused(&runtime, "..").unwrap());
+        _ = std::fs::remove_dir_all(&runtime);
+    }
 
     fn scratch(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("mcapi-jobdir-{}-{tag}", std::process::id()));

@@ -202,13 +202,13 @@ fn failed(what: &str, s: Status) -> Error {
 
 /// A started node, finalized when dropped (mcapi removes the job's rendezvous directory
 /// with its last node).
-pub struct OwnedNode(Node);
+pub struct OwnedNode(Node, Config);
 
 impl OwnedNode {
     /// Starts node `<DOMAIN, node>`.
     fn start(node: u32, config: Config) -> Result<OwnedNode> {
-        Node::initialize(DOMAIN, node, config)
-            .map(OwnedNode)
+        Node::initialize(DOMAIN, node, config.clone())
+            .map(|n| OwnedNode(n, config))
             .map_err(|s| failed(&format!("initialize of node {DOMAIN}.{node}"), s))
     }
 }
@@ -222,8 +222,11 @@ impl std::ops::Deref for OwnedNode {
 }
 
 impl Drop for OwnedNode {
+    /// Finalizes the node; the last node of the run on this host removes the job's
+    /// directory (its job name is this run's alone).
     fn drop(&mut self) {
         let _ = self.0.finalize();
+        let _ = self.1.remove_unused_job_dir();
     }
 }
 
