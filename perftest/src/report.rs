@@ -226,6 +226,12 @@ impl Report {
                 self.plan.warmup,
                 self.plan.max_time
             );
+            s += match self.test.metric() {
+                Metric::Latency => {
+                    "# min..max: one transfer's latency in µs (half a round trip); ratio: MCAPI/raw p50 (below 1: MCAPI faster)\n"
+                }
+                Metric::Throughput => "# MB/sec: 10^6 bytes per second; ratio: MCAPI/raw MB/s (above 1: MCAPI faster)\n",
+            };
             s += &format!(
                 "{:<8} {:<9} {:>8} {:>7} {:>8} {:>10} {:>9} {:>10}",
                 "layer", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
@@ -538,7 +544,11 @@ mod tests {
         assert!(v["lat_us_p50_spread"].is_null() && v["raw_mb_s_spread"].is_null());
         let mut table = Report::new(&plan, "shm", false, report.info.clone());
         let text = table.table_rows(&both);
-        let rows: Vec<&str> = text.lines().skip(2).collect();
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .skip(1)
+            .collect();
         assert!(
             rows[0].starts_with("raw ") && rows[1].starts_with("mcapi "),
             "{text}"
@@ -617,7 +627,7 @@ mod tests {
         assert!((v["ratio"].as_f64().unwrap() - 3.5 / 1.5).abs() < 1e-3);
         let text = report.table_rows(&r);
         assert!(
-            text.lines().nth(1).unwrap().contains("p50 spread"),
+            text.lines().nth(2).unwrap().contains("p50 spread"),
             "{text}"
         );
         assert!(text.contains("3.000..4.000"), "{text}");

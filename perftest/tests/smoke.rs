@@ -519,7 +519,11 @@ fn table_output_by_default() {
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    let header = stdout.lines().nth(1).expect("column header");
+    assert!(
+        stdout.lines().nth(1).is_some_and(|l| l.starts_with("# min..max")),
+        "the legend: {stdout}"
+    );
+    let header = stdout.lines().nth(2).expect("column header");
     for col in [
         "bytes",
         "iters",
@@ -535,7 +539,7 @@ fn table_output_by_default() {
     assert!(header.ends_with("ratio  protocol"), "{header}");
     let rows: Vec<Vec<&str>> = stdout
         .lines()
-        .skip(2)
+        .skip(3)
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert_eq!(rows.len(), 2, "{stdout}");
