@@ -42,9 +42,11 @@ pub fn run(opts: &Opts) -> Result<i32> {
     // A server that fails early (its port is taken) ends the run at once.
     let client_status = loop {
         if let Some(status) = client.try_wait()? {
+            ended("client", &client, status);
             break status;
         }
         if let Some(status) = server.try_wait()? {
+            ended("server", &server, status);
             if !status.success() {
                 stop(&mut client);
                 return Ok(code(status));
@@ -55,6 +57,7 @@ pub fn run(opts: &Opts) -> Result<i32> {
     let start = Instant::now();
     let server_status = loop {
         if let Some(status) = server.try_wait()? {
+            ended("server", &server, status);
             break Some(status);
         }
         if start.elapsed() > SERVER_GRACE || !client_status.success() {
@@ -86,4 +89,20 @@ fn code(status: ExitStatus) -> i32 {
 fn stop(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
+    mcapi_ofi::cleanup::remove_shm_regions(child.id());
+}
+
+/// A child (`role`) exited with `status`: one killed by a signal is named so, and the shm
+/// regions a killed process leaves in /dev/shm (16 MiB each) are removed.
+fn ended(role: &str, child: &Child, status: ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(signal) = status.signal() {
+        eprintln!(
+            "perftest: the {role} (pid {}) was killed by signal {signal}",
+            child.id()
+        );
+    }
+    if !status.success() {
+        mcapi_ofi::cleanup::remove_shm_regions(child.id());
+    }
 }

@@ -520,7 +520,10 @@ fn table_output_by_default() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(
-        stdout.lines().nth(1).is_some_and(|l| l.starts_with("# min..max")),
+        stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("# min..max")),
         "the legend: {stdout}"
     );
     let header = stdout.lines().nth(2).expect("column header");
