@@ -1,7 +1,8 @@
 //! `MCAPI_LOG` says why `mcapi_initialize` failed: a provider that does not exist, an
 //! unreadable topology file, a node id another process of the job runs. Each case runs in a
 //! child process (logging is set up once per process) through the C entry point, and its
-//! stderr must name the cause in one line; without `MCAPI_LOG` nothing is printed.
+//! stderr must name the cause in one line; without `MCAPI_LOG` that line is printed too
+//! (errors only), with `MCAPI_LOG=off` nothing.
 
 mod common;
 
@@ -88,8 +89,20 @@ fn main() {
     };
     check("node_id_taken", taken);
     check(
-        "silent_without_mcapi_log",
-        match run("init", &job, &[("MCAPI_PROVIDER", "nosuchprovider")], false) {
+        "said_without_mcapi_log",
+        expect_line(
+            run("init", &job, &[("MCAPI_PROVIDER", "nosuchprovider")], false),
+            &["ERROR", "initialize failed", "nosuchprovider"],
+        ),
+    );
+    check(
+        "silent_with_mcapi_log_off",
+        match run(
+            "init",
+            &job,
+            &[("MCAPI_PROVIDER", "nosuchprovider"), ("MCAPI_LOG", "off")],
+            false,
+        ) {
             (_, status, err) if status == "MCAPI_ERR_NODE_INITFAILED" && err.is_empty() => Ok(()),
             other => Err(format!("expected a silent failure, got {other:?}")),
         },
