@@ -441,6 +441,12 @@ impl Progress {
         }
     }
 
+    /// Whether it shows anything (stderr is a terminal): elsewhere (a log, CI) the caller
+    /// says in plain lines what it is doing.
+    pub fn on_terminal(&self) -> bool {
+        self.enabled
+    }
+
     pub fn clear(&mut self) {
         if self.shown {
             eprint!("\r\x1b[K");

@@ -256,6 +256,9 @@ pub fn run(opts: &CompareOpts) -> Result<i32> {
                 "perftest compare ({}/{total}): {test} over {provider}",
                 runs.len() + 1
             );
+            if !progress.on_terminal() {
+                eprintln!("{label}");
+            }
             let child = Child::perftest(job.args(opts, port))?;
             let result = runner::run(&job, &child, &log, &mut progress, &label)?;
             progress.clear();
