@@ -192,16 +192,21 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl Config {
-    /// Removes this job's directory on this host (`<runtime_dir>/<job>`, its sockets and
-    /// the key the first node made) once no node of the job runs here: for tools and
-    /// tests whose job names are used once (a process id in them), which would otherwise
-    /// leave one directory per run. A job name that is used again keeps its directory
-    /// while it runs, and a node of it that starts later makes a new key. `Ok(true)` if it
-    /// removed it.
+    /// Removes this job's directory on this host (`<runtime_dir>/<job>` and the key the
+    /// first node made there) once no node of the job is bound there: for tools and tests
+    /// whose job names are used once (a process id in them), which would otherwise leave
+    /// one directory per run. Only under the local bootstrap, where each running node has
+    /// its socket there (nodes that meet over TCP, by a topology on this host, use the key
+    /// with no socket of their own: theirs is kept); and only when no node of the job is
+    /// starting (one between reading the key and binding its socket would lose the key to
+    /// the removal). `Ok(true)` if it removed it.
     ///
     /// # Errors
     /// A directory that is there and cannot be read or removed.
     pub fn remove_unused_job_dir(&self) -> std::io::Result<bool> {
+        if self.bootstrap != Bootstrap::Local {
+            return Ok(false);
+        }
         crate::control::remove_unused_job_dir(&self.runtime_dir, &self.job)
     }
 

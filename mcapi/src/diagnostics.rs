@@ -1,11 +1,12 @@
 //! Diagnostics: why a call failed, on stderr (`MCAPI_LOG`).
 //!
-//! Errors only by default: why an initialize failed (an unknown provider, a node id taken,
-//! a key file others can read...), a panic caught at the C boundary, so a C program that
-//! gets `MCAPI_ERR_NODE_INITFAILED` is told why. `MCAPI_LOG=off` silences them;
-//! `MCAPI_LOG=error|warn|info|debug|trace` (or any `env_logger` filter) sets the level for
-//! this library the first time a node is initialized; libfabric's own logging stays with
-//! `FI_LOG_LEVEL`. Every `MCAPI_ERR_NODE_INITFAILED`, and the causes of
+//! For C programs, errors by default: why an initialize failed (an unknown provider, a node
+//! id taken, a key file others can read...), a panic caught at the C boundary, so a C
+//! program that gets `MCAPI_ERR_NODE_INITFAILED` is told why; `MCAPI_LOG=off` silences
+//! them. A Rust program's records go to its own logger (the `log` crate); ours is installed
+//! only when `MCAPI_LOG` asks. `MCAPI_LOG=error|warn|info|debug|trace` (or any `env_logger`
+//! filter) sets the level for this library the first time a node is initialized;
+//! libfabric's own logging stays with `FI_LOG_LEVEL`. Every `MCAPI_ERR_NODE_INITFAILED`, and the causes of
 //! `MCAPI_ERR_TRANSMISSION` and `MCAPI_ERR_GENERAL` (a fabric call that failed, a peer
 //! lost, a refused frame, a broken node), are logged at `info` or above with the provider,
 //! the call, libfabric's error text and the peer. Logging sits on error paths only: a call
@@ -17,15 +18,25 @@ use std::sync::Once;
 /// Our logger is the one installed, at errors only until `mcapi_set_debug_level`.
 static OURS: AtomicBool = AtomicBool::new(false);
 
-/// Installs our stderr logger (once per process): at `MCAPI_LOG`'s level, errors only
-/// without it. An application that installed a logger of its own keeps it: ours is then
-/// not installed.
+/// Installs our stderr logger if `MCAPI_LOG` asks for it (once per process; the Rust
+/// API). An application that installed a logger of its own keeps it: ours is then not
+/// installed.
 pub(crate) fn init() {
+    init_with(false);
+}
+
+/// As [`init`], for the C ABI: without `MCAPI_LOG`, errors only (a C program has no
+/// logger of its own to read them from).
+pub(crate) fn init_for_c() {
+    init_with(true);
+}
+
+fn init_with(errors_by_default: bool) {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         let Some(filter) = log_variable() else {
             // Errors only, with room for `mcapi_set_debug_level` to raise the level.
-            if install("mcapi=trace") {
+            if errors_by_default && install("mcapi=trace") {
                 OURS.store(true, Ordering::Relaxed);
                 log::set_max_level(log::LevelFilter::Error);
             }
@@ -80,7 +91,7 @@ pub(crate) fn set_debug_level(level: i32) {
     if log_variable().is_some() {
         return;
     }
-    init();
+    init_for_c();
     // An application's own logger keeps its level.
     if OURS.load(Ordering::Relaxed) {
         log::set_max_level(debug_level(level));

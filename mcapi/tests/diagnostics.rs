@@ -96,6 +96,15 @@ fn main() {
         ),
     );
     check(
+        "a_rust_program_keeps_its_logger",
+        match run("rust", &job, &[], false) {
+            (_, status, err) if status == "MCAPI_ERR_NODE_INITFAILED" && err.is_empty() => Ok(()),
+            other => Err(format!(
+                "expected no logger of ours and silence, got {other:?}"
+            )),
+        },
+    );
+    check(
         "silent_with_mcapi_log_off",
         match run(
             "init",
@@ -152,6 +161,31 @@ fn expect_line(
 }
 
 fn child(case: &str) {
+    if case == "rust" {
+        // A Rust program keeps the logger to itself: initialize installs none.
+        let mut config = mcapi::config::Config::defaults();
+        config.provider = Some("nosuchprovider".into());
+        let failed = mcapi::Node::initialize(0, 78, config).is_err();
+        struct App;
+        impl log::Log for App {
+            fn enabled(&self, _: &log::Metadata) -> bool {
+                true
+            }
+            fn log(&self, _: &log::Record) {}
+            fn flush(&self) {}
+        }
+        static APP: App = App;
+        let ours = log::set_logger(&APP).is_ok();
+        println!(
+            "{}",
+            if failed && ours {
+                "MCAPI_ERR_NODE_INITFAILED"
+            } else {
+                "a logger was installed"
+            }
+        );
+        return;
+    }
     let status = common::c_initialize(77);
     if case == "hold" && status == "MCAPI_SUCCESS" {
         println!("holding");

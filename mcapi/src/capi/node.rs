@@ -124,7 +124,7 @@ fn param_string(field: &[c_char]) -> Result<Option<String>, Status> {
 
 /// The node's configuration: the environment, then what `params` overrides.
 fn configure(params: Option<&mcapi_param_t>) -> Result<Config, Status> {
-    crate::diagnostics::init();
+    crate::diagnostics::init_for_c();
     let mut config = Config::from_env().map_err(|e| {
         log::error!("initialize failed: {e}");
         Status::MCAPI_ERR_NODE_INITFAILED

@@ -189,6 +189,18 @@ mod tests {
         assert!(!dir.exists());
         assert!(!remove_unused(&runtime, "once").unwrap(), "gone already");
         assert!(!remove_unused(&runtime, "..").unwrap());
+        // Nodes that meet over TCP (a topology on this host) keep no socket there: their
+        // key stays (it was removed under them).
+        let dir = private_job_dir(&runtime, "over-tcp").unwrap();
+        job_key(&dir).unwrap();
+        let mut config = crate::config::Config::defaults();
+        config.runtime_dir.clone_from(&runtime);
+        config.job = "over-tcp".into();
+        config.bootstrap = crate::config::Bootstrap::Topology;
+        assert!(!config.remove_unused_job_dir().unwrap());
+        assert!(dir.join(KEY_FILE).exists());
+        config.bootstrap = crate::config::Bootstrap::Local;
+        assert!(config.remove_unused_job_dir().unwrap());
         _ = std::fs::remove_dir_all(&runtime);
     }
 

@@ -255,11 +255,14 @@ impl NodeInner {
     /// `endpoint_delete` of the endpoint at `port` once its side closed: a close that still
     /// waits for the other side's finishes now, successfully (spec 4.2.4: the close made
     /// before the delete closed the connection as far as this endpoint goes; the other side
-    /// was told at the close). `false` if the endpoint is in a channel it has not closed.
+    /// was told at the close). `false` if the endpoint is in a channel it has not closed, or
+    /// whose close is still under way: made on the side (another thread's close call in
+    /// between), or a send side's packets still queued or in flight to a receiver that is
+    /// there (the close announced them; they go out first, as the close itself waits).
     pub(in crate::node) fn close_for_delete(&self, port: u32) -> Result<bool> {
-        let side = {
-            let mut st = self.live_state()?;
-            let Some(ep) = st.endpoints.get_mut(&port) else {
+        let handle = {
+            let st = self.live_state()?;
+            let Some(ep) = st.endpoints.get(&port) else {
                 return Ok(true);
             };
             if !ep.channel.is_connected() {
@@ -267,6 +270,41 @@ impl NodeInner {
             }
             if ep.channel.binding.phase() != Some(Phase::ClosePending) {
                 return Ok(false);
+            }
+            ep.channel.side
+        };
+        if let Some((slot, generation, ..)) = handle.and_then(ChannelHandle::decode) {
+            let under_way = {
+                let g = self.channels.sides[slot].lock();
+                g.as_ref()
+                    .filter(|s| s.generation == generation)
+                    .map(|side| {
+                        let sending = matches!(&side.io, Some(SideIo {
+                            data: SideData::Send(s),
+                            ..
+                        }) if s.state.has_queued() || s.state.has_in_flight());
+                        (!side.closed, sending, side.peer, side.peer_gone)
+                    })
+            };
+            if let Some((not_closed_yet, sending, peer, gone)) = under_way {
+                let receiver_here = sending && gone.is_none() && self.peer_alive(peer);
+                if not_closed_yet || receiver_here {
+                    return Ok(false);
+                }
+            }
+        }
+        let side = {
+            let mut st = self.live_state()?;
+            let Some(ep) = st
+                .endpoints
+                .get_mut(&port)
+                .filter(|ep| ep.channel.side == handle)
+            else {
+                // Finished meanwhile (the other side's close came).
+                return Ok(true);
+            };
+            if ep.channel.binding.phase() != Some(Phase::ClosePending) {
+                return Ok(!ep.channel.is_connected());
             }
             let channel = std::mem::take(&mut ep.channel);
             if let Some(request) = channel.closing {

@@ -108,3 +108,56 @@ fn an_endpoint_is_deleted_right_after_its_close() {
     a.finalize().unwrap();
     b.finalize().unwrap();
 }
+
+/// A send side's close waits for its queued packets (it announced them); a delete right
+/// after it is refused while they are queued to a receiver that is there, and the receiver
+/// gets every one. Before, the delete completed the close at once and dropped them: the
+/// receiver waited for packets that never came.
+#[test]
+fn a_delete_after_a_close_does_not_drop_queued_packets() {
+    for provider in ["shm", "tcp"] {
+        let ids = if provider == "shm" {
+            (118, 119)
+        } else {
+            (120, 121)
+        };
+        let (a, b, tx, rx, to) = sender_and_receiver(provider, "close-delete-queued", ids, Some(2));
+        b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+            .unwrap();
+        let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+        let mut sends = Vec::new();
+        for i in 0..6u8 {
+            match a.pktchan_send_i(hs, &[i; 16]) {
+                Ok(r) => sends.push(r),
+                Err(_) => break,
+            }
+        }
+        let closed = a.pktchan_send_close_i(hs).unwrap();
+        let deleted = a.endpoint_delete(tx);
+        let mut got = Vec::new();
+        let end = loop {
+            match b.pktchan_recv(hr) {
+                Ok(p) => {
+                    got.push(p.to_vec()[0]);
+                    b.pktchan_release(p).unwrap();
+                }
+                Err(e) => break e,
+            }
+        };
+        let want: Vec<u8> = (0..sends.len() as u8).collect();
+        assert_eq!(
+            (got, end),
+            (want, Status::MCAPI_ERR_TRANSMISSION),
+            "{provider}: the delete said {deleted:?}"
+        );
+        let receive_closed = b.pktchan_recv_close_i(hr).unwrap();
+        assert_eq!(b.wait(receive_closed, None, T), Ok(0), "{provider}");
+        assert_eq!(a.wait(closed, None, T), Ok(0), "{provider}");
+        if deleted.is_err() {
+            assert_eq!(deleted, Err(Status::MCAPI_ERR_CHAN_CONNECTED), "{provider}");
+            assert_eq!(a.endpoint_delete(tx), Ok(()), "{provider}: once they went");
+        }
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+    }
+}
