@@ -24,6 +24,10 @@ pub(super) fn queue_control(
     }
 }
 
+/// Credit requests for endpoints that are not here waiting to be answered at most (each
+/// answer is a control call; a sender asks once per endpoint until answered).
+pub(super) const MAX_DELETED_NOTICES: usize = 64;
+
 /// A credit request's priority field (unused by controls otherwise) when its sender does
 /// not know the endpoint's epoch.
 pub(super) const EPOCH_UNKNOWN: u8 = 1;
@@ -99,6 +103,17 @@ impl NodeInner {
                     .get_mut(&tag.port)
                     .filter(|e| any_epoch || e.epoch == epoch)
                 else {
+                    if tag.kind == Kind::Request {
+                        // For an endpoint deleted before this sender ever had its credits
+                        // (the delete told only those that had): it would wait for a grant
+                        // for good. Told as the delete tells the others.
+                        let notice = (from, tag.port, epoch);
+                        if st.deleted_notices.len() < MAX_DELETED_NOTICES
+                            && !st.deleted_notices.contains(&notice)
+                        {
+                            st.deleted_notices.push(notice);
+                        }
+                    }
                     if tag.kind == Kind::Return {
                         // Credits of an endpoint deleted since: counted as held by its
                         // senders when it went (strays), they are the node's again.

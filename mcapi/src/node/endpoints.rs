@@ -137,19 +137,7 @@ impl Node {
         drop(st);
         let senders: Vec<u16> = ep.credits.senders().map(|s| s.0 as u16).collect();
         let unspent = self.inner.announce_deleted((port, ep.epoch), &senders);
-        // Credits the senders had not spent come back; those spent come back as their
-        // messages arrive for nobody.
-        if unspent > 0 {
-            let mut st = self.inner.live_state()?;
-            let back = unspent.min(st.recv_strays);
-            st.recv_strays -= back;
-            st.recv_free += back;
-            if !st.hungry.is_empty() {
-                let p = st.hungry[0];
-                self.inner.settle_credits(&mut st, p);
-            }
-        }
-        Ok(())
+        self.inner.strays_returned(unspent)
     }
 
     /// `mcapi_endpoint_get`: the endpoint `<domain, node, port>`, waiting up to `timeout`
@@ -468,6 +456,47 @@ impl NodeInner {
             self.advance_sends(&mut st);
         }
         unspent
+    }
+
+    /// Answers the credit requests for endpoints that are not here
+    /// (`State::deleted_notices`) with `EndpointDeleted`, on a thread of its own (each is a
+    /// control round trip; rare): their senders fail what waits for them and look the
+    /// endpoint up again at their next send.
+    pub(in crate::node) fn send_deleted_notices(self: &std::sync::Arc<Self>) {
+        let notices = match self.state.try_lock() {
+            Ok(mut st) if !st.deleted_notices.is_empty() => std::mem::take(&mut st.deleted_notices),
+            _ => return,
+        };
+        let node = std::sync::Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("mcapi-deleted".into())
+            .spawn(move || {
+                for (peer, port, epoch) in notices {
+                    let Some(node) = node.upgrade() else { return };
+                    let unspent = node.announce_deleted((port, epoch), &[peer]);
+                    _ = node.strays_returned(unspent);
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("requests for deleted endpoints not answered: no thread: {e}");
+        }
+    }
+
+    /// Credits of deleted endpoints that their senders had not spent (`unspent`, as they
+    /// answered the notice) come back to the node; those spent come back as their messages
+    /// arrive for nobody.
+    pub(super) fn strays_returned(&self, unspent: u32) -> Result<()> {
+        if unspent > 0 {
+            let mut st = self.live_state()?;
+            let back = unspent.min(st.recv_strays);
+            st.recv_strays -= back;
+            st.recv_free += back;
+            if !st.hungry.is_empty() {
+                let p = st.hungry[0];
+                self.settle_credits(&mut st, p);
+            }
+        }
+        Ok(())
     }
 
     /// Tells the nodes that sent to local endpoint `port` that it was deleted; returns the

@@ -268,7 +268,9 @@ impl NodeInner {
                 .complete(request, Status::MCAPI_ERR_ENDP_INVALID, 0)?;
             return Ok(());
         };
-        if ep.pending_recvs.front() != Some(&request) {
+        if ep.pending_recvs.front() != Some(&request)
+            && !self.older_posted_done(st, port, request)?
+        {
             // Not its turn.
             return Ok(());
         }
@@ -308,6 +310,42 @@ impl NodeInner {
             }
         }
         Ok(())
+    }
+
+    /// Completes the receives of `port` older than `request` that were posted with their
+    /// buffers (C's `mcapi_msg_recv_i`, `msg_recv_i_into`) from the queued messages, oldest
+    /// first, as posted receives do: a wait on a later one does not wait for a test of the
+    /// older ones. `true` once `request` is the oldest; `false` if an older one stays (one
+    /// without a buffer, no message for it, or its message being read into its buffer).
+    fn older_posted_done(&self, st: &mut State, port: u32, request: RequestHandle) -> Result<bool> {
+        loop {
+            let front = match st
+                .endpoints
+                .get(&port)
+                .and_then(|ep| ep.pending_recvs.front())
+            {
+                Some(&front) if front == request => return Ok(true),
+                Some(&front) => front,
+                None => return Ok(false),
+            };
+            if !matches!(
+                st.requests.get(front),
+                Ok(Req::Recv {
+                    posted: Some(_),
+                    ..
+                })
+            ) {
+                return Ok(false);
+            }
+            self.try_complete(st, front, None)?;
+            let still = st
+                .endpoints
+                .get(&port)
+                .and_then(|ep| ep.pending_recvs.front());
+            if still == Some(&front) {
+                return Ok(false);
+            }
+        }
     }
 
     /// Copies the next message of `port` into `buf` and leaves its slot in `State::taken`
@@ -780,6 +818,11 @@ impl NodeInner {
                 "port {port}: dropped a duplicate or out-of-window message of peer {}",
                 tag.peer
             );
+            // A rendezvous descriptor's sender is told, as for a stray (one sent to the
+            // endpoint deleted before this one was created at the port, still on its way
+            // when the sender's credits of this one let it pass): its staging is freed and
+            // its request ends, instead of waiting for a read that never comes.
+            self.rndv_dropped(st, slot, tag.peer, port, c);
             // (A slot the provider refuses keeps the credit: never lent without a slot.)
             if self.free_slot(st, slot, port) {
                 if let Some(ep) = st.endpoints.get_mut(&port) {

@@ -31,6 +31,8 @@ mod handle_tests;
 mod inner;
 mod lifecycle;
 mod message_path;
+#[cfg(test)]
+mod message_review_tests;
 mod messages;
 mod peers;
 mod progress;
