@@ -1,7 +1,7 @@
 //! Credit control over the fabric: grants, recalls, requests, returns, and the outbox.
 
 use super::inner::NodeInner;
-use super::state::{Peer, State};
+use super::state::{epoch_before, Peer, State};
 use crate::semantics::credit::{Control, SenderId};
 use crate::semantics::wire::{Kind, Tag};
 use std::collections::VecDeque;
@@ -103,10 +103,16 @@ impl NodeInner {
                     .get_mut(&tag.port)
                     .filter(|e| any_epoch || e.epoch == epoch)
                 else {
-                    if tag.kind == Kind::Request {
-                        // For an endpoint deleted before this sender ever had its credits
-                        // (the delete told only those that had): it would wait for a grant
-                        // for good. Told as the delete tells the others.
+                    // For an endpoint deleted before this sender ever had its credits (the
+                    // delete told only those that had): it would wait for a grant for good.
+                    // Told as the delete tells the others; only where no endpoint of that
+                    // epoch can come any more (none at the port, or a later one), so a
+                    // forged request for a live endpoint's next epoch tells nobody to forget
+                    // a live window.
+                    let gone = endpoints
+                        .get(&tag.port)
+                        .is_none_or(|e| epoch_before(epoch, e.epoch));
+                    if tag.kind == Kind::Request && gone {
                         let notice = (from, tag.port, epoch);
                         if st.deleted_notices.len() < MAX_DELETED_NOTICES
                             && !st.deleted_notices.contains(&notice)

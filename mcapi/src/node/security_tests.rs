@@ -427,3 +427,48 @@ fn a_hello_meant_for_another_node_is_refused() {
     assert!(!x.inner.state.lock().unwrap().peer_of.contains_key(&(0, 97)));
     x.finalize().unwrap();
 }
+
+/// A credit request in a member's name for a live endpoint's next epoch (forged: any
+/// process that reaches the fabric can send one) makes the node tell nobody to forget that
+/// endpoint. Requests for an endpoint that is not there are answered with
+/// `EndpointDeleted` (its sender would wait for a grant for good), but only where no
+/// endpoint of that epoch can come any more: none at the port, or a later one.
+#[test]
+fn a_forged_request_for_a_live_endpoints_next_epoch_makes_nobody_forget_it() {
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "rv-next-epoch", (88, 89), Some(8));
+    a.msg_send(tx, to, b"first", 0).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(5));
+    let b_at_a = a.inner.state.lock().unwrap().peer_of[&(0, 89)];
+    let window = |a: &Node| {
+        a.inner
+            .state
+            .lock()
+            .unwrap()
+            .remotes
+            .contains_key(&(b_at_a, 1))
+    };
+    assert!(window(&a), "a holds a window for the endpoint");
+    let (addr, a_at_b, epoch) = {
+        let st = b.inner.state.lock().unwrap();
+        (
+            a.inner.state.lock().unwrap().peers[b_at_a as usize].addr,
+            st.peer_of[&(0, 88)],
+            st.endpoints[&1].epoch,
+        )
+    };
+    let tag = control_tag(Kind::Request, (1, epoch.wrapping_add(1)), a_at_b);
+    assert!(until(&[&a, &b], Duration::from_secs(5), || a
+        .inner
+        .fab
+        .ep
+        .inject_data(&tag.encode().to_le_bytes(), 8u64 << 32, addr)
+        .is_ok()));
+    // Handled, and a notice (if any) sent by the background thread meanwhile.
+    until(&[&a, &b], Duration::from_secs(1), || false);
+    assert!(window(&a), "a was told to forget a live endpoint");
+    assert_eq!(a.msg_send(tx, to, b"second", 0), Ok(()));
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(6));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
