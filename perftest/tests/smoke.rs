@@ -252,28 +252,17 @@ fn a_run_leaves_no_job_directory() {
     let runtime = std::env::temp_dir().join(format!("perftest-rundir-{}", std::process::id()));
     _ = std::fs::remove_dir_all(&runtime);
     let dir = runtime.to_str().expect("a UTF-8 path");
-    for args in [
-        &[
+    for mode in ["--local", "--same-node"] {
+        let args = &[
             "msg-lat",
-            "--local",
+            mode,
             "-S",
             "8",
             "-I",
             "50",
             "--oob-port",
             "47690",
-        ][..],
-        &[
-            "msg-lat",
-            "--same-node",
-            "-S",
-            "8",
-            "-I",
-            "50",
-            "--oob-port",
-            "47690",
-        ][..],
-    ] {
+        ];
         let out = perftest_env(args, &[("MCAPI_RUNTIME_DIR", dir)]);
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
         let left: Vec<_> = std::fs::read_dir(&runtime)

@@ -29,6 +29,22 @@ fn until(nodes: &[&Node], limit: Duration, mut done: impl FnMut() -> bool) -> bo
     true
 }
 
+/// Sends a credit request for 8 credits with `tag` from `a`'s fabric endpoint to `addr`
+/// (`b`'s), as any process reaching the provider can, progressing both until it went.
+fn forge_credit_request(
+    a: &Node,
+    b: &Node,
+    tag: crate::semantics::wire::Tag,
+    addr: mcapi_ofi::FiAddr,
+) {
+    assert!(until(&[a, b], Duration::from_secs(5), || a
+        .inner
+        .fab
+        .ep
+        .inject_data(&tag.encode().to_le_bytes(), 8u64 << 32, addr)
+        .is_ok()));
+}
+
 /// An authenticated control connection to node `<0, node>` of `of`'s job (what any process
 /// holding the job key can open), introduced by a Hello naming node `claims` with run
 /// `incarnation` and fabric address `addr`.
@@ -156,12 +172,7 @@ fn a_forged_credit_request_for_a_gone_peer_leaks_no_credit() {
     };
     let mut tag = control_tag(Kind::Request, (1, 0), index);
     tag.priority = EPOCH_UNKNOWN;
-    assert!(until(&[&a, &b], Duration::from_secs(5), || a
-        .inner
-        .fab
-        .ep
-        .inject_data(&tag.encode().to_le_bytes(), 8u64 << 32, addr)
-        .is_ok()));
+    forge_credit_request(&a, &b, tag, addr);
     // Until the forged request is handled (it takes credits), if it is at all.
     until(&[&a, &b], Duration::from_secs(2), || {
         b.inner.state.lock().unwrap().recv_free < p
@@ -458,12 +469,7 @@ fn a_forged_request_for_a_live_endpoints_next_epoch_makes_nobody_forget_it() {
         )
     };
     let tag = control_tag(Kind::Request, (1, epoch.wrapping_add(1)), a_at_b);
-    assert!(until(&[&a, &b], Duration::from_secs(5), || a
-        .inner
-        .fab
-        .ep
-        .inject_data(&tag.encode().to_le_bytes(), 8u64 << 32, addr)
-        .is_ok()));
+    forge_credit_request(&a, &b, tag, addr);
     // Handled, and a notice (if any) sent by the background thread meanwhile.
     until(&[&a, &b], Duration::from_secs(1), || false);
     assert!(window(&a), "a was told to forget a live endpoint");
