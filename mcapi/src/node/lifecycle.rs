@@ -187,7 +187,7 @@ impl Node {
             inject_scratch: vec![0; fab.inject_size.min(EAGER_SLOT)].into_boxed_slice(),
             taken: None,
             delivered: HashMap::default(),
-            rndv: Default::default(),
+            rndv: super::rendezvous::Rendezvous::new(),
             receiving_in_place: None,
             waiting_receives: Default::default(),
             in_background: false,

@@ -133,6 +133,20 @@ pub(super) struct Rendezvous {
 }
 
 impl Rendezvous {
+    /// The node's rendezvous state, its staging ids starting at a random generation: an id
+    /// comes back in `RndvDone`, which ends its staging, and a receiver drops and answers a
+    /// descriptor whatever it names, so a stranger who could guess ids (a counter from 0)
+    /// could end other receivers' messages early with forged descriptors.
+    pub(super) fn new() -> Rendezvous {
+        let mut seed = [0u8; 4];
+        // Without random numbers the counter starts at 0, as it did.
+        _ = getrandom::fill(&mut seed);
+        Rendezvous {
+            generation: u32::from_le_bytes(seed),
+            ..Rendezvous::default()
+        }
+    }
+
     /// Whether a blocked call should keep polling rather than sleep: a read of ours is in
     /// flight (it moves with our progress), or a receiver may be reading what we staged
     /// (which needs our progress too): for the first `SLOW_AFTER` of the wait, and after
@@ -161,6 +175,16 @@ impl Rendezvous {
             Data::Staged(region) => Some(region),
             Data::Caller | Data::Lent(..) => None,
         }
+    }
+
+    /// The ids of the messages staged now (tests).
+    #[cfg(test)]
+    pub(super) fn staged_ids(&self) -> Vec<u64> {
+        self.staged
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some(u64::from(s.as_ref()?.generation) << 32 | i as u64))
+            .collect()
     }
 
     /// Whether `id` is an application's buffer lent by `msg_send_i_zero_copy`.
@@ -518,7 +542,19 @@ fn keep_largest<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::keep_largest;
+    use super::{keep_largest, Rendezvous};
+
+    /// Staging ids start at a random generation (before: 0 for every node, so a stranger
+    /// could name the ids of the messages a node staged in forged descriptors).
+    #[test]
+    fn staging_ids_start_somewhere_unguessable() {
+        let firsts: Vec<u32> = (0..4).map(|_| Rendezvous::new().generation).collect();
+        assert!(
+            firsts.windows(2).any(|w| w[0] != w[1]),
+            "four nodes' ids all start at {}",
+            firsts[0]
+        );
+    }
 
     fn keep(cache: &mut Vec<usize>, item: usize) {
         keep_largest(cache, item, |&n| n, (3, 100));

@@ -256,11 +256,13 @@ fn a_receiver_cannot_read_a_later_message_staged_for_another_node() {
     const LEN: usize = 1 << 20;
     let mut buf = vec![0u8; LEN];
     // Message 1, to b: b learns (addr, key) of the region (read here from a's side: the
-    // first staged id is generation 1, index 0).
+    // one message staged).
     a.msg_send(tx, to_b, &vec![1u8; LEN], 0).unwrap();
     let (addr, key) = {
         let st = a.inner.state.lock().unwrap();
-        let region = st.rndv.region(1 << 32).expect("staged").clone();
+        let ids = st.rndv.staged_ids();
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        let region = st.rndv.region(ids[0]).expect("staged").clone();
         (a.inner.remote_address(region.addr()), region.key())
     };
     assert_eq!(b.msg_recv(rb, &mut buf), Ok(LEN));
