@@ -1,7 +1,7 @@
 //! Credit control over the fabric: grants, recalls, requests, returns, and the outbox.
 
 use super::inner::NodeInner;
-use super::state::{epoch_before, Peer, State};
+use super::state::{Peer, State};
 use crate::semantics::credit::{Control, SenderId};
 use crate::semantics::wire::{Kind, Tag};
 use std::collections::VecDeque;
@@ -23,10 +23,6 @@ pub(super) fn queue_control(
         outbox.push_back((peer, tag, u64::from(n)));
     }
 }
-
-/// Credit requests for endpoints that are not here waiting to be answered at most (each
-/// answer is a control call; a sender asks once per endpoint until answered).
-pub(super) const MAX_DELETED_NOTICES: usize = 64;
 
 /// A credit request's priority field (unused by controls otherwise) when its sender does
 /// not know the endpoint's epoch.
@@ -103,23 +99,6 @@ impl NodeInner {
                     .get_mut(&tag.port)
                     .filter(|e| any_epoch || e.epoch == epoch)
                 else {
-                    // For an endpoint deleted before this sender ever had its credits (the
-                    // delete told only those that had): it would wait for a grant for good.
-                    // Told as the delete tells the others; only where no endpoint of that
-                    // epoch can come any more (none at the port, or a later one), so a
-                    // forged request for a live endpoint's next epoch tells nobody to forget
-                    // a live window.
-                    let gone = endpoints
-                        .get(&tag.port)
-                        .is_none_or(|e| epoch_before(epoch, e.epoch));
-                    if tag.kind == Kind::Request && gone {
-                        let notice = (from, tag.port, epoch);
-                        if st.deleted_notices.len() < MAX_DELETED_NOTICES
-                            && !st.deleted_notices.contains(&notice)
-                        {
-                            st.deleted_notices.push(notice);
-                        }
-                    }
                     if tag.kind == Kind::Return {
                         // Credits of an endpoint deleted since: counted as held by its
                         // senders when it went (strays), they are the node's again.

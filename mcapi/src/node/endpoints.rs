@@ -458,30 +458,6 @@ impl NodeInner {
         unspent
     }
 
-    /// Answers the credit requests for endpoints that are not here
-    /// (`State::deleted_notices`) with `EndpointDeleted`, on a thread of its own (each is a
-    /// control round trip; rare): their senders fail what waits for them and look the
-    /// endpoint up again at their next send.
-    pub(in crate::node) fn send_deleted_notices(self: &std::sync::Arc<Self>) {
-        let notices = match self.state.try_lock() {
-            Ok(mut st) if !st.deleted_notices.is_empty() => std::mem::take(&mut st.deleted_notices),
-            _ => return,
-        };
-        let node = std::sync::Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("mcapi-deleted".into())
-            .spawn(move || {
-                for (peer, port, epoch) in notices {
-                    let Some(node) = node.upgrade() else { return };
-                    let unspent = node.announce_deleted((port, epoch), &[peer]);
-                    _ = node.strays_returned(unspent);
-                }
-            });
-        if let Err(e) = spawned {
-            log::warn!("requests for deleted endpoints not answered: no thread: {e}");
-        }
-    }
-
     /// Credits of deleted endpoints that their senders had not spent (`unspent`, as they
     /// answered the notice) come back to the node; those spent come back as their messages
     /// arrive for nobody.

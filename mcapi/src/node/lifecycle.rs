@@ -172,7 +172,6 @@ impl Node {
             slot_run: vec![0; fab.recv_slots as usize],
             recv_strays: 0,
             hungry: VecDeque::with_capacity(16),
-            deleted_notices: Vec::new(),
             recalled: false,
             peers: Vec::new(),
             peer_of: HashMap::default(),

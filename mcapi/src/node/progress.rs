@@ -143,7 +143,6 @@ fn progress_in_background(node: Weak<NodeInner>) {
         }
         node.channels.close_retired();
         node.send_recounts();
-        node.send_deleted_notices();
         if Instant::now() >= next_watch {
             node.watch_links();
             next_watch = Instant::now() + LINK_WATCH_PERIOD;

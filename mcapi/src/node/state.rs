@@ -48,11 +48,6 @@ pub(super) struct State {
     pub(super) recv_strays: u32,
     /// Endpoints whose senders wait for credits the node's pool had none of, oldest first.
     pub(super) hungry: VecDeque<u32>,
-    /// Credit requests for an endpoint that is not here (deleted before the sender's first
-    /// message): `(peer, port, epoch)` to answer with an `EndpointDeleted` notice, from a
-    /// thread of their own (`NodeInner::send_deleted_notices`). At most
-    /// [`MAX_DELETED_NOTICES`] wait.
-    pub(super) deleted_notices: Vec<(u16, u32, u16)>,
     /// Whether the other endpoints' idle credits were recalled for the hungry ones.
     pub(super) recalled: bool,
     pub(super) peers: Vec<Peer>,
