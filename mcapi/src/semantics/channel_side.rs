@@ -515,6 +515,12 @@ impl RecvSide {
             .is_none_or(|sent| self.received.wrapping_sub(sent) < 1 << 31)
     }
 
+    /// Scalars or packets.
+    #[inline]
+    pub fn kind(&self) -> ChannelKind {
+        self.kind
+    }
+
     /// Whether a closed sender announced items that have not arrived.
     #[inline]
     pub fn awaits_announced(&self) -> bool {

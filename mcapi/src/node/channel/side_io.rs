@@ -478,8 +478,12 @@ impl SideIo {
         };
         if r.state.overrun() {
             // Items beyond the sender's credits were dropped: what follows the gap would
-            // never come out of the reorder buffer.
-            return Err(Status::MCAPI_ERR_TRANSMISSION);
+            // never come out of the reorder buffer. (The scalar calls' ERRORS tables have no
+            // MCAPI_ERR_TRANSMISSION: MCAPI_ERR_GENERAL there, as for their other failures.)
+            return Err(match r.state.kind() {
+                ChannelKind::Scalar => Status::MCAPI_ERR_GENERAL,
+                ChannelKind::Packet => Status::MCAPI_ERR_TRANSMISSION,
+            });
         }
         match gone.filter(|_| r.state.sender_done()) {
             Some(status) => Err(status),
