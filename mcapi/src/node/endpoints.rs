@@ -458,6 +458,84 @@ impl NodeInner {
         unspent
     }
 
+    /// Looks up, on their nodes' control planes, the endpoints whose credit request went
+    /// unanswered for [`STALLED_REQUEST`]: one deleted before this node had credits of it
+    /// was never told of the delete (its node knew no credits of ours to recall), and its
+    /// node drops the request. One that is gone (or replaced by a later endpoint at the port)
+    /// is forgotten as a delete's notice would have it: what waits for it fails with
+    /// `MCAPI_ERR_ENDP_INVALID`, and the next send looks the port up again. At most one
+    /// thread at a time; windows whose epoch is not known (their node restarted) are left
+    /// to their first answer.
+    ///
+    /// [`STALLED_REQUEST`]: super::state::STALLED_REQUEST
+    pub(in crate::node) fn verify_stalled_windows(self: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.verifying.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut stalled = Vec::new();
+        {
+            let Ok(mut st) = self.state.try_lock() else {
+                return;
+            };
+            let now = Instant::now();
+            for (&(peer, port), r) in st.remotes.iter_mut() {
+                let due = r
+                    .asked_at
+                    .is_some_and(|t| now.duration_since(t) >= super::state::STALLED_REQUEST);
+                if due && r.epoch_known && r.window.waits_for_grant() {
+                    // Checked again a period later at the soonest.
+                    r.asked_at = Some(now);
+                    stalled.push((peer, port, r.epoch));
+                }
+            }
+        }
+        if stalled.is_empty() || self.verifying.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let node = std::sync::Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("mcapi-verify".into())
+            .spawn(move || {
+                for (peer, port, epoch) in stalled {
+                    let Some(node) = node.upgrade() else { return };
+                    node.verify_window(peer, port, epoch);
+                }
+                if let Some(node) = node.upgrade() {
+                    node.verifying.store(false, Ordering::Release);
+                }
+            });
+        if let Err(e) = spawned {
+            self.verifying.store(false, Ordering::Release);
+            log::warn!("stalled credit requests not looked into: no thread: {e}");
+        }
+    }
+
+    /// Looks endpoint `port` of peer `peer` up: the window of epoch `epoch` goes if the
+    /// endpoint is not there, or another one is (see [`NodeInner::verify_stalled_windows`]).
+    fn verify_window(&self, peer: u16, port: u32, epoch: u16) {
+        let node = {
+            let Ok(st) = self.live_state() else { return };
+            st.peer_of.iter().find(|(_, &p)| p == peer).map(|(&n, _)| n)
+        };
+        let Some(node) = node else { return };
+        match self.control_call(peer, &Frame::Lookup { port }) {
+            Ok(Frame::Value(e)) if e == u64::from(epoch) => {}
+            Ok(Frame::Value(_)) => self.window_gone(node, port, epoch),
+            Ok(Frame::Refused(c)) if c == Status::MCAPI_ERR_ENDP_INVALID.code() => {
+                self.window_gone(node, port, epoch);
+            }
+            // Unreachable, or another answer: its liveness decides (a lost node's sends fail).
+            _ => {}
+        }
+    }
+
+    /// The endpoint a window of epoch `epoch` was for is gone from `node`'s port `port`.
+    fn window_gone(&self, node: (u32, u32), port: u32, epoch: u16) {
+        log::info!("port {port} of node {node:?}: gone since its credits were asked for");
+        let _ = self.forget_remote(node, port, epoch);
+    }
+
     /// Credits of deleted endpoints that their senders had not spent (`unspent`, as they
     /// answered the notice) come back to the node; those spent come back as their messages
     /// arrive for nobody.

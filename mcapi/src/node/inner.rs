@@ -32,6 +32,8 @@ pub(super) struct NodeInner {
     /// (their waits sleep, and a receiver's RMA read of our memory needs our progress on
     /// manual-progress providers).
     pub(super) staged_out: std::sync::atomic::AtomicBool,
+    /// A thread looks endpoints of stalled credit requests up (at most one at a time).
+    pub(super) verifying: std::sync::atomic::AtomicBool,
     pub(super) channels: ChannelTable,
     /// Tells this run of the node from earlier ones with the same id (peers' view).
     pub(super) incarnation: u64,

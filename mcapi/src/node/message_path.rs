@@ -156,6 +156,7 @@ impl NodeInner {
             if !r.take_credit() {
                 if r.window.needs_request() {
                     let seen = r.window.request_sent();
+                    r.asked_at = Some(std::time::Instant::now());
                     let want = self.config.recv_buffers as u64;
                     let mut tag = control_tag(Kind::Request, (remote.1, r.epoch), index);
                     if !r.epoch_known {

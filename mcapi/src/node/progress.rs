@@ -105,6 +105,8 @@ impl NodeInner {
 
 /// How often the background thread looks for control connections closed by the other end.
 const LINK_WATCH_PERIOD: Duration = Duration::from_millis(5);
+/// How often it looks for credit requests unanswered too long (a `try_lock` of the state).
+const VERIFY_PERIOD: Duration = Duration::from_millis(250);
 
 /// The background thread's body, guarded: a panic marks the node broken (every later
 /// call fails with `MCAPI_ERR_GENERAL`) instead of silently stopping its progress.
@@ -130,6 +132,7 @@ fn progress_in_background(node: Weak<NodeInner>) {
         None => return,
     };
     let mut next_watch = Instant::now();
+    let mut next_verify = Instant::now();
     loop {
         std::thread::sleep(pause);
         let Some(node) = node.upgrade() else { return };
@@ -146,6 +149,10 @@ fn progress_in_background(node: Weak<NodeInner>) {
         if Instant::now() >= next_watch {
             node.watch_links();
             next_watch = Instant::now() + LINK_WATCH_PERIOD;
+        }
+        if Instant::now() >= next_verify {
+            node.verify_stalled_windows();
+            next_verify = Instant::now() + VERIFY_PERIOD;
         }
         // While application threads progress the node themselves, stay out of their way
         // (no lock traffic, no preemption of a busy core).

@@ -312,7 +312,16 @@ pub(super) struct Remote {
     /// A credit taken for a send the provider refused (-FI_EAGAIN), used first next time.
     pub(super) spare: u32,
     pub(super) next_seq: u16,
+    /// When the credit request now unanswered went (or the window was last checked):
+    /// after [`STALLED_REQUEST`] the endpoint is looked up on its node's control plane
+    /// (`NodeInner::verify_stalled_windows`).
+    pub(super) asked_at: Option<std::time::Instant>,
 }
+
+/// How long a credit request may go unanswered before its endpoint is looked up: a request
+/// for an endpoint deleted before the sender had credits of it is dropped by the receiver,
+/// which has no endpoint to ask.
+pub(super) const STALLED_REQUEST: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether credit epoch `a` came before `b` (node-wide counts that wrap at 2^16: compared
 /// within half the range).
@@ -330,6 +339,7 @@ impl Remote {
             window: CreditWindow::new(),
             spare: 0,
             next_seq: 0,
+            asked_at: None,
         }
     }
 

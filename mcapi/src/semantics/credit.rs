@@ -649,6 +649,11 @@ impl CreditWindow {
         self.available == 0 && !self.requested
     }
 
+    /// Out of credits with a request outstanding: waiting for its answer.
+    pub fn waits_for_grant(&self) -> bool {
+        self.available == 0 && self.requested
+    }
+
     /// The request is being sent; returns its stamp for [`CreditPool::request`].
     pub fn request_sent(&mut self) -> u32 {
         self.requested = true;
