@@ -2,7 +2,7 @@
 
 use super::channel::{EndpointChannel, MAX_PKT_SIZE};
 use super::common::{
-    endpoint_unreachable, refusal, Result, EAGER_SLOT, MAX_ENDPOINTS, NUM_PRIORITIES,
+    endpoint_unreachable, lock, refusal, Result, EAGER_SLOT, MAX_ENDPOINTS, NUM_PRIORITIES,
 };
 use super::fabric::CONTROL_SLOTS_PER_REMOTE;
 use super::inner::NodeInner;
@@ -347,6 +347,9 @@ impl Node {
     }
 }
 
+/// A credit window whose request went unanswered: its port, epoch and `Remote::replaced`.
+pub(super) type StalledWindow = (u32, u16, u32);
+
 impl NodeInner {
     /// Endpoint `port` is deleted: its queued messages are discarded (their slots freed)
     /// and its credits go back to the node's pool, but for those its senders hold, which
@@ -469,71 +472,79 @@ impl NodeInner {
     ///
     /// [`STALLED_REQUEST`]: super::state::STALLED_REQUEST
     pub(in crate::node) fn verify_stalled_windows(self: &std::sync::Arc<Self>) {
-        use std::sync::atomic::Ordering;
-        if self.verifying.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut stalled = Vec::new();
+        // Per peer, its stalled windows.
+        let mut stalled: Vec<(u16, Vec<StalledWindow>)> = Vec::new();
         {
             let Ok(mut st) = self.state.try_lock() else {
                 return;
             };
             let now = Instant::now();
+            let busy = lock(&self.verifying).clone();
             for (&(peer, port), r) in st.remotes.iter_mut() {
                 let due = r
                     .asked_at
                     .is_some_and(|t| now.duration_since(t) >= super::state::STALLED_REQUEST);
-                if due && r.epoch_known && r.window.waits_for_grant() {
+                if due && r.epoch_known && r.window.waits_for_grant() && !busy.contains(&peer) {
                     // Checked again a period later at the soonest.
                     r.asked_at = Some(now);
-                    stalled.push((peer, port, r.epoch));
+                    let window = (port, r.epoch, r.replaced);
+                    match stalled.iter_mut().find(|(p, _)| *p == peer) {
+                        Some((_, windows)) => windows.push(window),
+                        None => stalled.push((peer, vec![window])),
+                    }
                 }
             }
         }
-        if stalled.is_empty() || self.verifying.swap(true, Ordering::Acquire) {
+        // A thread per peer (a stopped one holds up only its own), at most one each.
+        for (peer, windows) in stalled {
+            if !lock(&self.verifying).insert(peer) {
+                continue;
+            }
+            let node = std::sync::Arc::downgrade(self);
+            let spawned = std::thread::Builder::new()
+                .name("mcapi-verify".into())
+                .spawn(move || {
+                    for window in windows {
+                        let Some(node) = node.upgrade() else { return };
+                        node.verify_window(peer, window);
+                    }
+                    if let Some(node) = node.upgrade() {
+                        lock(&node.verifying).remove(&peer);
+                    }
+                });
+            if let Err(e) = spawned {
+                lock(&self.verifying).remove(&peer);
+                log::warn!("stalled credit requests not looked into: no thread: {e}");
+            }
+        }
+    }
+
+    /// Looks endpoint `port` of peer `peer` up: the window of epoch `epoch` (its
+    /// `replaced` count then) goes if the endpoint is not there, or another one is, and the
+    /// window is still that one and still waits (see [`NodeInner::verify_stalled_windows`]).
+    pub(super) fn verify_window(&self, peer: u16, (port, epoch, replaced): StalledWindow) {
+        let gone = match self.control_call(peer, &Frame::Lookup { port }) {
+            Ok(Frame::Value(e)) => e != u64::from(epoch),
+            Ok(Frame::Refused(c)) => c == Status::MCAPI_ERR_ENDP_INVALID.code(),
+            // Unreachable: its liveness decides (a lost node's sends fail).
+            _ => false,
+        };
+        if !gone {
             return;
         }
-        let node = std::sync::Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("mcapi-verify".into())
-            .spawn(move || {
-                for (peer, port, epoch) in stalled {
-                    let Some(node) = node.upgrade() else { return };
-                    node.verify_window(peer, port, epoch);
-                }
-                if let Some(node) = node.upgrade() {
-                    node.verifying.store(false, Ordering::Release);
-                }
-            });
-        if let Err(e) = spawned {
-            self.verifying.store(false, Ordering::Release);
-            log::warn!("stalled credit requests not looked into: no thread: {e}");
-        }
-    }
-
-    /// Looks endpoint `port` of peer `peer` up: the window of epoch `epoch` goes if the
-    /// endpoint is not there, or another one is (see [`NodeInner::verify_stalled_windows`]).
-    fn verify_window(&self, peer: u16, port: u32, epoch: u16) {
-        let node = {
-            let Ok(st) = self.live_state() else { return };
-            st.peer_of.iter().find(|(_, &p)| p == peer).map(|(&n, _)| n)
+        let Ok(mut st) = self.live_state() else {
+            return;
         };
-        let Some(node) = node else { return };
-        match self.control_call(peer, &Frame::Lookup { port }) {
-            Ok(Frame::Value(e)) if e == u64::from(epoch) => {}
-            Ok(Frame::Value(_)) => self.window_gone(node, port, epoch),
-            Ok(Frame::Refused(c)) if c == Status::MCAPI_ERR_ENDP_INVALID.code() => {
-                self.window_gone(node, port, epoch);
-            }
-            // Unreachable, or another answer: its liveness decides (a lost node's sends fail).
-            _ => {}
+        // The same window, still without credits (a grant since, or a restart of the peer
+        // met meanwhile, which answered for its own endpoints: left alone).
+        let same = st.remotes.get(&(peer, port)).is_some_and(|r| {
+            r.epoch == epoch && r.replaced == replaced && r.window.waits_for_grant() && r.spare == 0
+        });
+        if same {
+            log::info!("port {port} of peer {peer}: gone since its credits were asked for");
+            st.remotes.remove(&(peer, port));
+            self.advance_sends(&mut st);
         }
-    }
-
-    /// The endpoint a window of epoch `epoch` was for is gone from `node`'s port `port`.
-    fn window_gone(&self, node: (u32, u32), port: u32, epoch: u16) {
-        log::info!("port {port} of node {node:?}: gone since its credits were asked for");
-        let _ = self.forget_remote(node, port, epoch);
     }
 
     /// Credits of deleted endpoints that their senders had not spent (`unspent`, as they

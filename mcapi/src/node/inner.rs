@@ -32,8 +32,9 @@ pub(super) struct NodeInner {
     /// (their waits sleep, and a receiver's RMA read of our memory needs our progress on
     /// manual-progress providers).
     pub(super) staged_out: std::sync::atomic::AtomicBool,
-    /// A thread looks endpoints of stalled credit requests up (at most one at a time).
-    pub(super) verifying: std::sync::atomic::AtomicBool,
+    /// Peers whose endpoints of stalled credit requests a thread is looking up (one
+    /// thread per peer at a time).
+    pub(super) verifying: std::sync::Mutex<std::collections::HashSet<u16>>,
     pub(super) channels: ChannelTable,
     /// Tells this run of the node from earlier ones with the same id (peers' view).
     pub(super) incarnation: u64,

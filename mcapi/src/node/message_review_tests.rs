@@ -63,3 +63,64 @@ fn a_wait_on_a_later_posted_receive_completes_the_older_ones() {
         b.finalize().unwrap();
     }
 }
+
+/// The look-up of a stalled window leaves a window alone that is no longer the one it
+/// looked at: one of a peer's new run (a restart met between the snapshot and the
+/// look-up, whose endpoint the new run answered for), or one that got credits since. Before
+/// (a review of the first version), the first was forgotten and sends to the port then
+/// hung, the second's credits were lost.
+#[test]
+fn a_stale_look_up_leaves_a_live_window_alone() {
+    let mut config = crate::config::Config::defaults();
+    config.provider = Some("tcp".into());
+    config.job = format!("stale-look-up-{}", std::process::id());
+    let a = crate::Node::initialize(0, 150, config.clone()).unwrap();
+    let b = crate::Node::initialize(0, 151, config.clone()).unwrap();
+    let tx = a.endpoint_create(1).unwrap();
+    for port in 2..5 {
+        b.endpoint_create(port).unwrap();
+    }
+    let rx = b.endpoint_create(1).unwrap();
+    let to = a.endpoint_get(0, 151, 1, T).unwrap();
+    a.msg_send(tx, to, b"old", 0).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(3));
+    let peer = a.inner.live_state().unwrap().peer_of[&(0, 151)];
+    let (old_epoch, old_replaced) = {
+        let st = a.inner.live_state().unwrap();
+        let r = &st.remotes[&(peer, 1)];
+        (r.epoch, r.replaced)
+    };
+    // A window with credits: its look-up (the endpoint is there) changes nothing, and one
+    // naming it after it got credits neither.
+    a.inner.verify_window(peer, (1, old_epoch, old_replaced));
+    assert!(a
+        .inner
+        .live_state()
+        .unwrap()
+        .remotes
+        .contains_key(&(peer, 1)));
+    // The receiver restarts; the sender meets the new run, whose endpoint 1 is epoch 0.
+    b.finalize().unwrap();
+    let b = crate::Node::initialize(0, 151, config).unwrap();
+    let rx = b.endpoint_create(1).unwrap();
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(3)))
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let to = a.endpoint_get(0, 151, 1, T).unwrap();
+        match a.msg_send(tx, to, b"new", 0) {
+            Ok(()) => break,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(20), "{e:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(3));
+    // The look-up of the old run's window, answered by the new run.
+    a.inner.verify_window(peer, (1, old_epoch, old_replaced));
+    let to = a.endpoint_get(0, 151, 1, T).unwrap();
+    assert_eq!(a.msg_send(tx, to, b"after", 0), Ok(()));
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(5));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
