@@ -191,15 +191,7 @@ impl NodeInner {
         let (peer, gone, queued) = {
             let g = self.channels.sides[slot].lock();
             match g.as_ref().filter(|s| s.generation == generation) {
-                Some(side) => {
-                    // Zero-copy packets posted but not completed count as queued: the
-                    // endpoint must not close under them.
-                    let queued = matches!(&side.io, Some(SideIo {
-                        data: SideData::Send(s),
-                        ..
-                    }) if s.state.has_queued() || s.state.has_in_flight());
-                    (side.peer, side.peer_gone, queued)
-                }
+                Some(side) => (side.peer, side.peer_gone, side.sends_pending()),
                 None => (None, None, false),
             }
         };
@@ -279,11 +271,12 @@ impl NodeInner {
                 g.as_ref()
                     .filter(|s| s.generation == generation)
                     .map(|side| {
-                        let sending = matches!(&side.io, Some(SideIo {
-                            data: SideData::Send(s),
-                            ..
-                        }) if s.state.has_queued() || s.state.has_in_flight());
-                        (!side.closed, sending, side.peer, side.peer_gone)
+                        (
+                            !side.closed,
+                            side.sends_pending(),
+                            side.peer,
+                            side.peer_gone,
+                        )
                     })
             };
             if let Some((not_closed_yet, sending, peer, gone)) = under_way {

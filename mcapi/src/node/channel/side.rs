@@ -80,14 +80,23 @@ impl Side {
         seen
     }
 
+    /// Whether a send side still has packets to send: queued, or posted zero copy and not
+    /// complete (its close waits for them; its endpoint must not close under them).
+    pub(super) fn sends_pending(&self) -> bool {
+        matches!(&self.io, Some(SideIo {
+            data: SideData::Send(s),
+            ..
+        }) if s.state.has_queued() || s.state.has_in_flight())
+    }
+
     /// Whether requests wait on this side: queued or in-flight (zero-copy) `send_i` packets,
     /// or pending `recv_i`s.
     fn has_waiting_requests(&self) -> bool {
         match &self.io {
             Some(SideIo {
-                data: SideData::Send(s),
+                data: SideData::Send(_),
                 ..
-            }) => s.state.has_queued() || s.state.has_in_flight(),
+            }) => self.sends_pending(),
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
