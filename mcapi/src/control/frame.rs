@@ -24,8 +24,9 @@ use smallvec::SmallVec;
 /// The control protocol this build speaks. Change it with any change to the frames, their
 /// answers' meaning, or the fabric's control tags (4: a `Lookup` and a `CreditRequest` are
 /// answered with the endpoint's credit epoch, which credit control tags and `EndpointDeleted` carry;
-/// 5: a Hello names the node it is for).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// 5: a Hello names the node it is for; 6: a packet receive side's `Opened` names its node's
+/// hub and its route there).
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest frame body accepted (fabric addresses are small).
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -148,12 +149,15 @@ pub enum ChannelOp {
         from: EndpointId,
         /// Credits the sender starts with (a receive side's buffers; 0 from a send side).
         credits: u32,
-        /// A scalar side's route on its node's hub (0 for packet sides).
+        /// The side's route on its node's hub: a scalar side's, or a packet receive side's
+        /// that takes small packets through the hub (0 otherwise).
         route: u16,
         /// The largest payload the side uses.
         max_payload: u64,
         /// The fabric address of the side's endpoint.
         fabric_addr: Vec<u8>,
+        /// A packet receive side's hub, which takes its small packets (empty: none).
+        hub_addr: Vec<u8>,
     },
     /// The endpoint `from` at the other end closed its side after sending `sent` items (a
     /// send side; 0 from a receive side).
@@ -387,6 +391,7 @@ impl ChannelOp {
                 route,
                 max_payload,
                 fabric_addr,
+                hub_addr,
             } => {
                 w.u8(op::OPENED);
                 w.u64(from.as_raw());
@@ -394,6 +399,7 @@ impl ChannelOp {
                 w.u16(*route);
                 w.u64(*max_payload);
                 w.bytes(fabric_addr);
+                w.bytes(hub_addr);
             }
             ChannelOp::Closed { sent, from } => {
                 w.u8(op::CLOSED);
@@ -427,6 +433,7 @@ impl ChannelOp {
                 route: r.u16()?,
                 max_payload: r.u64()?,
                 fabric_addr: r.bytes()?,
+                hub_addr: r.bytes()?,
             },
             op::CLOSED => ChannelOp::Closed {
                 sent: r.u32()?,
@@ -610,6 +617,7 @@ mod tests {
                 route: u16::MAX,
                 max_payload: 8,
                 fabric_addr: vec![0xAB; 40],
+                hub_addr: vec![0xCD; 40],
             },
             ChannelOp::Closed {
                 sent: u32::MAX,

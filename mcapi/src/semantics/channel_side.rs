@@ -21,6 +21,10 @@
 //!   posted off the reply path: before credits go back (so the sender never has more on
 //!   its way than receives are posted), when the side is idle, or at the next receive call.
 //! - `Hub` (scalars on the node's shared hub): nothing of its own is posted.
+//!
+//! A `MultiRecv` side may also take small packets through the node's hub
+//! ([`RecvSide::add_hub_slots`]): each is copied into a slot of its own after the pool's
+//! buffers, which its release frees (nothing is posted for it).
 
 use super::channel::{ChannelKind, CreditReturn, PoolBuffers, SendCredits};
 use super::queue::{Rejected, SeqReorder};
@@ -98,6 +102,8 @@ pub struct RecvSide {
     received: u32,
     /// How many the sender sent in all, once it closed or died.
     peer_sent: Option<u32>,
+    /// Slots after the pool's buffers for packets copied out of the hub.
+    hub_slots: HubSlots,
     /// `pktchan_recv_i` requests in the order they were made.
     pending: VecDeque<RequestHandle>,
     /// Where the packets handed to `pktchan_recv_i` requests lie, until the application
@@ -143,10 +149,41 @@ impl RecvSide {
             ),
             received: 0,
             peer_sent: None,
+            hub_slots: HubSlots {
+                base: n * buffer_size,
+                stride: buffer_size,
+                per_buffer: 0,
+                size: 0,
+                free: Vec::new(),
+                began: Vec::new(),
+            },
             pending: VecDeque::with_capacity(16),
             undelivered: Vec::with_capacity(16),
             completed: VecDeque::with_capacity(16),
         }
+    }
+
+    /// Gives a multi-receive side one slot of `size` bytes (at most its buffer size) per
+    /// credit after its buffers, for packets that come through the hub: a sender keeping to
+    /// its credits never has more here at once. Returns how many buffers' worth the pool
+    /// holds for them beyond its own ([`RecvSide::hub_buffers`]): no slot crosses a buffer
+    /// boundary, as the pool is registered in buffers.
+    pub fn add_hub_slots(&mut self, size: usize) -> usize {
+        debug_assert_eq!(self.posting, Posting::MultiRecv);
+        let n = self.capacity as usize;
+        self.hub_slots.size = size.clamp(1, self.buffer_size);
+        self.hub_slots.per_buffer = self.buffer_size / self.hub_slots.size;
+        self.hub_slots.free = (0..n as u32).rev().collect();
+        self.hub_slots.began = vec![false; n];
+        self.hub_buffers()
+    }
+
+    /// Buffers' worth of pool after the buffers that the hub slots take.
+    pub fn hub_buffers(&self) -> usize {
+        self.hub_slots
+            .began
+            .len()
+            .div_ceil(self.hub_slots.per_buffer.max(1))
     }
 
     /// How the pool is posted.
@@ -241,6 +278,47 @@ impl RecvSide {
         self.accept(seq, item).ok().flatten()
     }
 
+    /// Packet `seq` of `len` bytes came through the hub: `copy` puts it at the pool offset
+    /// it is given (a free hub slot) and says whether it did. Returns credits to give back
+    /// now. A packet that does not fit a slot, or finds none free, is more than a sender
+    /// keeping to its credits can have here (the hub routes by what a message says): it is
+    /// dropped and the stream has a gap ([`RecvSide::overrun`]).
+    #[inline]
+    pub fn hub_packet_arrived(
+        &mut self,
+        seq: u32,
+        len: usize,
+        copy: impl FnOnce(usize) -> bool,
+    ) -> Option<u32> {
+        let slot = (len <= self.hub_slots.size)
+            .then(|| self.hub_slots.free.pop())
+            .flatten();
+        let Some(slot) = slot else {
+            self.overrun = true;
+            return None;
+        };
+        let offset = self.hub_slots.offset(slot as usize);
+        if !copy(offset) {
+            self.hub_slots.free.push(slot);
+            self.overrun = true;
+            return None;
+        }
+        self.hub_slots.began[slot as usize] = true;
+        let item = Item {
+            offset,
+            len,
+            value: 0,
+        };
+        match self.accept(seq, item) {
+            Ok(credits) => credits,
+            // A duplicate or a number beyond the window: the slot is free again.
+            Err(_) => {
+                self.hub_slots.free.push(slot);
+                None
+            }
+        }
+    }
+
     /// A receive into buffer or slot `b` failed (say, truncated): a plain receive's buffer
     /// is free again, and so is a multi-receive buffer the provider released with the error
     /// (`released`: the entry is flagged `FI_MULTI_RECV`).
@@ -333,8 +411,7 @@ impl RecvSide {
         if !self.unhold(offset) {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
         }
-        let b = offset / self.buffer_size;
-        Ok((self.packet_gone(b), self.returns.freed()))
+        Ok((self.item_gone(offset), self.returns.freed()))
     }
 
     /// Whether a packet is held at `offset` (a release of it would succeed).
@@ -361,9 +438,12 @@ impl RecvSide {
             Held::ByBuffer { .. } => self
                 .plain_buffer(offset)
                 .is_some_and(|b| self.buffers.ever_received(b)),
-            Held::ByOffset(_) => offset
-                .checked_div(self.buffer_size)
-                .is_some_and(|b| self.starts.began(b, offset)),
+            Held::ByOffset(_) => match self.hub_slots.of(offset) {
+                Some(slot) => self.hub_slots.began[slot],
+                None => offset
+                    .checked_div(self.buffer_size)
+                    .is_some_and(|b| self.starts.began(b, offset)),
+            },
         };
         began.then_some(true)
     }
@@ -456,7 +536,7 @@ impl RecvSide {
         while let Some(item) = self.fifo.pop_front() {
             // A scalar's slot was listed when it arrived.
             if self.kind == ChannelKind::Packet {
-                if let Repost::Now(b) = self.packet_gone(item.offset / self.buffer_size) {
+                if let Repost::Now(b) = self.item_gone(item.offset) {
                     self.list(b as u32);
                 }
             }
@@ -584,6 +664,17 @@ impl RecvSide {
         Ok(due)
     }
 
+    /// The packet at `offset` is gone (released or discarded): its hub slot is free, or
+    /// its buffer counts one packet less.
+    #[inline(always)]
+    fn item_gone(&mut self, offset: usize) -> Repost {
+        if let Some(slot) = self.hub_slots.of(offset) {
+            self.hub_slots.free.push(slot as u32);
+            return Repost::Later;
+        }
+        self.packet_gone(offset / self.buffer_size)
+    }
+
     /// A packet of buffer `b` is gone (released, discarded or dropped).
     #[inline(always)]
     fn packet_gone(&mut self, b: usize) -> Repost {
@@ -658,6 +749,41 @@ impl RecvSide {
             }
             (Held::ByBuffer { .. }, _) => false,
         }
+    }
+}
+
+/// The slots after a pool's buffers that packets copied out of the hub take, one each.
+struct HubSlots {
+    /// Pool offset of the first slot.
+    base: usize,
+    /// The pool's buffer size, and the slots that fit one.
+    stride: usize,
+    per_buffer: usize,
+    size: usize,
+    free: Vec<u32>,
+    /// Whether a packet was ever copied to the slot (for `pktchan_release_test`).
+    began: Vec<bool>,
+}
+
+impl HubSlots {
+    /// Where slot `slot` begins in the pool.
+    #[inline(always)]
+    fn offset(&self, slot: usize) -> usize {
+        let per = self.per_buffer.max(1);
+        self.base + slot / per * self.stride + slot % per * self.size
+    }
+
+    /// The slot a packet at pool offset `offset` lies in, if it is one.
+    #[inline(always)]
+    fn of(&self, offset: usize) -> Option<usize> {
+        if self.began.is_empty() {
+            return None;
+        }
+        let within = offset.checked_sub(self.base)?;
+        let (buffer, at) = (within / self.stride, within % self.stride);
+        let (slot_in, off) = (at / self.size, at % self.size);
+        let slot = buffer.checked_mul(self.per_buffer)?.checked_add(slot_in)?;
+        (off == 0 && slot_in < self.per_buffer && slot < self.began.len()).then_some(slot)
     }
 }
 
@@ -1377,6 +1503,112 @@ mod tests {
         assert_eq!(r.next_to_post(), Some(1));
         let c = r.take_completed().unwrap();
         assert_eq!(c.status, Status::MCAPI_ERR_REQUEST_CANCELLED);
+    }
+
+    /// Small packets through the hub take slots after the buffers, mixed in order with
+    /// packets in the pool by sequence number; a release frees the slot (nothing to post),
+    /// release_test remembers it, a close frees the queued ones, and more than the credits
+    /// (or a packet too large for a slot) is a gap, never an overwrite.
+    #[test]
+    fn hub_packets_take_slots_after_the_buffers_in_sequence_order() {
+        let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 3);
+        r.add_hub_slots(64);
+        let mut copied = Vec::new();
+        let mut copy = |at| {
+            copied.push(at);
+            true
+        };
+        // Item 1 through the hub arrives before item 0 in the pool.
+        assert_eq!(r.hub_packet_arrived(1, 8, &mut copy), None);
+        assert_eq!(r.available(), 0);
+        assert_eq!(r.packet_arrived(0, 0, 100, 0), (None, Repost::Later));
+        assert_eq!(r.hub_packet_arrived(2, 64, &mut copy), None);
+        let hub_base = 2 * SIZE;
+        assert_eq!(copied, [hub_base, hub_base + 64]);
+        let (a, b, c) = (
+            r.take_packet().unwrap(),
+            r.take_packet().unwrap(),
+            r.take_packet().unwrap(),
+        );
+        assert_eq!((a.offset, a.len), (0, 100));
+        assert_eq!((b.offset, b.len), (hub_base, 8));
+        assert_eq!((c.offset, c.len), (hub_base + 64, 64));
+        assert_eq!(r.release_state(b.offset), Some(false));
+        assert_eq!(r.release(b.offset).unwrap().0, Repost::Later);
+        assert_eq!(r.release_state(b.offset), Some(true));
+        assert_eq!(r.release(b.offset), Err(Status::MCAPI_ERR_BUF_INVALID));
+        // Not a slot's start, and the never used slot 2.
+        assert_eq!(r.release(hub_base + 65), Err(Status::MCAPI_ERR_BUF_INVALID));
+        assert_eq!(r.release_state(hub_base + 128), None);
+        assert!(!r.overrun());
+        // Too large for a slot: a gap, nothing copied.
+        let mut large = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 3);
+        large.add_hub_slots(64);
+        assert_eq!(large.hub_packet_arrived(0, 65, |_| panic!("copied")), None);
+        assert!(large.overrun());
+        // Slots run out only beyond the credits: slot of b is free again, c and a held.
+        let mut n = 0;
+        for seq in 3..6 {
+            r.hub_packet_arrived(seq, 1, |_| {
+                n += 1;
+                true
+            });
+        }
+        assert_eq!(n, 2, "three credits, two packets held");
+        assert!(r.overrun());
+        // A close discards the queued ones: their slots are free again.
+        let mut closed = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 2);
+        closed.add_hub_slots(64);
+        for seq in 0..2 {
+            closed.hub_packet_arrived(seq, 4, |_| true);
+        }
+        closed.close();
+        assert!(!closed.any_to_post());
+        let mut again = 0;
+        for seq in 2..4 {
+            closed.hub_packet_arrived(seq, 4, |_| {
+                again += 1;
+                true
+            });
+        }
+        assert_eq!(again, 2);
+        assert!(!closed.overrun());
+    }
+
+    /// Hub slots fill whole buffers after the pool's and never cross a buffer boundary
+    /// (the pool is registered in buffers); every one is released by its own offset.
+    #[test]
+    fn hub_slots_stay_inside_buffers() {
+        let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 40);
+        assert_eq!(
+            r.add_hub_slots(100),
+            4,
+            "ten slots of 100 bytes per 1024-byte buffer"
+        );
+        let mut at = Vec::new();
+        for seq in 0..40 {
+            r.hub_packet_arrived(seq, 100, |o| {
+                at.push(o);
+                true
+            });
+        }
+        assert!(!r.overrun());
+        let mut sorted = at.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 40);
+        for &o in &at {
+            assert!(
+                (2 * SIZE..6 * SIZE).contains(&o) && o % SIZE + 100 <= SIZE,
+                "{o}"
+            );
+        }
+        for &o in &at {
+            assert_eq!(r.take_packet().unwrap().offset, o);
+            assert_eq!(r.release(o + 1), Err(Status::MCAPI_ERR_BUF_INVALID));
+            assert_eq!(r.release(o).unwrap().0, Repost::Later);
+        }
+        assert!(!r.holds_packets() && !r.any_to_post());
     }
 
     /// A sender and this receive side on a simulated fabric, in virtual steps: the fabric

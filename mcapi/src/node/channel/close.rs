@@ -375,6 +375,8 @@ impl NodeInner {
         side.progress();
         let held = match &mut side.io {
             Some(io) => {
+                // Nothing more comes through the hub either.
+                io.packet_hub = None;
                 if matches!(&io.data, SideData::Send(s) if s.state.has_in_flight()) {
                     // Our only handle on zero-copy sends still posted: closing the endpoint
                     // now stops the provider reading their memory.

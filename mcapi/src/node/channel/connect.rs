@@ -298,8 +298,12 @@ impl Node {
                     side.max_payload = max_payload;
                 }
                 side.io.as_ref().and_then(|io| {
-                    let route = io.hub.as_ref().map_or(0, |h| h.route);
-                    Some((io.ep.as_ref()?.address().to_vec(), route))
+                    let (route, hub_addr) = match (&io.hub, &io.packet_hub) {
+                        (Some(h), _) => (h.route, Vec::new()),
+                        (None, Some(h)) => (h.route, h.hub.endpoint().address().to_vec()),
+                        (None, None) => (0, Vec::new()),
+                    };
+                    Some((io.ep.as_ref()?.address().to_vec(), route, hub_addr))
                 })
             }
         };
@@ -315,7 +319,7 @@ impl Node {
         if let Some(sent) = closed_before {
             self.inner.other_side_closed(handle, sent);
         }
-        if let Some((addr, route)) = announce {
+        if let Some((addr, route, hub_addr)) = announce {
             // No liveness pre-check here: `channel_call` fails at once for a run known lost,
             // and otherwise finds a dead node itself (its closed control connection, or 10 s
             // unreachable).
@@ -335,6 +339,7 @@ impl Node {
                 route,
                 max_payload: max_payload as u64,
                 fabric_addr: addr,
+                hub_addr,
             };
             if let Err(e) = self.inner.channel_call(peer_id, opened) {
                 // Its node answered the connect, so one that cannot be reached now (the

@@ -188,6 +188,7 @@ impl NodeInner {
                 route,
                 max_payload,
                 ref fabric_addr,
+                ref hub_addr,
             } => {
                 if credits as usize > crate::config::MAX_RECV_BUFFERS {
                     // No receiver grants that many (the sender would size its staging by it).
@@ -206,6 +207,7 @@ impl NodeInner {
                 ep.channel.binding.peer_opened(PeerOpen {
                     from,
                     fabric_addr: fabric_addr.clone(),
+                    hub_addr: hub_addr.clone(),
                     credits,
                     max_payload: max_payload as usize,
                     route,

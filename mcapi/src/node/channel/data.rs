@@ -1,6 +1,7 @@
 //! A side's memory: send staging and credits ([`SendData`]), the receive pool ([`RecvData`]).
 
 use super::handle::Packet;
+use super::hub::Hub;
 use super::limits::{CTX_CREDIT, CTX_MASK, CTX_STAGING, CTX_USER, CTX_ZERO_COPY};
 use super::outbox::Outbox;
 use crate::semantics::channel_side::{
@@ -8,6 +9,7 @@ use crate::semantics::channel_side::{
 };
 use mcapi_ofi::{Endpoint, Error as OfiError, FiAddr, MemoryRegion, SendBuffer};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 // One per channel side: boxing the receive side would cost a pointer chase per packet to
 // save a few hundred bytes per send side.
@@ -35,6 +37,18 @@ pub(super) struct SendData {
     /// The receiver is on this node: packets go to it directly (`local.rs`), not to the
     /// fabric.
     pub(super) local: bool,
+    /// The receiver takes small packets through its node's hub: they go there from ours.
+    pub(super) hub_lane: Option<HubLane>,
+}
+
+/// Where a send side injects its small packets: the receiver's route on its node's hub.
+pub(super) struct HubLane {
+    pub(super) hub: Arc<Hub>,
+    /// The receiver's hub in our hub's AV.
+    pub(super) dest: FiAddr,
+    pub(super) route: u16,
+    /// Packets up to this size go this way (the hub's slots, the inject size).
+    pub(super) max: usize,
 }
 
 impl UserBuffer for SendBuffer {
@@ -68,6 +82,24 @@ impl Source<'_> {
 }
 
 impl SendData {
+    /// Injects packet `seq` (at most the inject size): through the hubs if the receiver
+    /// takes it there, else from `ep` to `dest` (the receiver's endpoint).
+    #[inline(always)]
+    pub(super) fn inject(
+        &self,
+        ep: &Endpoint,
+        data: &[u8],
+        seq: u32,
+        dest: FiAddr,
+    ) -> std::result::Result<(), OfiError> {
+        match &self.hub_lane {
+            Some(lane) if data.len() <= lane.max => {
+                lane.hub.send_value(data, seq, lane.dest, lane.route)
+            }
+            _ => ep.inject_data(data, u64::from(seq), dest),
+        }
+    }
+
     /// Handles a sender's completion (`ok`: not an error completion; `len`: the bytes it
     /// reports); returns the credit receive slot of a credit message (to be posted again).
     pub(super) fn event(

@@ -125,18 +125,28 @@ impl Node {
         }
     }
 
-    /// The CQ of channel side `handle`, to sleep on while waiting for it.
-    pub(super) fn side_cq(&self, handle: ChannelHandle) -> Option<CompletionQueue> {
-        let (slot, generation, ..) = handle.decode()?;
-        self.inner.channels.sides[slot]
-            .lock()
+    /// The CQs of channel side `handle`, to sleep on while waiting for it: its own (a
+    /// scalar side's: the hub's), and the hub's where its small packets come.
+    pub(super) fn side_cqs(&self, handle: ChannelHandle) -> SmallVec<[CompletionQueue; 2]> {
+        let mut cqs = SmallVec::new();
+        let Some((slot, generation, ..)) = handle.decode() else {
+            return cqs;
+        };
+        let g = self.inner.channels.sides[slot].lock();
+        if let Some(io) = g
             .as_ref()
             .filter(|s| s.generation == generation)
             .and_then(|s| s.io.as_ref())
-            .map(|io| io.cq.clone())
+        {
+            cqs.push(io.cq.clone());
+            if let Some(h) = &io.packet_hub {
+                cqs.push(h.hub.cq().clone());
+            }
+        }
+        cqs
     }
 
-    /// Whether another side's read of the scalar hub left messages for side `handle` (its
+    /// Whether another side's read of the hub left messages for side `handle` (its
     /// sleep would miss them: the hub's signal may have been reset by `fi_trywait`).
     pub(super) fn hub_inbox_holds(&self, handle: ChannelHandle) -> bool {
         let Some((slot, generation, ..)) = handle.decode() else {
@@ -146,7 +156,10 @@ impl Node {
             .lock()
             .as_ref()
             .filter(|s| s.generation == generation)
-            .and_then(|s| s.io.as_ref()?.hub.as_ref())
+            .and_then(|s| {
+                let io = s.io.as_ref()?;
+                io.hub.as_ref().or(io.packet_hub.as_ref())
+            })
             .is_some_and(|h| h.hub.holds(h.route))
     }
 
@@ -177,7 +190,7 @@ impl Node {
                 }
             }
         }
-        for cq in handles.into_iter().filter_map(|h| self.side_cq(h)) {
+        for cq in handles.into_iter().flat_map(|h| self.side_cqs(h)) {
             if !cqs.iter().any(|c| c.wait_fd() == cq.wait_fd()) {
                 if cqs.len() == MAX {
                     return SleepCqs::new();

@@ -13,8 +13,11 @@ pub(in crate::node) struct PeerOpen {
     pub(super) fabric_addr: Vec<u8>,
     pub(super) credits: u32,
     pub(super) max_payload: usize,
-    /// A scalar side's route on its node's hub.
+    /// A scalar side's route on its node's hub, or a packet receive side's (with
+    /// `hub_addr`).
     pub(super) route: u16,
+    /// A packet receive side's hub, which takes its small packets (empty: none).
+    pub(super) hub_addr: Vec<u8>,
 }
 
 /// The channel state of a local endpoint.

@@ -1,4 +1,5 @@
-//! The scalar hub: one RDM endpoint and CQ that every scalar channel side of a node shares.
+//! The hub: one RDM endpoint and CQ that every scalar channel side of a node shares, and
+//! that small packets take to packet receive sides.
 //!
 //! A channel whose two directions each have an endpoint of their own (as packet channels
 //! do: their pools need an endpoint that carries nothing else) runs a ping-pong over two
@@ -6,7 +7,10 @@
 //! separately: on tcp;ofi_rxm even a raw `fi_tinject` ping-pong is slower over two endpoint
 //! pairs than over one (docs/performance-log.md). Scalars are copied out on arrival, so they need no pool
 //! of their own: all scalar sides of a node use the hub, and every scalar and credit return
-//! between two nodes, in both directions, shares one connection.
+//! between two nodes, in both directions, shares one connection. Packets up to
+//! [`PACKET_MAX`] bytes (and the inject size) come the same way to packet receive sides,
+//! which copy them into slots of their own (their larger packets, and credit returns, keep
+//! to the channel's endpoints): a small-packet ping-pong then shares one connection too.
 //!
 //! The hub posts one multi-receive pool. Every message carries its destination side's
 //! route in its 32-bit remote CQ data (providers with 4-byte CQ data suffice), with a
@@ -30,6 +34,8 @@ use std::sync::Mutex;
 /// Multi-receive buffers of the hub's pool, and their size.
 pub(super) const POOL_BUFFERS: usize = 4;
 pub(super) const POOL_BUFFER_SIZE: usize = 64 * 1024;
+/// The largest packet sent through the hub: one injected message, copied out on arrival.
+pub(super) const PACKET_MAX: usize = 64;
 /// Completions read from the CQ at a time, and messages a side takes at a time.
 pub(super) const READ_BURST: usize = 16;
 pub(super) const CREDIT_BIT: u64 = 1 << 31;
@@ -42,17 +48,46 @@ pub(super) const MAX_CAPACITY: usize = (1 << 16) / MAX_SIDES - 8;
 const INBOX_LIMIT: usize = 2 * MAX_CAPACITY;
 
 /// A message for one side, copied out of the pool.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub(super) struct HubItem {
-    /// A credit return (`value` credits), else a scalar of `len` bytes.
+    /// A credit return (its first 8 bytes: the count), else a scalar or packet of `len`
+    /// bytes.
     pub credit: bool,
-    /// A scalar's sequence number (low 16 bits).
+    /// A scalar's or packet's sequence number (low 16 bits).
     pub seq: u16,
+    /// The message's length (up to 255: longer ones fit nothing, and are refused as such).
     pub len: u8,
-    pub value: u64,
+    /// Its first [`PACKET_MAX`] bytes.
+    bytes: [u8; PACKET_MAX],
 }
 
-pub(super) struct ScalarHub {
+impl Default for HubItem {
+    fn default() -> HubItem {
+        HubItem {
+            credit: false,
+            seq: 0,
+            len: 0,
+            bytes: [0; PACKET_MAX],
+        }
+    }
+}
+
+impl HubItem {
+    /// A scalar's value, or a credit return's count (little-endian, as sent).
+    pub(super) fn value(&self) -> u64 {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&self.bytes[..8]);
+        u64::from_le_bytes(word)
+    }
+
+    /// A packet's bytes (`None`: longer than a hub packet, so not one a sender of ours
+    /// sent).
+    pub(super) fn packet(&self) -> Option<&[u8]> {
+        self.bytes.get(..usize::from(self.len))
+    }
+}
+
+pub(super) struct Hub {
     // Declared first: closed before the CQ, AV and pool it uses.
     ep: Endpoint,
     cq: CompletionQueue,
@@ -80,7 +115,7 @@ pub(super) struct Routing {
     unposted: bool,
 }
 
-impl ScalarHub {
+impl Hub {
     /// Opens the hub of a node whose receive sides take `capacity` scalars each.
     pub(super) fn open(
         domain: &Domain,
@@ -98,7 +133,8 @@ impl ScalarHub {
             &cq,
             &av,
             EndpointOptions {
-                min_multi_recv: Some(8),
+                // Every message fits what is left of a buffer: the largest is a packet.
+                min_multi_recv: Some(PACKET_MAX),
             },
         )?;
         let pool = MemoryRegion::with_slots(domain, POOL_BUFFERS, POOL_BUFFER_SIZE)?;
@@ -108,7 +144,7 @@ impl ScalarHub {
                 b as u64,
             )?;
         }
-        Ok(ScalarHub {
+        Ok(Hub {
             ep,
             cq,
             av,
@@ -206,12 +242,33 @@ impl ScalarHub {
             return Ok(0);
         };
         *dropped |= std::mem::take(&mut r.dropped[own]);
+        self.read_locked(guard, Some(own), out)
+    }
+
+    /// Reads the CQ once for a side that takes nothing from it (a packet sender injecting
+    /// through it): the provider progresses the hub's sends and connections only while its
+    /// CQ is read. What it finds goes to the sides' inboxes.
+    pub(super) fn poll(&self) {
+        // Whoever holds the lock is reading it now.
+        if let Ok(guard) = self.routing.try_lock() {
+            _ = self.read_locked(guard, None, &mut []);
+        }
+    }
+
+    /// [`Hub::read`] under the routing lock, for side slot `own` (or none).
+    fn read_locked(
+        &self,
+        mut guard: std::sync::MutexGuard<'_, Routing>,
+        own: Option<usize>,
+        out: &mut [HubItem],
+    ) -> std::result::Result<usize, OfiError> {
+        let r = &mut *guard;
         if r.unposted {
             self.repost_released(r);
         }
         let mut n = 0;
         let mut handed_over = false;
-        while n < out.len() {
+        while let Some(own) = own.filter(|_| n < out.len()) {
             let Some(item) = r.inbox[own].pop_front() else {
                 break;
             };
@@ -219,9 +276,11 @@ impl ScalarHub {
             n += 1;
         }
         // The CQ is read while nothing came for the reader: one burst of completions then
-        // fits in `out`.
+        // fits in `out`. A reader of none reads one burst.
         let mut failed = None;
-        while n == 0 {
+        let mut bursts = 0;
+        while n == 0 && (own.is_some() || bursts == 0) {
+            bursts += 1;
             match self.cq.read(&mut r.buf) {
                 Ok(0) => break,
                 Ok(k) => {
@@ -269,7 +328,7 @@ impl ScalarHub {
         &self,
         r: &mut Routing,
         c: &Completion,
-        reader: usize,
+        reader: Option<usize>,
         out: &mut [HubItem],
         n: &mut usize,
     ) -> bool {
@@ -279,30 +338,29 @@ impl ScalarHub {
             // A side gone (a receive close discards what was still coming).
             return false;
         };
-        let len = c.len().min(8);
-        let mut word = [0u8; 8];
-        let offset = c.buf_addr().wrapping_sub(self.pool.addr());
-        // The completion reported these bytes, so the read is allowed while the buffer
-        // stays posted; a refusal would leave zeros.
-        if offset <= self.pool.len().saturating_sub(len) {
-            let read = self.pool.read(offset, &mut word[..len]);
-            debug_assert!(read.is_ok(), "{read:?}");
-        }
-        let item = HubItem {
+        let len = c.len().min(PACKET_MAX);
+        let mut item = HubItem {
             credit: data & CREDIT_BIT != 0,
             seq: data as u16,
             // Not a width (1, 2, 4, 8) if it did not come from a scalar send: a receive
             // of any width then refuses it.
             len: c.len().min(u8::MAX.into()) as u8,
-            value: u64::from_le_bytes(word),
+            bytes: [0; PACKET_MAX],
         };
-        if slot == reader && *n < out.len() {
+        let offset = c.buf_addr().wrapping_sub(self.pool.addr());
+        // The completion reported these bytes, so the read is allowed while the buffer
+        // stays posted; a refusal would leave zeros.
+        if offset <= self.pool.len().saturating_sub(len) {
+            let read = self.pool.read(offset, &mut item.bytes[..len]);
+            debug_assert!(read.is_ok(), "{read:?}");
+        }
+        if Some(slot) == reader && *n < out.len() {
             out[*n] = item;
             *n += 1;
             false
         } else if r.inbox[slot].len() < INBOX_LIMIT {
             r.inbox[slot].push_back(item);
-            slot != reader
+            Some(slot) != reader
         } else {
             // More than a side's sender may have in flight (scalars and credit returns):
             // not from a peer that keeps to its credits. Dropped, never queued without bound;
@@ -338,7 +396,8 @@ impl ScalarHub {
         }
     }
 
-    /// Injects scalar `bytes` with sequence number `seq` to side `to` at `dest`.
+    /// Injects a scalar's or packet's `bytes` with sequence number `seq` to side `to` at
+    /// `dest`.
     pub(super) fn send_value(
         &self,
         bytes: &[u8],

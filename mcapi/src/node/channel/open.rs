@@ -1,6 +1,6 @@
 //! Reserving a side and opening its fabric part (own endpoint, or a place on the scalar hub).
 
-use super::data::{LocalRecv, RecvData, SendData, SideData};
+use super::data::{HubLane, LocalRecv, RecvData, SendData, SideData};
 use super::endpoint::PeerOpen;
 use super::handle::ChannelHandle;
 use super::hub::{self, HubItem};
@@ -74,6 +74,7 @@ impl NodeInner {
             ChannelKind::Packet => self.config.recv_buffers as u32,
             ChannelKind::Scalar => self.scalar_capacity(),
         };
+        let mut packet_hub = None;
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             Direction::Receive => {
@@ -96,10 +97,18 @@ impl NodeInner {
                     }
                     ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
-                let pool = MemoryRegion::with_slots(domain, n.max(1), buffer_size)?;
+                let mut state = RecvSide::new(kind, posting, buffer_size, n, capacity);
+                packet_hub = (posting == Posting::MultiRecv)
+                    .then(|| self.packet_hub(slot, capacity))
+                    .flatten();
+                let hub_buffers = match packet_hub {
+                    Some(_) => state.add_hub_slots(hub::PACKET_MAX),
+                    None => 0,
+                };
+                let pool = MemoryRegion::with_slots(domain, n.max(1) + hub_buffers, buffer_size)?;
                 let mut r = RecvData {
                     pool,
-                    state: RecvSide::new(kind, posting, buffer_size, n, capacity),
+                    state,
                     local: local.then(|| {
                         Box::new(LocalRecv {
                             free: VecDeque::with_capacity(n),
@@ -121,7 +130,33 @@ impl NodeInner {
             dest: FiAddr::UNSPEC,
             data,
             hub: None,
+            packet_hub,
             out: self.channels.outbox(slot),
+        })
+    }
+
+    /// A packet receive side's place on the node's hub, where its senders inject packets up
+    /// to [`hub::PACKET_MAX`] bytes, so that a small-packet ping-pong between two nodes runs
+    /// over one connection (as scalars do: the hub's doc). Where scalars use the hub, and
+    /// within what the hub's CQ holds for every side; `None` otherwise, or if the hub
+    /// cannot be opened (the side's own endpoint then takes every packet).
+    fn packet_hub(&self, slot: usize, capacity: u32) -> Option<HubSide> {
+        if !self.scalars_on_hub()
+            || self.fab.inject_size == 0
+            || capacity as usize > hub::MAX_CAPACITY
+        {
+            return None;
+        }
+        let hub = self
+            .channels
+            .hub(&self.fab, self.scalar_capacity() as usize)
+            .ok()?;
+        let route = hub.attach(slot, capacity as usize);
+        Some(HubSide {
+            hub,
+            route,
+            peer_route: 0,
+            items: [HubItem::default(); hub::READ_BURST],
         })
     }
 
@@ -180,6 +215,7 @@ impl NodeInner {
                 peer_route: 0,
                 items: [HubItem::default(); hub::READ_BURST],
             }),
+            packet_hub: None,
             out: self.channels.outbox(slot),
         })
     }
@@ -220,6 +256,9 @@ impl NodeInner {
                 s.state.credits_granted(peer.credits);
                 s.local = local;
             }
+            if kind == ChannelKind::Packet && !local && !peer.hub_addr.is_empty() {
+                s.hub_lane = self.hub_lane(peer);
+            }
             // A scalar sender's credits come through the hub, a same-node sender's directly.
             let slots = match io.hub {
                 _ if local => 0,
@@ -254,6 +293,25 @@ impl NodeInner {
         Ok(())
     }
 
+    /// The way to a packet receiver's hub that it announced, if this node has one too (the
+    /// side's own endpoint takes every packet otherwise).
+    fn hub_lane(&self, peer: &PeerOpen) -> Option<HubLane> {
+        if !self.scalars_on_hub() || peer.route as usize >= hub::ROUTES {
+            return None;
+        }
+        let hub = self
+            .channels
+            .hub(&self.fab, self.scalar_capacity() as usize)
+            .ok()?;
+        let dest = hub.peer(&peer.hub_addr).ok()?;
+        Some(HubLane {
+            hub,
+            dest,
+            route: peer.route,
+            max: hub::PACKET_MAX.min(self.fab.inject_size),
+        })
+    }
+
     /// A send side's memory and state: `credits` (the receiver's pool), `staged` staging
     /// buffers of `payload` bytes; credit receive slots are added when it connects.
     fn send_data(
@@ -272,6 +330,7 @@ impl NodeInner {
             inject_scratch: vec![0; self.fab.inject_size.min(payload)],
             credit_reposts: Vec::new(),
             local,
+            hub_lane: None,
         })
     }
 

@@ -94,7 +94,7 @@ impl Node {
         let seq = u64::from(s.state.seq());
         let ep = io.ep.as_ref().ok_or(Status::MCAPI_ERR_TRANSMISSION)?;
         let r = if data.len() <= s.inject_size {
-            ep.inject_data(data, seq, io.dest)
+            s.inject(ep, data, seq as u32, io.dest)
         } else if timeout.is_some() {
             // A finite timeout must never leave the provider reading the caller's buffer
             // (only closing the endpoint would take it back): copy.

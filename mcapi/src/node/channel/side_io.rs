@@ -1,7 +1,7 @@
 //! The fabric part of an open side ([`SideIo`]): CQ reads, dispatch, re-posts, queued sends and credit returns.
 
 use super::data::{posted, SendData, SideData};
-use super::hub::{self, HubItem, ScalarHub};
+use super::hub::{self, Hub, HubItem};
 use super::limits::{CTX_CREDIT, CTX_STAGING, CTX_USER, SCALAR_SLOT, ZERO_COPY_GRACE};
 use super::outbox::Outbox;
 use crate::node::common::Result;
@@ -40,12 +40,15 @@ pub(super) struct SideIo {
     pub(super) data: SideData,
     /// A scalar side's place on the hub (`ep`, `cq` and `av` are the hub's then).
     pub(super) hub: Option<HubSide>,
+    /// A packet receive side's place on the hub, where its small packets come (`ep`, `cq`
+    /// and `av` are its own).
+    pub(super) packet_hub: Option<HubSide>,
     /// Requests completed here, until flushed.
     pub(super) out: Outbox,
 }
 
 pub(super) struct HubSide {
-    pub(super) hub: Arc<ScalarHub>,
+    pub(super) hub: Arc<Hub>,
     pub(super) route: u16,
     /// The other side's route on its node's hub.
     pub(super) peer_route: u16,
@@ -61,13 +64,19 @@ impl Drop for HubSide {
 
 impl SideIo {
     pub(super) fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
-        let seen = if self.hub.is_some() {
+        let mut seen = if self.hub.is_some() {
             self.progress_hub()
         } else {
             self.progress_cq(kind)
         };
+        if self.packet_hub.is_some() {
+            seen += self.progress_packet_hub();
+        }
         match &mut self.data {
             SideData::Send(s) => {
+                if let Some(lane) = &s.hub_lane {
+                    lane.hub.poll();
+                }
                 if s.state.has_queued() || s.state.has_in_flight() {
                     self.advance_queued(payload, gone);
                 }
@@ -180,12 +189,12 @@ impl SideIo {
         for i in 0..n {
             let it = h.items[i];
             match &mut self.data {
-                SideData::Send(s) if it.credit => s.state.credits_returned(it.value as u32),
+                SideData::Send(s) if it.credit => s.state.credits_returned(it.value() as u32),
                 SideData::Recv(r) if !it.credit => {
                     let seq = seq::widen(r.state.received(), it.seq);
                     credits_due += r
                         .state
-                        .hub_scalar_arrived(seq, it.value, usize::from(it.len))
+                        .hub_scalar_arrived(seq, it.value(), usize::from(it.len))
                         .unwrap_or(0);
                 }
                 _ => {}
@@ -195,6 +204,47 @@ impl SideIo {
             self.return_credits(credits_due);
         }
         Some(n)
+    }
+
+    /// Takes a packet receive side's small packets from the hub (copied into its hub
+    /// slots) until it has no more there.
+    fn progress_packet_hub(&mut self) -> usize {
+        let mut seen = 0;
+        while self.ep.is_some() {
+            let (Some(h), SideData::Recv(r)) = (self.packet_hub.as_mut(), &mut self.data) else {
+                break;
+            };
+            let mut dropped = false;
+            let n = h.hub.read(h.route, &mut h.items, &mut dropped);
+            if dropped {
+                r.state.gap();
+            }
+            let Some(n) = n.ok().filter(|&n| n > 0) else {
+                break;
+            };
+            seen += n;
+            let mut credits_due = 0;
+            for it in &h.items[..n] {
+                // Credits for this channel come to the sender's endpoint, not here.
+                if it.credit {
+                    continue;
+                }
+                let seq = seq::widen(r.state.received(), it.seq);
+                let pool = &r.pool;
+                let copy = |at| it.packet().is_some_and(|p| pool.write(at, p).is_ok());
+                credits_due += r
+                    .state
+                    .hub_packet_arrived(seq, usize::from(it.len), copy)
+                    .unwrap_or(0);
+            }
+            if credits_due > 0 {
+                self.return_credits(credits_due);
+            }
+            if n < hub::READ_BURST {
+                break;
+            }
+        }
+        seen
     }
 
     fn dispatch(&mut self, c: &Completion, kind: ChannelKind) {
@@ -369,7 +419,7 @@ impl SideIo {
         if !s.state.take_credit() {
             return false;
         }
-        let r = ep.inject_data(data, u64::from(s.state.seq()), self.dest);
+        let r = s.inject(ep, data, s.state.seq(), self.dest);
         // Anything but success goes the queued way, which retries it and reports a failure.
         let outcome = if r.is_ok() {
             Posted::Sent

@@ -1,7 +1,7 @@
 //! The node's channel table: side slots, their locks, the scalar hub, retired endpoints and table-wide progress.
 
 use super::handle::ChannelHandle;
-use super::hub::ScalarHub;
+use super::hub::Hub;
 use super::limits::MAX_SIDES;
 use super::outbox::{DoneFlags, Outbox, ORPHAN_SLOT};
 use super::side::{Side, Sides};
@@ -42,7 +42,7 @@ pub(in crate::node) struct ChannelTable {
     /// first one) was still in its queue.
     retired: Mutex<VecDeque<(Instant, Endpoint)>>,
     /// The endpoint all scalar sides share, opened with the first.
-    hub: Mutex<Option<Arc<ScalarHub>>>,
+    hub: Mutex<Option<Arc<Hub>>>,
     /// Which sides hold completed requests in their [`Outbox`], for `flush_completed`.
     pub(super) done: Arc<DoneFlags>,
     /// Completions of sides emptied before they were flushed.
@@ -109,12 +109,12 @@ impl ChannelTable {
         &self,
         fab: &Fab,
         capacity: usize,
-    ) -> std::result::Result<Arc<ScalarHub>, OfiError> {
+    ) -> std::result::Result<Arc<Hub>, OfiError> {
         let mut hub = lock(&self.hub);
         if let Some(h) = &*hub {
             return Ok(h.clone());
         }
-        let h = Arc::new(ScalarHub::open(&fab.domain, fab.cq_wait, capacity)?);
+        let h = Arc::new(Hub::open(&fab.domain, fab.cq_wait, capacity)?);
         *hub = Some(h.clone());
         Ok(h)
     }

@@ -98,7 +98,7 @@ impl Node {
         }
         wait.backoff.wait_on_unless(
             wait.deadline,
-            || self.side_cq(handle).into_iter().collect(),
+            || self.side_cqs(handle).into_iter().collect(),
             || self.hub_inbox_holds(handle),
         )?;
         if wait.backoff.slow_check_due() {
