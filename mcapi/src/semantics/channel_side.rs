@@ -601,6 +601,12 @@ impl RecvSide {
         self.kind
     }
 
+    /// Whether items arrived ahead of one still missing (held back to keep the order).
+    #[inline]
+    pub fn awaits_out_of_order(&self) -> bool {
+        self.reorder.buffered(&0) > 0
+    }
+
     /// Whether a closed sender announced items that have not arrived.
     #[inline]
     pub fn awaits_announced(&self) -> bool {

@@ -131,6 +131,7 @@ impl NodeInner {
             data,
             hub: None,
             packet_hub,
+            ways: Default::default(),
             out: self.channels.outbox(slot),
         })
     }
@@ -216,6 +217,7 @@ impl NodeInner {
                 items: [HubItem::default(); hub::READ_BURST],
             }),
             packet_hub: None,
+            ways: Default::default(),
             out: self.channels.outbox(slot),
         })
     }

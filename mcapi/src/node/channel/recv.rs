@@ -144,6 +144,9 @@ impl Node {
         let mut g = self.inner.side(handle, kind, Direction::Receive)?;
         let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
         side.check_usable()?;
+        if let Some(io) = side.io.as_mut() {
+            io.read_both_ways_next();
+        }
         side.progress();
         match &side.io {
             Some(SideIo {

@@ -43,6 +43,9 @@ pub(super) struct SideIo {
     /// A packet receive side's place on the hub, where its small packets come (`ep`, `cq`
     /// and `av` are its own).
     pub(super) packet_hub: Option<HubSide>,
+    /// Which of a packet receive side's two ways (its CQ, the hub) it reads first: the one
+    /// its last packet came by ([`SideIo::progress_packet_ways`]).
+    pub(super) ways: PacketWays,
     /// Requests completed here, until flushed.
     pub(super) out: Outbox,
 }
@@ -62,16 +65,28 @@ impl Drop for HubSide {
     }
 }
 
+/// A packet receive side with a hub route reads the way its last packet came on every
+/// progress, and the other only on every [`OTHER_WAY_EVERY`]th that found nothing (or
+/// while a packet is missing before those that arrived): a spinning receive pays one CQ
+/// read per poll, not two (reading both took tcp pkt-lat 4 KiB from 1.10..1.17x raw to
+/// 1.24..1.25x).
+#[derive(Default)]
+pub(super) struct PacketWays {
+    hub_first: bool,
+    turn: u32,
+}
+
+const OTHER_WAY_EVERY: u32 = 4;
+
 impl SideIo {
     pub(super) fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
-        let mut seen = if self.hub.is_some() {
+        let seen = if self.hub.is_some() {
             self.progress_hub()
+        } else if self.packet_hub.is_some() {
+            self.progress_packet_ways(kind)
         } else {
             self.progress_cq(kind)
         };
-        if self.packet_hub.is_some() {
-            seen += self.progress_packet_hub();
-        }
         match &mut self.data {
             SideData::Send(s) => {
                 if let Some(lane) = &s.hub_lane {
@@ -204,6 +219,39 @@ impl SideIo {
             self.return_credits(credits_due);
         }
         Some(n)
+    }
+
+    /// The next progress of a packet receive side reads both its ways ([`PacketWays`]).
+    pub(super) fn read_both_ways_next(&mut self) {
+        self.ways.turn = OTHER_WAY_EVERY - 1;
+    }
+
+    /// Reads a packet receive side's CQ and its hub route, as [`PacketWays`] says.
+    #[inline]
+    fn progress_packet_ways(&mut self, kind: ChannelKind) -> usize {
+        let hub_first = self.ways.hub_first;
+        let first = if hub_first {
+            self.progress_packet_hub()
+        } else {
+            self.progress_cq(kind)
+        };
+        let gap = matches!(&self.data, SideData::Recv(r) if r.state.awaits_out_of_order());
+        if first > 0 && !gap {
+            return first;
+        }
+        self.ways.turn = self.ways.turn.wrapping_add(1);
+        if !gap && !self.ways.turn.is_multiple_of(OTHER_WAY_EVERY) {
+            return first;
+        }
+        let other = if hub_first {
+            self.progress_cq(kind)
+        } else {
+            self.progress_packet_hub()
+        };
+        if first == 0 && other > 0 {
+            self.ways.hub_first = !hub_first;
+        }
+        first + other
     }
 
     /// Takes a packet receive side's small packets from the hub (copied into its hub
