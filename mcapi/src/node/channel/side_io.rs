@@ -68,8 +68,7 @@ impl Drop for HubSide {
 /// A packet receive side with a hub route reads the way its last packet came on every
 /// progress, and the other only on every [`OTHER_WAY_EVERY`]th that found nothing (or
 /// while a packet is missing before those that arrived): a spinning receive pays one CQ
-/// read per poll, not two (reading both took tcp pkt-lat 4 KiB from 1.10..1.17x raw to
-/// 1.24..1.25x).
+/// read per poll, not two (docs/performance-log.md).
 #[derive(Default)]
 pub(super) struct PacketWays {
     hub_first: bool,
