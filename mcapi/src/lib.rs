@@ -56,7 +56,8 @@ mod sync;
 
 pub use mcapi_ofi::{RecvBuffer, SendBuffer};
 pub use node::{
-    ChannelHandle, Node, Packet, MAX_ENDPOINTS, MAX_MSG_SIZE, MAX_PKT_SIZE, NUM_PRIORITIES,
+    ChannelHandle, Node, Packet, ReceiveMemory, MAX_ENDPOINTS, MAX_MSG_SIZE, MAX_PKT_SIZE,
+    NUM_PRIORITIES,
 };
 pub use semantics::request::RequestHandle;
 pub use semantics::{EndpointId, Status};

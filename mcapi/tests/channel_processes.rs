@@ -248,7 +248,7 @@ fn receiver_child(prov: &str, job: &str, count: u64) -> Result<(), Failed> {
         flag::CONNECTED | flag::OPEN | flag::PKTCHAN | flag::RECEIVE,
         "status flags of an open packet receive side"
     );
-    let pool = n.pktchan_pool_range(hr)?;
+    let pool = n.pktchan_receive_memory(hr)?;
     for (i, &size) in SIZES.iter().enumerate() {
         let pkt = n.pktchan_recv(hr)?;
         if pkt.len() != size || pkt.to_vec() != pattern(size, i) {

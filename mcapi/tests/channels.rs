@@ -135,7 +135,7 @@ fn packets_of_every_size_arrive_in_order_zero_copy() {
     for prov in providers() {
         let p = Pair::new(prov, "pkt", 10);
         let (hs, hr) = open(&p, false, true);
-        let pool = p.b.pktchan_pool_range(hr).unwrap();
+        let pool = p.b.pktchan_receive_memory(hr).unwrap();
         let inject = p.a.inject_size();
         assert!(
             0 < inject && inject < 64 * 1024,
@@ -520,6 +520,120 @@ fn small_and_large_packets_mixed_keep_their_order_and_bytes() {
         }
         sender.join().unwrap();
         close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
+/// A thread reading a held small packet while the receiver takes the next ones: every
+/// small packet is copied into a slot of its own (on tcp, through the hub), and neither the
+/// copies nor the reads of another slot are ever refused.
+#[test]
+fn reading_a_held_small_packet_never_drops_the_next_ones() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers().into_iter().filter(|p| *p == "tcp") {
+        let p = Pair::new(prov, "hubread", 900);
+        p.b.set_endpoint_timeout(p.rx, Some(Duration::from_secs(20)))
+            .unwrap();
+        let (hs, hr) = open(&p, false, true);
+        let count = 3000u32;
+        let a = p.a.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..count {
+                a.pktchan_send(hs, &i.to_le_bytes()).unwrap();
+            }
+        });
+        let first = p.b.pktchan_recv(hr).unwrap();
+        assert_eq!(first.to_vec(), 0u32.to_le_bytes());
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let result = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!(first.to_vec(), 0u32.to_le_bytes(), "held packet changed");
+                    reads += 1;
+                }
+                reads
+            });
+            let mut outcome = Ok(());
+            for i in 1..count {
+                match p.b.pktchan_recv(hr) {
+                    Ok(pkt) => {
+                        assert_eq!(pkt.to_vec(), i.to_le_bytes(), "packet {i}");
+                        p.b.pktchan_release(pkt).unwrap();
+                    }
+                    Err(e) => {
+                        outcome = Err((i, e));
+                        break;
+                    }
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            let reads = reader.join();
+            (outcome, reads.is_ok())
+        });
+        assert_eq!(
+            result,
+            (Ok(()), true),
+            "{prov}: (receive outcome, reader ok)"
+        );
+        p.b.pktchan_release(first).unwrap();
+        sender.join().unwrap();
+        close(&p, hs, hr, false);
+        p.finalize();
+    }
+}
+
+/// Two packet channels between the same node pair share the hubs; the receiver
+/// drains one, then the other (whose small packets wait in its hub inbox meanwhile).
+#[test]
+fn two_channels_through_the_hubs_drained_one_after_the_other() {
+    let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    for prov in providers() {
+        let p = Pair::new(prov, "hubtwo", 920);
+        let tx2 = p.a.endpoint_create(11).unwrap();
+        let rx2 = p.b.endpoint_create(21).unwrap();
+        for e in [p.rx, rx2] {
+            p.b.set_endpoint_timeout(e, Some(Duration::from_secs(20)))
+                .unwrap();
+        }
+        let (hs, hr) = open(&p, false, true);
+        let s2 = p.third.endpoint_get(0, tx2.node(), 11, WAIT).unwrap();
+        let r2 = p.third.endpoint_get(0, rx2.node(), 21, WAIT).unwrap();
+        let c = p.third.pktchan_connect_i(s2, r2).unwrap();
+        p.third.wait(c, None, WAIT).unwrap();
+        let (hr2, qr2) = p.b.pktchan_recv_open_i(rx2).unwrap();
+        let (hs2, qs2) = p.a.pktchan_send_open_i(tx2).unwrap();
+        p.a.wait(qs2, None, WAIT).unwrap();
+        p.b.wait(qr2, None, WAIT).unwrap();
+        let count = 2000u32;
+        let senders: Vec<_> = [hs, hs2]
+            .into_iter()
+            .enumerate()
+            .map(|(k, h)| {
+                let a = p.a.clone();
+                std::thread::spawn(move || {
+                    for i in 0..count {
+                        let mut b = vec![k as u8; (i as usize % 60) + 4];
+                        b[..4].copy_from_slice(&i.to_le_bytes());
+                        a.pktchan_send(h, &b).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for (k, h) in [hr, hr2].into_iter().enumerate() {
+            for i in 0..count {
+                let pkt =
+                    p.b.pktchan_recv(h)
+                        .unwrap_or_else(|e| panic!("{prov} ch {k} pkt {i}: {e:?}"));
+                let mut b = vec![k as u8; (i as usize % 60) + 4];
+                b[..4].copy_from_slice(&i.to_le_bytes());
+                assert_eq!(pkt.to_vec(), b, "{prov} ch {k} pkt {i}");
+                p.b.pktchan_release(pkt).unwrap();
+            }
+        }
+        for s in senders {
+            s.join().unwrap();
+        }
         p.finalize();
     }
 }

@@ -294,7 +294,7 @@ fn chan_receiver(mut config: Config) {
     let (sr, qsr) = node.sclchan_recv_open_i(srx).unwrap();
     node.wait(qr, None, WAIT).unwrap();
     node.wait(qsr, None, WAIT).unwrap();
-    let pool = node.pktchan_pool_range(hr).unwrap();
+    let pool = node.pktchan_receive_memory(hr).unwrap();
     let mut k = 0;
     for _ in 0..ROUNDS {
         for &size in &SIZES {

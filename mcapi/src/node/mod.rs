@@ -112,7 +112,7 @@ pub(crate) mod test_pair {
     ) -> Result<(crate::ChannelHandle, crate::RequestHandle), crate::Status>;
 }
 
-pub use channel::{ChannelHandle, Packet, MAX_PKT_SIZE};
+pub use channel::{ChannelHandle, Packet, ReceiveMemory, MAX_PKT_SIZE};
 pub(crate) use common::EAGER_SLOT;
 pub use common::{MAX_ENDPOINTS, MAX_MSG_SIZE, NUM_PRIORITIES};
 

@@ -23,8 +23,8 @@
 //! - `Hub` (scalars on the node's shared hub): nothing of its own is posted.
 //!
 //! A `MultiRecv` side may also take small packets through the node's hub
-//! ([`RecvSide::add_hub_slots`]): each is copied into a slot of its own after the pool's
-//! buffers, which its release frees (nothing is posted for it).
+//! ([`RecvSide::add_hub_slots`]): each is copied into a slot of its own, numbered after the
+//! pool's buffers, which its release frees (nothing is posted for it).
 
 use super::channel::{ChannelKind, CreditReturn, PoolBuffers, SendCredits};
 use super::queue::{Rejected, SeqReorder};
@@ -151,8 +151,6 @@ impl RecvSide {
             peer_sent: None,
             hub_slots: HubSlots {
                 base: n * buffer_size,
-                stride: buffer_size,
-                per_buffer: 0,
                 size: 0,
                 free: Vec::new(),
                 began: Vec::new(),
@@ -163,27 +161,22 @@ impl RecvSide {
         }
     }
 
-    /// Gives a multi-receive side one slot of `size` bytes (at most its buffer size) per
-    /// credit after its buffers, for packets that come through the hub: a sender keeping to
-    /// its credits never has more here at once. Returns how many buffers' worth the pool
-    /// holds for them beyond its own ([`RecvSide::hub_buffers`]): no slot crosses a buffer
-    /// boundary, as the pool is registered in buffers.
-    pub fn add_hub_slots(&mut self, size: usize) -> usize {
+    /// Gives a multi-receive side one slot of `size` bytes per credit, for packets that
+    /// come through the hub: a sender keeping to its credits never has more here at once.
+    /// Slot `i` is at offset [`RecvSide::hub_slots_base`] + `i` x `size`, past the pool's
+    /// buffers (the driver keeps them in memory of their own).
+    pub fn add_hub_slots(&mut self, size: usize) {
         debug_assert_eq!(self.posting, Posting::MultiRecv);
         let n = self.capacity as usize;
-        self.hub_slots.size = size.clamp(1, self.buffer_size);
-        self.hub_slots.per_buffer = self.buffer_size / self.hub_slots.size;
+        self.hub_slots.size = size.max(1);
         self.hub_slots.free = (0..n as u32).rev().collect();
         self.hub_slots.began = vec![false; n];
-        self.hub_buffers()
     }
 
-    /// Buffers' worth of pool after the buffers that the hub slots take.
-    pub fn hub_buffers(&self) -> usize {
-        self.hub_slots
-            .began
-            .len()
-            .div_ceil(self.hub_slots.per_buffer.max(1))
+    /// The offset of the first hub slot: the end of the pool's buffers.
+    #[inline]
+    pub fn hub_slots_base(&self) -> usize {
+        self.hub_slots.base
     }
 
     /// How the pool is posted.
@@ -760,11 +753,8 @@ impl RecvSide {
 
 /// The slots after a pool's buffers that packets copied out of the hub take, one each.
 struct HubSlots {
-    /// Pool offset of the first slot.
+    /// Offset of the first slot.
     base: usize,
-    /// The pool's buffer size, and the slots that fit one.
-    stride: usize,
-    per_buffer: usize,
     size: usize,
     free: Vec<u32>,
     /// Whether a packet was ever copied to the slot (for `pktchan_release_test`).
@@ -772,24 +762,18 @@ struct HubSlots {
 }
 
 impl HubSlots {
-    /// Where slot `slot` begins in the pool.
+    /// Where slot `slot` begins.
     #[inline(always)]
     fn offset(&self, slot: usize) -> usize {
-        let per = self.per_buffer.max(1);
-        self.base + slot / per * self.stride + slot % per * self.size
+        self.base + slot * self.size
     }
 
-    /// The slot a packet at pool offset `offset` lies in, if it is one.
+    /// The slot a packet at offset `offset` lies in, if it is one.
     #[inline(always)]
     fn of(&self, offset: usize) -> Option<usize> {
-        if self.began.is_empty() {
-            return None;
-        }
         let within = offset.checked_sub(self.base)?;
-        let (buffer, at) = (within / self.stride, within % self.stride);
-        let (slot_in, off) = (at / self.size, at % self.size);
-        let slot = buffer.checked_mul(self.per_buffer)?.checked_add(slot_in)?;
-        (off == 0 && slot_in < self.per_buffer && slot < self.began.len()).then_some(slot)
+        let slot = within / self.size.max(1);
+        (within.is_multiple_of(self.size.max(1)) && slot < self.began.len()).then_some(slot)
     }
 }
 
@@ -1579,42 +1563,6 @@ mod tests {
         }
         assert_eq!(again, 2);
         assert!(!closed.overrun());
-    }
-
-    /// Hub slots fill whole buffers after the pool's and never cross a buffer boundary
-    /// (the pool is registered in buffers); every one is released by its own offset.
-    #[test]
-    fn hub_slots_stay_inside_buffers() {
-        let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 40);
-        assert_eq!(
-            r.add_hub_slots(100),
-            4,
-            "ten slots of 100 bytes per 1024-byte buffer"
-        );
-        let mut at = Vec::new();
-        for seq in 0..40 {
-            r.hub_packet_arrived(seq, 100, |o| {
-                at.push(o);
-                true
-            });
-        }
-        assert!(!r.overrun());
-        let mut sorted = at.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 40);
-        for &o in &at {
-            assert!(
-                (2 * SIZE..6 * SIZE).contains(&o) && o % SIZE + 100 <= SIZE,
-                "{o}"
-            );
-        }
-        for &o in &at {
-            assert_eq!(r.take_packet().unwrap().offset, o);
-            assert_eq!(r.release(o + 1), Err(Status::MCAPI_ERR_BUF_INVALID));
-            assert_eq!(r.release(o).unwrap().0, Repost::Later);
-        }
-        assert!(!r.holds_packets() && !r.any_to_post());
     }
 
     /// A sender and this receive side on a simulated fabric, in virtual steps: the fabric

@@ -279,8 +279,10 @@ impl Node {
                     }
                 };
                 if let (SideData::Recv(r), ChannelKind::Packet) = (&io.data, kind) {
-                    let start = r.pool.addr();
-                    lock(&self.inner.channels.pools).push((start, start + r.pool.len(), slot));
+                    let mut pools = lock(&self.inner.channels.pools);
+                    for m in std::iter::once(&r.pool).chain(&r.hub_slots) {
+                        pools.push((m.addr(), m.addr() + m.len(), slot));
+                    }
                 }
                 side.io = Some(io);
                 side.timeout = timeout;

@@ -157,6 +157,10 @@ fn post_refused(e: &OfiError) -> Posted {
 /// machine decides, this only moves memory and posts.
 pub(super) struct RecvData {
     pub(super) pool: MemoryRegion,
+    /// Where packets that came through the hub are copied, one slot each: a region of its
+    /// own, so that a copy into one slot never waits for a read of another (the region's
+    /// guards are per slot).
+    pub(super) hub_slots: Option<MemoryRegion>,
     pub(super) state: RecvSide,
     /// The sender is on this node (`local.rs`): the buffers "posted" for it, in order
     /// (nothing is posted to the fabric), and credits freed and not yet handed to it.
@@ -198,10 +202,37 @@ impl RecvData {
 
     /// A packet handed to the application.
     pub(super) fn packet(&self, item: Item) -> Packet {
-        Packet {
-            pool: self.pool.clone(),
-            offset: item.offset,
-            len: item.len,
+        let base = self.state.hub_slots_base();
+        match &self.hub_slots {
+            Some(slots) if item.offset >= base => Packet {
+                pool: slots.clone(),
+                offset: item.offset - base,
+                len: item.len,
+            },
+            _ => Packet {
+                pool: self.pool.clone(),
+                offset: item.offset,
+                len: item.len,
+            },
+        }
+    }
+
+    /// Whether `addr` lies in this side's receive memory (its pool or its hub slots).
+    #[inline]
+    pub(super) fn holds(&self, addr: usize) -> bool {
+        let within = |m: &MemoryRegion| addr.wrapping_sub(m.addr()) < m.len();
+        within(&self.pool) || self.hub_slots.as_ref().is_some_and(within)
+    }
+
+    /// The state machine's offset of the packet at `addr` (hub slots count on from the
+    /// pool's end).
+    #[inline]
+    pub(super) fn offset_of(&self, addr: usize) -> usize {
+        match &self.hub_slots {
+            Some(slots) if addr.wrapping_sub(slots.addr()) < slots.len() => {
+                self.state.hub_slots_base() + (addr - slots.addr())
+            }
+            _ => addr.wrapping_sub(self.pool.addr()),
         }
     }
 }

@@ -1,8 +1,10 @@
-//! The public channel handle ([`ChannelHandle`]) and received packet ([`Packet`]).
+//! The public channel handle ([`ChannelHandle`]), received packet ([`Packet`]) and a receive side's memory ([`ReceiveMemory`]).
 
 use super::limits::MAX_SIDES;
 use crate::semantics::channel::{ChannelKind, Direction};
 use mcapi_ofi::MemoryRegion;
+use smallvec::SmallVec;
+use std::ops::Range;
 
 /// A channel send or receive handle (`mcapi_pktchan_send_hndl_t` and its kin): a plain value
 /// that names the kind and direction and is checked, so a stale or garbage value is refused
@@ -99,5 +101,16 @@ impl Packet {
         let mut v = vec![0; self.len];
         self.copy_to(&mut v);
         v
+    }
+}
+
+/// The address ranges of a packet receive side's memory ([`crate::Node::pktchan_receive_memory`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiveMemory(pub(super) SmallVec<[Range<usize>; 2]>);
+
+impl ReceiveMemory {
+    /// Whether `addr` lies in it.
+    pub fn contains(&self, addr: &usize) -> bool {
+        self.0.iter().any(|r| r.contains(addr))
     }
 }

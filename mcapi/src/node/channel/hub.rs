@@ -207,6 +207,8 @@ impl Hub {
         r.next_route = (route + 1) % ROUTES;
         r.owner[route] = Some(slot as u8);
         r.inbox[slot].clear();
+        // A gap its slot's last side left unread is not this side's.
+        r.dropped[slot] = false;
         r.inbox[slot].reserve(capacity);
         route as u16
     }

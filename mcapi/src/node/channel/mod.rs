@@ -68,7 +68,7 @@ mod side_io;
 mod table;
 mod waiting;
 
-pub use handle::{ChannelHandle, Packet};
+pub use handle::{ChannelHandle, Packet, ReceiveMemory};
 pub use limits::MAX_PKT_SIZE;
 
 pub(in crate::node) use endpoint::EndpointChannel;

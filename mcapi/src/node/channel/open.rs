@@ -101,13 +101,18 @@ impl NodeInner {
                 packet_hub = (posting == Posting::MultiRecv)
                     .then(|| self.packet_hub(slot, capacity))
                     .flatten();
-                let hub_buffers = match packet_hub {
-                    Some(_) => state.add_hub_slots(hub::PACKET_MAX),
-                    None => 0,
+                let hub_slots = match packet_hub {
+                    Some(_) => {
+                        state.add_hub_slots(hub::PACKET_MAX);
+                        let slots = capacity.max(1) as usize;
+                        Some(MemoryRegion::with_slots(domain, slots, hub::PACKET_MAX)?)
+                    }
+                    None => None,
                 };
-                let pool = MemoryRegion::with_slots(domain, n.max(1) + hub_buffers, buffer_size)?;
+                let pool = MemoryRegion::with_slots(domain, n.max(1), buffer_size)?;
                 let mut r = RecvData {
                     pool,
+                    hub_slots,
                     state,
                     local: local.then(|| {
                         Box::new(LocalRecv {
@@ -198,6 +203,7 @@ impl NodeInner {
                 state.hold_back_credits();
                 SideData::Recv(RecvData {
                     pool: hub.pool().clone(),
+                    hub_slots: None,
                     state,
                     local: None,
                 })

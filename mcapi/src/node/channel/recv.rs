@@ -1,7 +1,7 @@
 //! Receiving packets: `pktchan_recv`/`_recv_i`, `available`, release and the pool lookup of a released packet.
 
 use super::data::SideData;
-use super::handle::{ChannelHandle, Packet};
+use super::handle::{ChannelHandle, Packet, ReceiveMemory};
 use super::req::ChanReq;
 use super::side::Side;
 use super::side_io::SideIo;
@@ -118,7 +118,7 @@ impl Node {
                 ..
             }) = g.as_mut().and_then(|s| s.io.as_mut())
             {
-                r.state.delivered(packet.offset);
+                r.state.delivered(r.offset_of(packet.addr()));
             }
         }
         Some(packet)
@@ -182,8 +182,7 @@ impl Node {
         let SideData::Recv(r) = &mut io.data else {
             return Err(Status::MCAPI_ERR_BUF_INVALID);
         };
-        let offset = addr.wrapping_sub(r.pool.addr());
-        let (what, credits) = r.state.release(offset)?;
+        let (what, credits) = r.state.release(r.offset_of(addr))?;
         r.repost(&io.ep, what);
         let last = !r.state.holds_packets();
         if open {
@@ -215,14 +214,15 @@ impl Node {
                 ..
             }) => r
                 .state
-                .release_state(addr.wrapping_sub(r.pool.addr()))
+                .release_state(r.offset_of(addr))
                 .ok_or(Status::MCAPI_ERR_BUF_INVALID),
             _ => Ok(true),
         }
     }
 
-    /// The address range of the receive pool of `handle` (to check zero copy).
-    pub fn pktchan_pool_range(&self, handle: ChannelHandle) -> Result<std::ops::Range<usize>> {
+    /// The registered memory packets of `handle` are received into (to check zero copy):
+    /// its pool, and the slots of packets that came through the hub.
+    pub fn pktchan_receive_memory(&self, handle: ChannelHandle) -> Result<ReceiveMemory> {
         let g = self
             .inner
             .side(handle, ChannelKind::Packet, Direction::Receive)?;
@@ -230,7 +230,12 @@ impl Node {
             Some(SideIo {
                 data: SideData::Recv(r),
                 ..
-            }) => Ok(r.pool.addr()..r.pool.addr() + r.pool.len()),
+            }) => Ok(ReceiveMemory(
+                std::iter::once(&r.pool)
+                    .chain(&r.hub_slots)
+                    .map(|m| m.addr()..m.addr() + m.len())
+                    .collect(),
+            )),
             _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
         }
     }

@@ -163,3 +163,65 @@ fn one_forged_credit_return_loses_no_scalar() {
     b.finalize().unwrap();
     assert_eq!(got, (0..24).collect::<Vec<u64>>());
 }
+
+/// Anyone reaching the hub sends small packets without credits, numbered in sequence, to a
+/// packet receive side's route: each kept one takes one of the side's hub slots (one per
+/// credit), the rest are dropped, and once the kept ones are taken the receiver learns of
+/// the gap (`MCAPI_ERR_TRANSMISSION`) instead of waiting for them.
+#[test]
+fn small_packets_without_credits_through_the_hub_take_no_more_than_the_credits() {
+    use super::data::SideData;
+    let (a, b, tx, rx, to) = sender_and_receiver("tcp", "rv-hub-pkt", (86, 87), Some(8));
+    b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+        .unwrap();
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+    a.pktchan_send(hs, b"first").unwrap();
+    let first = b.pktchan_recv(hr).unwrap();
+    assert_eq!(first.to_vec(), b"first");
+    b.pktchan_release(first).unwrap();
+    // The forgery: through the sender's hub to the receive side's route, in sequence.
+    let (slot, ..) = hs.decode().unwrap();
+    const FORGED: u32 = 200;
+    let mut sent = 0u32;
+    while sent < FORGED {
+        let g = a.inner.channels.sides[slot].lock();
+        let io = g.as_ref().unwrap().io.as_ref().unwrap();
+        let SideData::Send(s) = &io.data else {
+            panic!("not a send side")
+        };
+        let lane = s
+            .hub_lane
+            .as_ref()
+            .expect("small packets go through the hub");
+        match lane
+            .hub
+            .send_value(b"forged", 1 + sent, lane.dest, lane.route)
+        {
+            Ok(()) => sent += 1,
+            Err(e) if e.is_again() => {
+                drop(g);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let mut held = Vec::new();
+    let end = loop {
+        match b.pktchan_recv(hr) {
+            Ok(p) => held.push(p),
+            Err(e) => break e,
+        }
+    };
+    let taken = held.len();
+    for p in held {
+        b.pktchan_release(p).unwrap();
+    }
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert_eq!(end, crate::Status::MCAPI_ERR_TRANSMISSION, "after {taken}");
+    assert!(
+        taken <= 8,
+        "{taken} packets kept at a receive side of 8 buffers"
+    );
+}

@@ -156,8 +156,7 @@ impl Side {
 
     /// Whether `addr` lies in this side's receive pool.
     pub(super) fn pool_contains(&self, addr: usize) -> bool {
-        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. })
-            if addr.wrapping_sub(r.pool.addr()) < r.pool.len())
+        matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.holds(addr))
     }
 
     /// Whether a received item waits in the FIFO (taken without reading the CQ first).

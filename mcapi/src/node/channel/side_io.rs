@@ -277,10 +277,15 @@ impl SideIo {
                     continue;
                 }
                 let seq = seq::widen(r.state.received(), it.seq);
-                let pool = &r.pool;
-                let copy = |at| it.packet().is_some_and(|p| pool.write(at, p).is_ok());
-                credits_due += r
-                    .state
+                let (data, state) = (&r.hub_slots, &mut r.state);
+                let base = state.hub_slots_base();
+                let copy = |at: usize| {
+                    let (Some(slots), Some(p)) = (data, it.packet()) else {
+                        return false;
+                    };
+                    slots.write(at.wrapping_sub(base), p).is_ok()
+                };
+                credits_due += state
                     .hub_packet_arrived(seq, usize::from(it.len), copy)
                     .unwrap_or(0);
             }
@@ -404,11 +409,14 @@ impl SideIo {
             let mut injected = None;
             let r = match next {
                 NextSend::Staged { slot, len, seq } if len <= s.inject_scratch.len() => {
-                    let scratch = &mut s.inject_scratch[..len];
                     injected = Some(slot);
-                    s.staging
-                        .read(slot * payload, scratch)
-                        .and_then(|()| ep.inject_data(scratch, u64::from(seq), self.dest))
+                    let mut scratch = std::mem::take(&mut s.inject_scratch);
+                    let r = s
+                        .staging
+                        .read(slot * payload, &mut scratch[..len])
+                        .and_then(|()| s.inject(ep, &scratch[..len], seq, self.dest));
+                    s.inject_scratch = scratch;
+                    r
                 }
                 NextSend::Staged { slot, len, seq } => {
                     s.staging.slice(slot * payload, len).and_then(|buf| {
