@@ -44,7 +44,8 @@ pub(super) struct SideIo {
     /// and `av` are its own).
     pub(super) packet_hub: Option<HubSide>,
     /// Which of a packet receive side's two ways (its CQ, the hub) it reads first: the one
-    /// its last packet came by ([`SideIo::progress_packet_ways`]).
+    /// its last packet came by ([`SideIo::progress_packet_ways`]); a send side with a hub
+    /// lane counts its progresses here.
     pub(super) ways: PacketWays,
     /// Requests completed here, until flushed.
     pub(super) out: Outbox,
@@ -77,6 +78,9 @@ pub(super) struct PacketWays {
 
 const OTHER_WAY_EVERY: u32 = 4;
 
+/// See [`SideIo::progress`]: how often a send side with a hub lane reads the hub's CQ.
+const HUB_POLL_EVERY: u32 = 8;
+
 impl SideIo {
     pub(super) fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
         let seen = if self.hub.is_some() {
@@ -88,8 +92,16 @@ impl SideIo {
         };
         match &mut self.data {
             SideData::Send(s) => {
+                // The hub's sends and connections move only while its CQ is read: by this
+                // side while it has packets queued, else on every HUB_POLL_EVERYth progress
+                // (and by the node's packet and scalar receive sides): a poll is a system
+                // call on tcp, and a zero-copy stream progresses its side many times per
+                // packet.
                 if let Some(lane) = &s.hub_lane {
-                    lane.hub.poll();
+                    self.ways.turn = self.ways.turn.wrapping_add(1);
+                    if s.state.has_queued() || self.ways.turn.is_multiple_of(HUB_POLL_EVERY) {
+                        lane.hub.poll();
+                    }
                 }
                 if s.state.has_queued() || s.state.has_in_flight() {
                     self.advance_queued(payload, gone);
