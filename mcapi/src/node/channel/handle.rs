@@ -113,4 +113,9 @@ impl ReceiveMemory {
     pub fn contains(&self, addr: &usize) -> bool {
         self.0.iter().any(|r| r.contains(addr))
     }
+
+    /// Its address ranges: the pool, then the hub slots if the side has them.
+    pub fn ranges(&self) -> &[Range<usize>] {
+        &self.0
+    }
 }

@@ -161,3 +161,32 @@ fn a_delete_after_a_close_does_not_drop_queued_packets() {
         b.finalize().unwrap();
     }
 }
+
+/// `pktchan_available` counts what arrived either way: a large packet on the channel's
+/// endpoint and a small one behind it through the hub (tcp), both there before the call
+/// and with the background thread held. Before, it read only the way the side's last
+/// packet came by while that way had a packet, and counted one.
+#[test]
+fn available_counts_packets_that_came_either_way() {
+    use std::sync::atomic::Ordering;
+    let (a, b, tx, rx, to) = sender_and_receiver("tcp", "lc-avail", (98, 99), Some(8));
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+    // A small packet (the hubs' connection is up), then a large one, taken by blocking
+    // receives: the side reads its own CQ first from now on.
+    for len in [8, 1000] {
+        a.pktchan_send(hs, &vec![1u8; len]).unwrap();
+        let p = b.pktchan_recv(hr).unwrap();
+        b.pktchan_release(p).unwrap();
+    }
+    b.inner.hold_background.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(20));
+    a.pktchan_send(hs, &[2u8; 1000]).unwrap();
+    a.pktchan_send(hs, &[3u8; 8]).unwrap();
+    // Both are in the sockets well before this; one call reads them.
+    std::thread::sleep(Duration::from_millis(300));
+    let n = b.pktchan_available(hr).unwrap();
+    b.inner.hold_background.store(false, Ordering::Relaxed);
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert_eq!(n, 2, "a large and a small packet arrived");
+}

@@ -45,7 +45,7 @@ impl Node {
                     }
                 }
                 for _ in 0..POLL_BURST {
-                    side.progress();
+                    side.progress_polling();
                     if let Some(p) = take_item(side)? {
                         return Ok(Some(p));
                     }
@@ -144,9 +144,6 @@ impl Node {
         let mut g = self.inner.side(handle, kind, Direction::Receive)?;
         let side = g.as_mut().ok_or(Status::MCAPI_ERR_CHAN_INVALID)?;
         side.check_usable()?;
-        if let Some(io) = side.io.as_mut() {
-            io.read_both_ways_next();
-        }
         side.progress();
         match &side.io {
             Some(SideIo {

@@ -62,14 +62,29 @@ pub(super) fn side_status(kind: ChannelKind) -> Status {
 }
 
 impl Side {
-    /// Reads the side's CQ and dispatches; returns completions seen.
+    /// Reads the side's CQ (and a packet receive side's hub route) and dispatches; returns
+    /// completions seen.
     #[inline(always)]
     pub(super) fn progress(&mut self) -> usize {
+        self.progress_ways(false)
+    }
+
+    /// [`Side::progress`] for a blocked `pktchan_recv`'s polls: a packet receive side with a
+    /// hub route reads one way of the two as [`PacketWays`] says.
+    ///
+    /// [`PacketWays`]: super::side_io::PacketWays
+    #[inline(always)]
+    pub(super) fn progress_polling(&mut self) -> usize {
+        self.progress_ways(true)
+    }
+
+    #[inline(always)]
+    fn progress_ways(&mut self, polling: bool) -> usize {
         let (kind, payload, gone) = (self.kind, self.max_payload, self.peer_gone.is_some());
         let seen = self
             .io
             .as_mut()
-            .map_or(0, |io| io.progress(kind, payload, gone));
+            .map_or(0, |io| io.progress(kind, payload, gone, polling));
         if matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. }) if s.state.is_broken()) {
             // Later sends fail instead of stalling behind the lost packet.
             self.peer_gone.get_or_insert(side_status(kind));

@@ -66,10 +66,12 @@ impl Drop for HubSide {
     }
 }
 
-/// A packet receive side with a hub route reads the way its last packet came on every
-/// progress, and the other only on every [`OTHER_WAY_EVERY`]th that found nothing (or
-/// while a packet is missing before those that arrived): a spinning receive pays one CQ
-/// read per poll, not two (docs/performance-log.md).
+/// A packet receive side with a hub route, polled by a blocked `pktchan_recv`, reads the
+/// way its last packet came on every poll, and the other only on every
+/// [`OTHER_WAY_EVERY`]th that took no packet (or while a packet is missing before those
+/// that arrived): a spinning receive pays one CQ read per poll, not two
+/// (docs/performance-log.md). Every other progress (waits on requests, `available`, the
+/// background thread, closes) reads both.
 #[derive(Default)]
 pub(super) struct PacketWays {
     hub_first: bool,
@@ -82,13 +84,23 @@ const OTHER_WAY_EVERY: u32 = 4;
 const HUB_POLL_EVERY: u32 = 8;
 
 impl SideIo {
-    pub(super) fn progress(&mut self, kind: ChannelKind, payload: usize, gone: bool) -> usize {
+    /// Reads the side's CQ, or the hub (a scalar side), or both (a packet receive side with
+    /// a hub route: one of them when `polling`, see [`PacketWays`]), and moves what waits.
+    pub(super) fn progress(
+        &mut self,
+        kind: ChannelKind,
+        payload: usize,
+        gone: bool,
+        polling: bool,
+    ) -> usize {
         let seen = if self.hub.is_some() {
             self.progress_hub()
-        } else if self.packet_hub.is_some() {
+        } else if self.packet_hub.is_none() {
+            self.progress_cq(kind)
+        } else if polling {
             self.progress_packet_ways(kind)
         } else {
-            self.progress_cq(kind)
+            self.progress_cq(kind) + self.progress_packet_hub()
         };
         match &mut self.data {
             SideData::Send(s) => {
@@ -232,34 +244,39 @@ impl SideIo {
         Some(n)
     }
 
-    /// The next progress of a packet receive side reads both its ways ([`PacketWays`]).
-    pub(super) fn read_both_ways_next(&mut self) {
-        self.ways.turn = OTHER_WAY_EVERY - 1;
-    }
-
-    /// Reads a packet receive side's CQ and its hub route, as [`PacketWays`] says.
+    /// Reads a packet receive side's CQ and its hub route, as [`PacketWays`] says. Only
+    /// packets taken in order count for the choice: other completions (a buffer's
+    /// release), messages the side drops (a stranger's flood) or packets held back behind
+    /// a missing one (both ways are read then) do not keep the other way unread.
     #[inline]
     fn progress_packet_ways(&mut self, kind: ChannelKind) -> usize {
+        let received = |io: &SideIo| match &io.data {
+            SideData::Recv(r) => r.state.received(),
+            _ => 0,
+        };
+        let before = received(self);
         let hub_first = self.ways.hub_first;
         let first = if hub_first {
             self.progress_packet_hub()
         } else {
             self.progress_cq(kind)
         };
+        let took = received(self) != before;
         let gap = matches!(&self.data, SideData::Recv(r) if r.state.awaits_out_of_order());
-        if first > 0 && !gap {
+        if took && !gap {
             return first;
         }
         self.ways.turn = self.ways.turn.wrapping_add(1);
         if !gap && !self.ways.turn.is_multiple_of(OTHER_WAY_EVERY) {
             return first;
         }
+        let middle = received(self);
         let other = if hub_first {
             self.progress_cq(kind)
         } else {
             self.progress_packet_hub()
         };
-        if first == 0 && other > 0 {
+        if !took && received(self) != middle {
             self.ways.hub_first = !hub_first;
         }
         first + other
@@ -504,7 +521,7 @@ impl SideIo {
     /// completions, so the CQ is read first when none is free.
     pub(super) fn stage(&mut self, data: &[u8], payload: usize) -> Option<Outgoing<SendBuffer>> {
         if matches!(&self.data, SideData::Send(s) if s.state.staging_exhausted()) {
-            self.progress(ChannelKind::Packet, payload, false);
+            self.progress(ChannelKind::Packet, payload, false, false);
         }
         let SideData::Send(s) = &mut self.data else {
             return None;
