@@ -23,7 +23,16 @@ fn config(provider: &str, job: &str) -> Config {
 }
 
 fn providers() -> Vec<&'static str> {
-    let mut v = vec!["shm", "tcp"];
+    offered(&["shm", "tcp"])
+}
+
+/// shm and tcp, and the providers the hub behaves differently on: sockets, net, udp.
+fn every_provider() -> Vec<&'static str> {
+    offered(&["shm", "tcp", "sockets", "net", "udp"])
+}
+
+fn offered(names: &[&'static str]) -> Vec<&'static str> {
+    let mut v = names.to_vec();
     v.retain(|p| mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok());
     v
 }
@@ -481,13 +490,7 @@ fn nonblocking_packets_and_many_packets_lose_nothing() {
 fn small_and_large_packets_mixed_keep_their_order_and_bytes() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
     // Every provider offered: the hub's multi-receive pool and CQ data differ among them.
-    let mut provs = providers();
-    provs.extend(
-        ["sockets", "net", "udp"]
-            .into_iter()
-            .filter(|p| mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok()),
-    );
-    for prov in provs {
+    for prov in every_provider() {
         let p = Pair::new(prov, "pktmix", 310);
         // A lost packet fails the receive instead of hanging the test.
         p.b.set_endpoint_timeout(p.rx, Some(Duration::from_secs(20)))
@@ -1710,13 +1713,7 @@ fn scalar_value(channel: u64, i: u64) -> u64 {
 fn scalar_channels_both_ways_in_parallel_keep_their_own_values() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
     // Every provider offered: the hub's wait-object wake-ups differ (fd on sockets and net).
-    let mut provs = providers();
-    provs.extend(
-        ["sockets", "net", "udp"]
-            .into_iter()
-            .filter(|p| mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok()),
-    );
-    for prov in provs {
+    for prov in every_provider() {
         let cfg = config(prov, "hub");
         let a = Node::initialize(0, 160, cfg.clone()).unwrap();
         let b = Node::initialize(0, 161, cfg).unwrap();
