@@ -248,7 +248,12 @@ impl Node {
                 Ok(None) => {
                     let own = own_side.get_or_insert_with(|| self.transfer_sides(&[request]));
                     self.progress_busy_sides(own, &mut backoff);
-                    backoff.wait_on(deadline, || self.request_cqs(&[request]))
+                    let own = &*own;
+                    backoff.wait_on_unless(
+                        deadline,
+                        || self.request_cqs(&[request]),
+                        || self.hub_inboxes_hold(own),
+                    )
                 }
                 Err(e) => Err(e),
             };
@@ -488,7 +493,11 @@ impl Node {
             }
             drop(st);
             self.progress_busy_sides(&own_sides, &mut backoff);
-            backoff.wait_on(deadline, || self.request_cqs(requests))?;
+            backoff.wait_on_unless(
+                deadline,
+                || self.request_cqs(requests),
+                || self.hub_inboxes_hold(&own_sides),
+            )?;
         }
     }
 

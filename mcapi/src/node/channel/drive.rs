@@ -3,6 +3,7 @@
 use super::handle::{ChannelHandle, Packet};
 use super::outbox::{Outbox, ORPHAN_SLOT};
 use super::req::ChanReq;
+use super::side::Side;
 use super::table::SideSet;
 use crate::node::common::{lock, Result};
 use crate::node::inner::NodeInner;
@@ -156,11 +157,18 @@ impl Node {
             .lock()
             .as_ref()
             .filter(|s| s.generation == generation)
-            .and_then(|s| {
-                let io = s.io.as_ref()?;
-                io.hub.as_ref().or(io.packet_hub.as_ref())
-            })
-            .is_some_and(|h| h.hub.holds(h.route))
+            .is_some_and(Side::hub_inbox_holds)
+    }
+
+    /// [`Node::hub_inbox_holds`] for the sides channel requests transfer on (their waits'
+    /// sleeps).
+    pub(in crate::node) fn hub_inboxes_hold(&self, sides: &SideSet) -> bool {
+        sides.iter().any(|slot| {
+            self.inner.channels.sides[slot]
+                .lock()
+                .as_ref()
+                .is_some_and(Side::hub_inbox_holds)
+        })
     }
 
     /// The CQs whose completions may finish `requests`: the node's, and those of the

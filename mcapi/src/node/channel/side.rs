@@ -174,6 +174,14 @@ impl Side {
         matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.holds(addr))
     }
 
+    /// Whether another side's read of the hub left messages for this one.
+    pub(super) fn hub_inbox_holds(&self) -> bool {
+        self.io
+            .as_ref()
+            .and_then(|io| io.hub.as_ref().or(io.packet_hub.as_ref()))
+            .is_some_and(|h| h.hub.holds(h.route))
+    }
+
     /// Whether a received item waits in the FIFO (taken without reading the CQ first).
     pub(super) fn has_queued_item(&self) -> bool {
         matches!(&self.io, Some(SideIo { data: SideData::Recv(r), .. }) if r.state.available() > 0)

@@ -262,7 +262,7 @@ impl SideSet {
     }
 
     /// The slots in order (one step per member: it runs after every poll of a burst).
-    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().enumerate().flat_map(|(word, &bits)| {
             std::iter::successors(Some(bits).filter(|&b| b != 0), |&b| {
                 Some(b & (b - 1)).filter(|&b| b != 0)
