@@ -534,25 +534,26 @@ impl MrInner {
         let Some(bits) = self.received.get() else {
             return false;
         };
-        let mut ok = true;
-        for_words(offset, len, |w, mask| {
-            ok &= bits[w].load(Ordering::Acquire) & mask == mask;
-        });
-        ok
+        let span = WordSpan::of(offset, len);
+        let full = |&(w, mask): &(usize, u64)| bits[w].load(Ordering::Acquire) & mask == mask;
+        span.edges().all(|e| full(&e))
+            && bits[span.whole]
+                .iter()
+                .all(|b| b.load(Ordering::Acquire) == u64::MAX)
     }
 
     /// Marks `[offset, offset + len)` of a multi-receive buffer as reported (by a completion
     /// of its current post, see [`multi_completed`]).
     fn mark_received(&self, offset: usize, len: usize) {
         if let Some(bits) = self.received.get() {
-            for_words(offset, len, |w, mask| {
-                if mask == u64::MAX {
-                    // A word wholly inside one message: no other completion touches it.
-                    bits[w].store(u64::MAX, Ordering::Release);
-                } else {
-                    bits[w].fetch_or(mask, Ordering::Release);
-                }
-            });
+            let span = WordSpan::of(offset, len);
+            // A word wholly inside one message: no other completion touches it.
+            for b in &bits[span.whole.clone()] {
+                b.store(u64::MAX, Ordering::Release);
+            }
+            for (w, mask) in span.edges() {
+                bits[w].fetch_or(mask, Ordering::Release);
+            }
         }
     }
 
@@ -563,13 +564,13 @@ impl MrInner {
                 .map(|_| AtomicU64::new(0))
                 .collect()
         });
-        for_words(slot * self.slot_size, self.slot_size, |w, mask| {
-            if mask == u64::MAX {
-                bits[w].store(0, Ordering::Relaxed);
-            } else {
-                bits[w].fetch_and(!mask, Ordering::Relaxed);
-            }
-        });
+        let span = WordSpan::of(slot * self.slot_size, self.slot_size);
+        for b in &bits[span.whole.clone()] {
+            b.store(0, Ordering::Relaxed);
+        }
+        for (w, mask) in span.edges() {
+            bits[w].fetch_and(!mask, Ordering::Relaxed);
+        }
     }
 }
 
@@ -579,22 +580,57 @@ fn end_read(slot: &Slot) {
     slot.state.fetch_sub(1, Ordering::Release);
 }
 
-/// Calls `f(word, mask)` for the 64-bit words of a one-bit-per-byte map that
-/// `[offset, offset + len)` covers.
-#[inline(always)]
-fn for_words(offset: usize, len: usize, mut f: impl FnMut(usize, u64)) {
-    let (mut at, end) = (offset, offset + len);
-    while at < end {
-        let w = at / 64;
-        let lo = at % 64;
-        let hi = (end - w * 64).min(64);
-        let mask = if hi - lo == 64 {
-            u64::MAX
-        } else {
-            ((1u64 << (hi - lo)) - 1) << lo
-        };
-        f(w, mask);
-        at = w * 64 + hi;
+/// The 64-bit words of a one-bit-per-byte map that `[offset, offset + len)` covers: those
+/// it covers wholly, and the one or two it covers in part with the bits it covers there.
+/// Split so that the whole words, nearly all of a large range, go in a plain loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct WordSpan {
+    whole: std::ops::Range<usize>,
+    head: Option<(usize, u64)>,
+    tail: Option<(usize, u64)>,
+}
+
+impl WordSpan {
+    #[inline(always)]
+    fn of(offset: usize, len: usize) -> WordSpan {
+        if len == 0 {
+            return WordSpan {
+                whole: 0..0,
+                head: None,
+                tail: None,
+            };
+        }
+        let (first, last) = (offset / 64, (offset + len - 1) / 64);
+        // Bits [lo, 64) of the first word and [0, hi) of the last one are covered.
+        let (lo, hi) = (offset % 64, offset + len - last * 64);
+        let low_bits = |n: usize| if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        if first == last {
+            let mask = low_bits(hi - lo) << lo;
+            return if mask == u64::MAX {
+                WordSpan {
+                    whole: first..first + 1,
+                    head: None,
+                    tail: None,
+                }
+            } else {
+                WordSpan {
+                    whole: 0..0,
+                    head: Some((first, mask)),
+                    tail: None,
+                }
+            };
+        }
+        WordSpan {
+            whole: first + usize::from(lo != 0)..last + usize::from(hi == 64),
+            head: (lo != 0).then(|| (first, u64::MAX << lo)),
+            tail: (hi != 64).then(|| (last, low_bits(hi))),
+        }
+    }
+
+    /// The words covered in part, with their masks.
+    #[inline(always)]
+    fn edges(&self) -> impl Iterator<Item = (usize, u64)> {
+        self.head.into_iter().chain(self.tail)
     }
 }
 
@@ -840,5 +876,42 @@ impl Buf<'_> {
 impl std::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "MemoryRegion({:#x}, {} bytes)", self.addr(), self.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WordSpan;
+
+    /// The bits of each word that `[offset, offset + len)` covers, byte by byte.
+    fn byte_by_byte(offset: usize, len: usize) -> Vec<(usize, u64)> {
+        let mut words: Vec<(usize, u64)> = Vec::new();
+        for byte in offset..offset + len {
+            let (w, bit) = (byte / 64, 1u64 << (byte % 64));
+            match words.last_mut() {
+                Some((last, mask)) if *last == w => *mask |= bit,
+                _ => words.push((w, bit)),
+            }
+        }
+        words
+    }
+
+    #[test]
+    fn word_spans_cover_exactly_the_bytes_of_the_range() {
+        for offset in 0..200 {
+            for len in 0..300 {
+                let span = WordSpan::of(offset, len);
+                let mut got: Vec<(usize, u64)> = span
+                    .whole
+                    .clone()
+                    .map(|w| (w, u64::MAX))
+                    .chain(span.edges())
+                    .collect();
+                got.sort_unstable();
+                assert_eq!(got, byte_by_byte(offset, len), "offset {offset} len {len}");
+                // Whole words are never reported as edges.
+                assert!(span.edges().all(|(_, mask)| mask != u64::MAX));
+            }
+        }
     }
 }
