@@ -12,6 +12,9 @@ pub enum Error {
     NotRun(String),
     /// Anything else.
     Failed(String),
+    /// A failure another process of the job reports (launcher rank 0): this one exits
+    /// with the failure's code and prints nothing, so the reason appears once.
+    ReportedElsewhere,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -25,7 +28,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::NotRun(_) => EXIT_NOT_RUN,
-            Error::Failed(_) => 1,
+            Error::Failed(_) | Error::ReportedElsewhere => 1,
         }
     }
 }
@@ -34,6 +37,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NotRun(m) | Error::Failed(m) => f.write_str(m),
+            Error::ReportedElsewhere => f.write_str("failed (rank 0 says why)"),
         }
     }
 }
@@ -57,6 +61,7 @@ impl<T, E: Into<Error>> Context<T> for std::result::Result<T, E> {
         self.map_err(|e| match e.into() {
             Error::NotRun(m) => Error::NotRun(m),
             Error::Failed(m) => Error::Failed(format!("{what}: {m}")),
+            Error::ReportedElsewhere => Error::ReportedElsewhere,
         })
     }
 }

@@ -13,7 +13,7 @@
 //!    launcher; no topology), the job key published by rank 0's node.
 //!
 //! `--oob-port` does not apply (the port is a free one). Only two ranks: any other job
-//! size is an error on every rank.
+//! size is an error on every rank, which rank 0 alone prints.
 
 use crate::affinity::Side;
 use crate::cli::{Opts, Test};
@@ -80,6 +80,9 @@ pub fn role(opts: &Opts) -> Result<Option<Role>> {
         )));
     };
     if size != 2 {
+        if rank != 0 {
+            return Err(Error::ReportedElsewhere);
+        }
         return Err(Error::failed(format!(
             "under a launcher perftest runs with exactly 2 ranks (rank 0 serves and prints, \
              rank 1 measures: mpirun -n 2 perftest ...); this job has {size}"

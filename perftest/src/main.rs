@@ -109,6 +109,11 @@ fn main() {
             eprintln!("perftest {test}: not run");
             e.exit_code()
         }
+        Err(e @ Error::ReportedElsewhere) => {
+            // A launcher ends the job at the first rank that fails: give rank 0 time to say why.
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            e.exit_code()
+        }
         Err(e) => {
             // Under --local, the side whose peer failed repeats nothing: the peer has said why.
             let echoed = opts.local_role.is_some() && e.to_string().starts_with("the peer failed");
