@@ -64,7 +64,7 @@ pub(super) struct Fab {
 /// Whether `msg_send_i_zero_copy` lends a rendezvous message's buffer that lives for good
 /// (`SendBuffer::from_static`) rather than staging a copy: where the reader's process makes
 /// the reads (as for any buffer), and on tcp;ofi_rxm, where this side's progress serves them
-/// and lending measured faster from 128 KiB up (performance.md, "Lent buffers over tcp").
+/// and lending measured faster from 128 KiB up (performance-log.md, "Lent buffers over tcp").
 /// Not on sockets: there it measured slower at 1 MiB.
 fn lends_static_buffers(provider: &str, domain: &Domain) -> bool {
     domain.reads_made_by_reader() || provider == "tcp;ofi_rxm"
