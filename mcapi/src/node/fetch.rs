@@ -256,6 +256,8 @@ impl NodeInner {
             self.start_fetch(st, slot, peer, port, None);
         } else {
             st.rndv.fetches.defer(slot, peer, port);
+            self.reads_deferred
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -32,6 +32,10 @@ pub(super) struct NodeInner {
     /// (their waits sleep, and a receiver's RMA read of our memory needs our progress on
     /// manual-progress providers).
     pub(super) staged_out: std::sync::atomic::AtomicBool,
+    /// Rendezvous reads deferred by an application thread's progress (shm: they wait for a
+    /// receive to read in place) are started by the background thread if no receive takes
+    /// them first: it does not stand aside for the application while this is set.
+    pub(super) reads_deferred: std::sync::atomic::AtomicBool,
     /// Peers whose endpoints of stalled credit requests a thread is looking up (one
     /// thread per peer at a time).
     pub(super) verifying: std::sync::Mutex<std::collections::HashSet<u16>>,

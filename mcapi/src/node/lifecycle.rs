@@ -211,6 +211,7 @@ impl Node {
             progress_thread: Mutex::new(None),
             app_progress: AtomicU64::new(0),
             staged_out: std::sync::atomic::AtomicBool::new(false),
+            reads_deferred: std::sync::atomic::AtomicBool::new(false),
             verifying: Default::default(),
             channels: ChannelTable::new(busy_every_poll),
             incarnation: new_incarnation(),

@@ -867,15 +867,20 @@ impl NodeInner {
 
     #[cold]
     fn read_ahead_left(&self, st: &mut State, port: u32) {
-        let head = st
-            .endpoints
-            .get(&port)
-            .and_then(|e| e.queue.peek())
-            .copied();
-        if let Some(h) = head.filter(|h| h.rndv && h.slot & LOCAL_SLOT == 0) {
-            if st.rndv.fetches.not_listed(h.slot) {
-                self.prefetch(st, h.slot, h.peer, port);
-            }
+        // Not only the head: a message of higher priority may have come in front of the
+        // one left unread meanwhile.
+        let unread: Vec<_> = match st.endpoints.get(&port) {
+            Some(e) => e
+                .queue
+                .iter()
+                .filter(|h| h.rndv && h.slot & LOCAL_SLOT == 0)
+                .filter(|h| st.rndv.fetches.not_listed(h.slot))
+                .map(|h| (h.slot, h.peer))
+                .collect(),
+            None => return,
+        };
+        for (slot, peer) in unread {
+            self.prefetch(st, slot, peer, port);
         }
     }
 
@@ -1143,5 +1148,104 @@ mod tests {
             a.finalize().expect("finalize");
             b.finalize().expect("finalize");
         }
+    }
+
+    /// A blocking rendezvous `msg_send` over shm (sent in place: it returns at the
+    /// receiver's RndvDone) must return while the receiving node's application polls
+    /// another endpoint with `test`: the receiver has a buffer for the message (credits),
+    /// so nothing in MCAPI lets the send wait for a receive on its endpoint.
+    #[test]
+    fn a_large_send_returns_while_its_receiver_polls_another_endpoint() {
+        let (a, b, tx, rx, to) = sender_and_receiver("shm", "poll-elsewhere", (20, 21), None);
+        assert!(a.sends_in_place(), "shm here sends in place");
+        let other = b.endpoint_create(2).expect("endpoint");
+        let to_other = a.endpoint_get(0, 21, 2, None).expect("the other endpoint");
+        let mut small = [0u8; 8];
+        a.msg_send(tx, to, b"hi", 0).expect("send");
+        assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
+        let len = 1 << 20;
+        let sender = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let data = vec![5u8; len];
+                a.msg_send(tx, to, &data, 0)?;
+                a.msg_send(tx, to_other, b"go", 0)
+            })
+        };
+        let r = b.msg_recv_i(other).expect("receive");
+        let start = std::time::Instant::now();
+        let until = start + Duration::from_secs(10);
+        let got = loop {
+            match b.test(r, Some(&mut small)) {
+                Ok(Some(n)) => break Some(n),
+                Ok(None) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+            if std::time::Instant::now() > until {
+                break None;
+            }
+        };
+        // Release the sender either way (a receive on its endpoint reads the message).
+        let mut big = vec![0u8; len];
+        assert_eq!(b.msg_recv(rx, &mut big), Ok(len));
+        sender.join().expect("sender").expect("sends");
+        if got.is_none() {
+            assert_eq!(
+                b.wait(r, Some(&mut small), Some(Duration::from_secs(10))),
+                Ok(2)
+            );
+        }
+        a.finalize().expect("finalize");
+        b.finalize().expect("finalize");
+        assert_eq!(
+            got,
+            Some(2),
+            "the sender's msg_send never returned while the receiver polled for 10 s"
+        );
+    }
+
+    /// A rendezvous message left unread for a waiting receive is read ahead when
+    /// that receive leaves without it (design: `receive_left`), also when a message of
+    /// higher priority came in front of it meanwhile.
+    #[test]
+    fn a_message_left_unread_behind_a_higher_priority_one_is_read_ahead() {
+        let (a, b, tx, rx, to) = sender_and_receiver("tcp", "left-unread", (22, 23), None);
+        let mut small = [0u8; 16];
+        a.msg_send(tx, to, b"hi", 0).expect("send");
+        assert_eq!(b.msg_recv(rx, &mut small), Ok(2));
+        assert!(a.lends_static_buffers());
+        // Nobody reads b's CQ but b's own calls.
+        b.inner.hold_background.store(true, Ordering::Relaxed);
+        let len = 1 << 20;
+        let data: &'static [u8] = Box::leak(vec![3u8; len].into_boxed_slice());
+        let lent = a
+            .msg_send_i_zero_copy(tx, to, mcapi_ofi::SendBuffer::from_static(data), 1)
+            .expect("large send");
+        a.msg_send(tx, to, &[4u8; 64], 0)
+            .expect("eager send, higher priority");
+        std::thread::sleep(Duration::from_millis(100));
+        // Both arrive in the receive's first look at the CQ: the large one at the head of
+        // the queue while the receive waits (left unread for it), then the eager one in
+        // front of it, too large for the receive's buffer.
+        assert_eq!(
+            b.msg_recv(rx, &mut small),
+            Err(crate::Status::MCAPI_ERR_MSG_TRUNCATED)
+        );
+        b.inner.hold_background.store(false, Ordering::Relaxed);
+        // Nobody receives: the large message is read ahead and its lent send completes.
+        let done = a.wait(lent, None, Some(Duration::from_secs(5)));
+        let mut buf = vec![0u8; len];
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(64));
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(len));
+        if done.is_err() {
+            assert_eq!(a.wait(lent, None, Some(Duration::from_secs(10))), Ok(len));
+        }
+        a.finalize().expect("finalize");
+        b.finalize().expect("finalize");
+        assert_eq!(
+            done,
+            Ok(len),
+            "the lent send waited for the receiver's receive"
+        );
     }
 }

@@ -157,7 +157,10 @@ fn progress_in_background(node: Weak<NodeInner>) {
         // While application threads progress the node themselves, stay out of their way
         // (no lock traffic, no preemption of a busy core).
         let app = node.app_progress.load(Ordering::Relaxed);
-        if app != seen_app_progress && !node.staged_out.load(Ordering::Relaxed) {
+        if app != seen_app_progress
+            && !node.staged_out.load(Ordering::Relaxed)
+            && !node.reads_deferred.load(Ordering::Relaxed)
+        {
             seen_app_progress = app;
             pause = Duration::from_millis(1);
             // Application calls progress the message endpoint and the channel side they
@@ -187,6 +190,8 @@ fn progress_in_background(node: Weak<NodeInner>) {
         st.in_background = true;
         let handled = node.progress_counting(&mut st);
         st.in_background = false;
+        node.reads_deferred
+            .store(!st.rndv.fetches.deferred.is_empty(), Ordering::Relaxed);
         let busy = handled > 0 || staged || busy_reading;
         drop(st);
         let busy = node.channels.progress_idle(&mut seen_channel_use) > 0 || busy;

@@ -169,6 +169,21 @@ impl<T> PriorityQueues<T> {
         self.items[self.heads[p] as usize].as_ref()
     }
 
+    /// The items in the order `pop` would return them.
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        (0..self.levels()).flat_map(move |p| {
+            let mut at = self.heads[p];
+            std::iter::from_fn(move || {
+                if at == NIL {
+                    return None;
+                }
+                let s = at as usize;
+                at = self.next[s];
+                self.items[s].as_ref()
+            })
+        })
+    }
+
     /// Mutable access to the next item, as [`peek`](Self::peek).
     pub fn peek_mut(&mut self) -> Option<&mut T> {
         let p = self.head_priority()?;

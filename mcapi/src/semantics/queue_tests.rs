@@ -25,6 +25,8 @@ fn priority_then_fifo_order() {
     }
     assert_eq!(q.len(), 7);
     assert_eq!(q.len_at(2), 2);
+    let seen: String = q.iter().collect();
+    assert_eq!(seen, "befadcg", "iter visits in pop order");
     let want = [
         (0, 'b'),
         (0, 'e'),
