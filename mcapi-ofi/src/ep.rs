@@ -541,8 +541,16 @@ impl Endpoint {
     ///
     /// # Errors
     /// `fi_cancel` failures; `InvalidArgument` for a sink region (nothing tracks its
-    /// receives).
+    /// receives) and for a multi-receive buffer: tcp;ofi_rxm reports its `FI_ECANCELED`
+    /// while a message it matched earlier is still being written into it (measured), so
+    /// the slot could not be freed then; such a buffer is released by its completion
+    /// flagged `FI_MULTI_RECV`, or by closing the endpoint.
     pub fn cancel(&self, buf: Buf<'_>) -> Result<()> {
+        if buf.in_multi_receive() {
+            return Err(crate::Error::InvalidArgument(
+                "a multi-receive buffer cannot be cancelled (close the endpoint)",
+            ));
+        }
         let context = buf.record().ok_or(crate::Error::InvalidArgument(
             "receives into a sink region cannot be cancelled",
         ))?;

@@ -752,6 +752,12 @@ impl Buf<'_> {
         })
     }
 
+    /// Whether the range's slot holds a multi-receive post.
+    pub(crate) fn in_multi_receive(&self) -> bool {
+        self.slot
+            .is_some_and(|s| s.state.load(Ordering::Acquire) & MULTI != 0)
+    }
+
     /// Undoes [`Buf::begin`] after the post failed (the provider never saw the buffer).
     #[cold]
     pub(crate) fn abort(&self, op: Op) {
