@@ -1617,6 +1617,14 @@ pub struct CompletionError {
     pub prov_text: String,
 }
 
+impl CompletionError {
+    /// Whether a receive ended because the message was longer than its buffer
+    /// (`FI_ETRUNC`).
+    pub fn is_truncation(&self) -> bool {
+        self.err == sys::FI_ETRUNC as i32
+    }
+}
+
 impl CqFid {
     /// Reads up to `out.len()` completions; `Ok(0)` when none are ready (`-FI_EAGAIN`).
     #[inline(always)]

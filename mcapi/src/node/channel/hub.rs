@@ -34,6 +34,9 @@ use std::sync::Mutex;
 /// Multi-receive buffers of the hub's pool, and their size.
 pub(super) const POOL_BUFFERS: usize = 4;
 pub(super) const POOL_BUFFER_SIZE: usize = 64 * 1024;
+/// Pool buffers replaced at most, each 64 KiB kept until the hub closes: one that a message
+/// too long for it ended without `FI_MULTI_RECV` (tcp;ofi_rxm) is never posted again.
+const MAX_REPLACED: usize = 60;
 /// The largest packet sent through the hub: one injected message, copied out on arrival.
 pub(super) const PACKET_MAX: usize = 64;
 /// Completions read from the CQ at a time, and messages a side takes at a time.
@@ -93,6 +96,8 @@ pub(super) struct Hub {
     cq: CompletionQueue,
     av: AddressVector,
     pool: MemoryRegion,
+    /// For replacements of pool buffers.
+    domain: Domain,
     routing: Mutex<Routing>,
     /// Peers' hub addresses already in the AV (inserting one again would add an entry).
     peers: Mutex<HashMap<Vec<u8>, FiAddr>>,
@@ -113,6 +118,11 @@ pub(super) struct Routing {
     posted: [bool; POOL_BUFFERS],
     /// Some buffer is released and not posted again yet (the provider refused).
     unposted: bool,
+    /// Where each pool buffer lies: a region and the offset in it (the pool's slots, or a
+    /// replacement's start).
+    buffers: [(MemoryRegion, usize); POOL_BUFFERS],
+    /// Buffers replaced so far.
+    replaced: usize,
 }
 
 impl Hub {
@@ -148,7 +158,7 @@ impl Hub {
             ep,
             cq,
             av,
-            pool,
+            domain: domain.clone(),
             routing: Mutex::new(Routing {
                 buf: [Completion::default(); READ_BURST],
                 inbox: (0..MAX_SIDES).map(|_| VecDeque::new()).collect(),
@@ -157,7 +167,10 @@ impl Hub {
                 next_route: 0,
                 posted: [true; POOL_BUFFERS],
                 unposted: false,
+                buffers: std::array::from_fn(|b| (pool.clone(), b * POOL_BUFFER_SIZE)),
+                replaced: 0,
             }),
+            pool,
             peers: Mutex::new(HashMap::default()),
         })
     }
@@ -299,12 +312,14 @@ impl Hub {
                         break;
                     }
                 }
-                // A pool buffer the provider gave up on is posted again; other error
-                // entries (rxm reports a broken connection without a context) carry no
-                // message.
+                // A pool buffer the provider gave up on is posted again, one a message too
+                // long for it ended (rxm: without the flag) replaced; other error entries
+                // (rxm reports a broken connection without a context) carry no message.
                 Err(OfiError::Completion(e)) => {
                     if e.flags & flags::MULTI_RECV != 0 {
                         self.released(r, e.context);
+                    } else if e.is_truncation() && e.flags & flags::RECV != 0 {
+                        self.replace(r, e.context);
                     }
                 }
                 Err(e) if e.is_again() => break,
@@ -349,12 +364,14 @@ impl Hub {
             len: c.len().min(u8::MAX.into()) as u8,
             bytes: [0; PACKET_MAX],
         };
-        let offset = c.buf_addr().wrapping_sub(self.pool.addr());
         // The completion reported these bytes, so the read is allowed while the buffer
         // stays posted; a refusal would leave zeros.
-        if offset <= self.pool.len().saturating_sub(len) {
-            let read = self.pool.read(offset, &mut item.bytes[..len]);
-            debug_assert!(read.is_ok(), "{read:?}");
+        if let Some((region, _)) = r.buffers.get(c.context() as usize) {
+            let offset = c.buf_addr().wrapping_sub(region.addr());
+            if offset <= region.len().saturating_sub(len) {
+                let read = region.read(offset, &mut item.bytes[..len]);
+                debug_assert!(read.is_ok(), "{read:?}");
+            }
         }
         if Some(slot) == reader && *n < out.len() {
             out[*n] = item;
@@ -381,6 +398,33 @@ impl Hub {
         }
     }
 
+    /// Pool buffer `buffer` ended in an error that did not release it (a message too long
+    /// for what was left of it, on tcp;ofi_rxm): the provider dropped it, but may still be
+    /// writing a message it matched there earlier, so it is never posted again. A new
+    /// buffer takes its place (up to [`MAX_REPLACED`]); the old one stays allocated with the
+    /// CQ, which keeps every region posted through it.
+    #[cold]
+    fn replace(&self, r: &mut Routing, buffer: u64) {
+        let b = buffer as usize;
+        if !r.posted.get(b).copied().unwrap_or(false) {
+            return;
+        }
+        if r.replaced >= MAX_REPLACED {
+            log::warn!("hub: pool buffer {b} was ended by a message too long for it, and {MAX_REPLACED} were replaced already: it stays out");
+            return;
+        }
+        match MemoryRegion::new(&self.domain, POOL_BUFFER_SIZE) {
+            Ok(region) => {
+                r.buffers[b] = (region, 0);
+                r.replaced += 1;
+                r.posted[b] = false;
+                r.unposted = true;
+                self.repost_released(r);
+            }
+            Err(e) => log::warn!("hub: replacing pool buffer {b}: {e}"),
+        }
+    }
+
     /// Posts the released pool buffers again; one the provider refuses is retried on the
     /// next read.
     fn repost_released(&self, r: &mut Routing) {
@@ -389,9 +433,9 @@ impl Hub {
             if r.posted[b] {
                 continue;
             }
-            let posted = self
-                .pool
-                .slice(b * POOL_BUFFER_SIZE, POOL_BUFFER_SIZE)
+            let (region, offset) = &r.buffers[b];
+            let posted = region
+                .slice(*offset, POOL_BUFFER_SIZE)
                 .and_then(|buf| self.ep.recv_multi(buf, b as u64));
             r.posted[b] = posted.is_ok();
             r.unposted |= posted.is_err();
@@ -420,5 +464,65 @@ impl Hub {
     ) -> std::result::Result<(), OfiError> {
         let data = CREDIT_BIT | u64::from(to) << 16;
         self.ep.inject_data(&u64::from(n).to_le_bytes(), data, dest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcapi_ofi::{Hints, Info};
+    use std::time::{Duration, Instant};
+
+    /// A stranger's messages too long for the hub's buffers (on tcp;ofi_rxm each ends a
+    /// buffer without releasing it) do not take the hub's pool: a scalar sent after more
+    /// of them than the pool has buffers still arrives.
+    #[test]
+    fn messages_too_long_for_the_pool_do_not_take_it() {
+        let info = Info::first(&Hints::new().provider("tcp")).expect("tcp");
+        let domain = Domain::open_info(&info).expect("domain");
+        let hub = Hub::open(&domain, WaitObject::None, 8).expect("hub");
+        let cq = CompletionQueue::open(&domain, 0, WaitObject::None).expect("CQ");
+        let av = AddressVector::open(&domain, 4).expect("AV");
+        let stranger = Endpoint::open(&domain, &cq, &av, EndpointOptions::default()).expect("ep");
+        let dest = av.insert(hub.endpoint().address()).expect("AV insert");
+        let route = hub.attach(0, 8);
+        let long = MemoryRegion::new(&domain, 2 * POOL_BUFFER_SIZE).expect("region");
+        let mut out = [HubItem::default(); READ_BURST];
+        let mut dropped = false;
+        let mut completions = [Completion::default(); 8];
+        let mut progress = |deadline: Duration| {
+            let until = Instant::now() + deadline;
+            while Instant::now() < until {
+                _ = cq.read(&mut completions);
+                let n = hub.read(route, &mut out, &mut dropped).expect("hub read");
+                if n > 0 {
+                    return Some(out[0]);
+                }
+            }
+            None
+        };
+        for _ in 0..2 * POOL_BUFFERS {
+            let sent = Instant::now();
+            loop {
+                match stranger.send(long.all(), None, dest, 7) {
+                    Ok(()) => break,
+                    Err(e) if e.is_again() && sent.elapsed() < Duration::from_secs(5) => {
+                        progress(Duration::from_millis(1));
+                    }
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+            assert!(
+                progress(Duration::from_millis(200)).is_none(),
+                "no CQ data: not routed"
+            );
+        }
+        let scalar = 0x5ca1a4u64;
+        let data = u64::from(route) << 16 | 1;
+        stranger
+            .inject_data(&scalar.to_le_bytes(), data, dest)
+            .expect("inject");
+        let got = progress(Duration::from_secs(5)).expect("the scalar after the long messages");
+        assert_eq!((got.value(), got.len, got.seq), (scalar, 8, 1));
     }
 }
