@@ -328,10 +328,11 @@ pub unsafe extern "C" fn mcapi_wait(
 
 /// `mcapi_wait_any` (4.6.3): `requests` is an array of `number` pointers to requests (as
 /// the MCA headers declare it, not the synopsis' `mcapi_request_t*`). Returns the index of
-/// the request that finished (released now) with its size, or `MCAPI_RETURN_VALUE_INVALID`
-/// with the error, which is the finished operation's own error when one finished with one.
-/// Under `MCAPI_COMPAT=mca` a request that finished with an error (cancelled included) is
-/// named by its index, with its error as the status, as the reference implementation does.
+/// the request that finished (released now), successfully (its size written) or with an
+/// error of its own (the status), or `MCAPI_RETURN_VALUE_INVALID` with the error of the
+/// call itself, a timeout, or `MCAPI_ERR_REQUEST_CANCELLED` for a request cancelled during
+/// the wait. Under `MCAPI_COMPAT=mca` a cancelled request is named by its index too, as the
+/// reference implementation does.
 ///
 /// # Safety
 /// `requests` is NULL or aligned and readable for `number` pointers, each NULL or aligned
@@ -377,9 +378,13 @@ pub unsafe extern "C" fn mcapi_wait_any(
         let (index, outcome) = result?;
         let n = match outcome {
             Ok(n) => n,
-            // The reference implementation names the request that finished with an error.
-            Err(e) if mca(&node) => return Ok((index as mcapi_uint_t, e)),
-            Err(e) => return Err(e),
+            // 4.6.3: the index names the request that finished, successfully or with an
+            // error (it is released either way); only a cancel is reported as
+            // MCAPI_RETURN_VALUE_INVALID in spec mode.
+            Err(Status::MCAPI_ERR_REQUEST_CANCELLED) if !mca(&node) => {
+                return Err(Status::MCAPI_ERR_REQUEST_CANCELLED)
+            }
+            Err(e) => return Ok((index as mcapi_uint_t, e)),
         };
         if let Some(target) = checked_out[index] {
             // SAFETY: checked out until now and completed here; writable by the contract.

@@ -216,8 +216,43 @@ static void test_and_wait(mcapi_endpoint_t a) {
     EXPECT(mcapi_wait(&r, &size, WAIT_MS, &status) == (mca ? MCAPI_TRUE : MCAPI_FALSE));
     EXPECT_STATUS(status, MCAPI_ERR_REQUEST_CANCELLED);
 
-    /* wait_any over a failed request and a pending one: spec mode reports the failure with
-     * MCAPI_RETURN_VALUE_INVALID, MCA mode names the failed request. */
+    /* wait_any over a receive that finishes with an error (truncated) and a pending
+     * request: both modes name the failed request (4.6.3: the index of the operation that
+     * "has completed (successfully or with an error)"), which is released; the other
+     * stays pending. */
+    mcapi_msg_recv_i(a, buffer, sizeof buffer, &ok, &status);
+    EXPECT_STATUS(status, MCAPI_PENDING);
+    {
+        mcapi_request_t pending;
+        mcapi_endpoint_t idle = mcapi_endpoint_create(MCAPI_PORT_ANY, &status);
+        EXPECT_OK(status);
+        mcapi_msg_recv_i(idle, buffer, sizeof buffer, &pending, &status);
+        EXPECT_STATUS(status, MCAPI_PENDING);
+        list[0] = &pending;
+        list[1] = &ok;
+        mcapi_msg_send(a, a, "too long", 8, 1, &status);
+        EXPECT_OK(status);
+        EXPECT(mcapi_wait_any(2, list, &size, WAIT_MS, &status) == 1);
+        EXPECT_STATUS(status, MCAPI_ERR_MSG_TRUNCATED);
+        EXPECT(mcapi_test(&ok, &size, &status) == (mca ? MCAPI_TRUE : MCAPI_FALSE));
+        EXPECT_STATUS(status, MCAPI_ERR_REQUEST_INVALID);
+        EXPECT(mcapi_wait_any(1, list, &size, 0, &status) == MCAPI_RETURN_VALUE_INVALID);
+        EXPECT_STATUS(status, MCAPI_TIMEOUT);
+        mcapi_cancel(&pending, &status);
+        EXPECT_OK(status);
+        mcapi_endpoint_delete(idle, &status);
+        EXPECT_OK(status);
+        /* The truncated message stays queued (4.3.3): take it. */
+        {
+            char whole[8];
+            mcapi_msg_recv(a, whole, sizeof whole, &size, &status);
+            EXPECT_OK(status);
+            EXPECT(size == 8);
+        }
+    }
+
+    /* A refused `_i` call: spec mode leaves the request untouched (nothing to wait for),
+     * MCA mode makes it a request complete with the error, which wait_any names. */
     mcapi_msg_recv_i(a, buffer, sizeof buffer, &ok, &status);
     EXPECT_STATUS(status, MCAPI_PENDING);
     r = GARBAGE_REQUEST;
