@@ -83,10 +83,8 @@ pub fn topology(server: IpAddr, client: IpAddr, ports: (u16, u16)) -> Result<Opt
 }
 
 /// The node configuration for one side: the environment's (`MCAPI_*`), with this run's job,
-/// topology and provider, and `recv_buffers` receive buffers per endpoint (for channels:
-/// buffers of a receive pool, and so the sender's credits), as many as the raw baseline
-/// keeps posted: 4 for the latency tests, the window and 4 for the others. An
-/// `MCAPI_RECV_BUFFERS` in the environment may raise it.
+/// topology and provider, and at least `recv_buffers` receive buffers per endpoint (for
+/// channels: buffers of a receive pool, and so the sender's credits).
 pub fn config(
     setup: &Setup,
     topology: Option<Topology>,
@@ -103,13 +101,8 @@ pub fn config(
     }
     c.provider = Some(provider.to_owned());
     // A sender asks for as many credits as its own node's endpoints have buffers, so both
-    // sides use the same count. Not the default 64 for a ping-pong: a packet channel's pool
-    // would cycle through 64 buffers (64 MiB at 1 MiB) where raw's 4 stay in the caches.
-    if std::env::var_os("MCAPI_RECV_BUFFERS").is_some() {
-        c.recv_buffers = c.recv_buffers.max(recv_buffers);
-    } else {
-        c.recv_buffers = recv_buffers;
-    }
+    // sides use the same count.
+    c.recv_buffers = c.recv_buffers.max(recv_buffers);
     Ok(c)
 }
 
