@@ -19,7 +19,7 @@
 //!   one buffer, so with as many buffers as credits some buffer always has room for a packet
 //!   that was sent with a credit, however the application releases (no pinning stall);
 //! - the receiver returns credits when packets are released (scalars: received), in batches
-//!   of a quarter pool (scalars on the hub: once the sender is down to half of its credits,
+//!   of a quarter pool (scalars on the hub: once the sender is down to a quarter of its credits,
 //!   all that is unreported), and the rest as soon as every credit is back at the receiver
 //!   ([`CreditReturn`]), as 8-byte messages into receives the sender keeps posted (scalar
 //!   senders: through the hub);

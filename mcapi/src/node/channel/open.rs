@@ -197,7 +197,7 @@ impl NodeInner {
             Direction::Send => SideData::Unconnected,
             // The hub's pool: its scalars are copied out, so no buffer of it is this side's.
             // Each credit return is a syscall on the connection-based providers the hub
-            // serves: they go back in half pools.
+            // serves: they go back once the sender is down to a quarter of its credits.
             Direction::Receive => {
                 let mut state = RecvSide::new(ChannelKind::Scalar, Posting::Hub, 8, 0, capacity);
                 state.hold_back_credits();
