@@ -744,21 +744,20 @@ mod tests {
         assert_eq!(r.flush(), Some(1));
         // A stream the application takes as it comes: one return per three quarters of the
         // pool (less the item whose arrival sends it, not taken yet).
-        let mut r = CreditReturn::new(64);
-        r.hold_back();
-        let returns: Vec<u32> = (0..640)
-            .flat_map(|_| [r.arrived(), r.freed()])
-            .flatten()
-            .collect();
-        assert_eq!(returns, [47; 13]);
+        assert_eq!(held_back_returns(64, 640), [47; 13]);
         // A ping-pong over 4 buffers: a return of 2 every second item, not one per item.
-        let mut r = CreditReturn::new(4);
+        assert_eq!(held_back_returns(4, 10), [2; 4]);
+    }
+
+    /// The returns of a held-back pool of `capacity` over `items` items, each taken as it
+    /// arrives.
+    fn held_back_returns(capacity: u32, items: usize) -> Vec<u32> {
+        let mut r = CreditReturn::new(capacity);
         r.hold_back();
-        let returns: Vec<u32> = (0..10)
+        (0..items)
             .flat_map(|_| [r.arrived(), r.freed()])
             .flatten()
-            .collect();
-        assert_eq!(returns, [2; 4]);
+            .collect()
     }
 
     #[test]
