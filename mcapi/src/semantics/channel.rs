@@ -479,16 +479,33 @@ pub struct PoolBuffers {
     posted: Vec<bool>,
     /// Whether a packet ever arrived in the buffer.
     received: Vec<bool>,
+    /// Whether the provider dropped the buffer without releasing it ([`PoolBuffers::lose`]).
+    lost: Vec<bool>,
 }
 
 impl PoolBuffers {
-    /// `n` buffers, all about to be posted.
-    pub fn new(n: usize) -> PoolBuffers {
+    /// `n` buffers, all about to be posted, and `spares` after them that are not (each
+    /// posted once it takes the place of a lost one, [`PoolBuffers::lose`]).
+    pub fn new(n: usize, spares: usize) -> PoolBuffers {
+        let mut posted = vec![true; n];
+        posted.resize(n + spares, false);
         PoolBuffers {
-            held: vec![0; n],
-            posted: vec![true; n],
-            received: vec![false; n],
+            held: vec![0; n + spares],
+            posted,
+            received: vec![false; n + spares],
+            lost: vec![false; n + spares],
         }
+    }
+
+    /// The provider dropped posted buffer `b` without releasing it: it stays the
+    /// provider's for good (no release of its packets frees it). `false` if it was not
+    /// posted or was lost already, so a buffer is replaced once.
+    pub fn lose(&mut self, b: usize) -> bool {
+        let fresh = self.posted.get(b).copied().unwrap_or(false) && !self.lost[b];
+        if fresh {
+            self.lost[b] = true;
+        }
+        fresh
     }
 
     /// A packet arrived in buffer `b`.
@@ -505,6 +522,7 @@ impl PoolBuffers {
     /// The provider released buffer `b`; `true`: it is free to be posted again.
     pub fn provider_released(&mut self, b: usize) -> bool {
         self.posted[b] = false;
+        self.lost[b] = false;
         self.held[b] == 0
     }
 
@@ -762,7 +780,7 @@ mod tests {
 
     #[test]
     fn a_buffer_is_reposted_when_both_provider_and_application_are_done() {
-        let mut p = PoolBuffers::new(2);
+        let mut p = PoolBuffers::new(2, 0);
         p.arrived(0);
         p.arrived(0);
         assert!(!p.provider_released(0));

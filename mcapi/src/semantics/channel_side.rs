@@ -24,7 +24,7 @@
 //!
 //! A `MultiRecv` side may also take small packets through the node's hub
 //! ([`RecvSide::add_hub_slots`]): each is copied into a slot of its own, numbered after the
-//! pool's buffers, which its release frees (nothing is posted for it).
+//! pool's buffers and spares, which its release frees (nothing is posted for it).
 
 use super::channel::{ChannelKind, CreditReturn, PoolBuffers, SendCredits};
 use super::queue::{Rejected, SeqReorder};
@@ -32,6 +32,7 @@ use super::request::RequestHandle;
 use super::Status;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// How a receive side's pool is posted to the fabric (see the module doc).
@@ -99,6 +100,8 @@ pub struct RecvSide {
     held: Held,
     /// Where packets began in each multi-receive buffer (for `pktchan_release_test`).
     starts: PacketStarts,
+    /// Spare multi-receive buffers not used yet (they follow the pool's buffers).
+    spares: Range<usize>,
     received: u32,
     /// How many the sender sent in all, once it closed or died.
     peer_sent: Option<u32>,
@@ -124,13 +127,16 @@ impl RecvSide {
         n: usize,
         capacity: u32,
     ) -> RecvSide {
+        // Multi-receive buffers may be lost to the provider (`RecvSide::receive_failed`):
+        // as many spares as buffers, numbered after them, each posted in a lost one's place.
+        let spares = if posting == Posting::MultiRecv { n } else { 0 };
         RecvSide {
             kind,
             capacity,
             overrun: false,
             posting,
             buffer_size,
-            buffers: PoolBuffers::new(n),
+            buffers: PoolBuffers::new(n, spares),
             reorder: SeqReorder::new(1, capacity.max(1) * 2),
             fifo: VecDeque::with_capacity(capacity as usize),
             returns: CreditReturn::new(capacity),
@@ -144,13 +150,14 @@ impl RecvSide {
                 }
             },
             starts: PacketStarts::new(
-                if posting == Posting::MultiRecv { n } else { 0 },
+                if posting == Posting::MultiRecv { n + spares } else { 0 },
                 buffer_size,
             ),
+            spares: n..n + spares,
             received: 0,
             peer_sent: None,
             hub_slots: HubSlots {
-                base: n * buffer_size,
+                base: (n + spares) * buffer_size,
                 size: 0,
                 free: Vec::new(),
                 began: Vec::new(),
@@ -164,7 +171,7 @@ impl RecvSide {
     /// Gives a multi-receive side one slot of `size` bytes per credit, for packets that
     /// come through the hub: a sender keeping to its credits never has more here at once.
     /// Slot `i` is at offset [`RecvSide::hub_slots_base`] + `i` x `size`, past the pool's
-    /// buffers (the driver keeps them in memory of their own).
+    /// buffers and spares (the driver keeps them in memory of their own).
     pub fn add_hub_slots(&mut self, size: usize) {
         debug_assert_eq!(self.posting, Posting::MultiRecv);
         let n = self.capacity as usize;
@@ -173,7 +180,7 @@ impl RecvSide {
         self.hub_slots.began = vec![false; n];
     }
 
-    /// The offset of the first hub slot: the end of the pool's buffers.
+    /// The offset of the first hub slot: the end of the pool's buffers and spares.
     #[inline]
     pub fn hub_slots_base(&self) -> usize {
         self.hub_slots.base
@@ -314,13 +321,30 @@ impl RecvSide {
 
     /// A receive into buffer or slot `b` failed (say, truncated): a plain receive's buffer
     /// is free again, and so is a multi-receive buffer the provider released with the error
-    /// (`released`: the entry is flagged `FI_MULTI_RECV`).
+    /// (`released`: the entry is flagged `FI_MULTI_RECV`). A multi-receive buffer ended by
+    /// a message too long for it without being released (`truncated`; tcp;ofi_rxm drops
+    /// it, and may still be writing a message it matched there earlier) is never posted
+    /// again: the next spare buffer takes its place, if one is left.
     #[inline]
-    pub fn receive_failed(&mut self, b: usize, released: bool) -> Repost {
-        if !self.buffers.holds(b as u64) || (self.posting == Posting::MultiRecv && !released) {
+    pub fn receive_failed(&mut self, b: usize, released: bool, truncated: bool) -> Repost {
+        if !self.buffers.holds(b as u64) {
             return Repost::Later;
         }
-        self.buffer_done(b)
+        if self.posting != Posting::MultiRecv || released {
+            return self.buffer_done(b);
+        }
+        if !truncated || !self.buffers.lose(b) {
+            return Repost::Later;
+        }
+        match self.spares.next() {
+            Some(spare) => Repost::Now(spare),
+            None => Repost::Later,
+        }
+    }
+
+    /// Spare buffers left for lost ones (see [`RecvSide::receive_failed`]).
+    pub fn spares_left(&self) -> usize {
+        self.spares.len()
     }
 
     /// The outcome of a [`Repost::Now`]: posted, or listed to be posted later.
@@ -1395,9 +1419,39 @@ mod tests {
     #[test]
     fn a_multi_receive_buffer_released_with_an_error_is_posted_again() {
         let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);
-        assert_eq!(r.receive_failed(1, false), Repost::Later);
-        assert_eq!(r.receive_failed(1, true), Repost::Now(1));
-        assert_eq!(r.receive_failed(7, true), Repost::Later, "no such buffer");
+        assert_eq!(r.receive_failed(1, false, false), Repost::Later);
+        assert_eq!(r.receive_failed(1, true, true), Repost::Now(1));
+        assert_eq!(r.receive_failed(7, true, false), Repost::Later, "no such buffer");
+    }
+
+    /// A multi-receive buffer that a message too long for it ended without releasing it
+    /// (tcp;ofi_rxm) is never posted again, not even when its packets are released: a
+    /// spare takes its place, once per lost buffer and as long as spares last (as many as
+    /// buffers). Plain receives are free again whatever ended them.
+    #[test]
+    fn a_lost_multi_receive_buffer_is_replaced_by_a_spare() {
+        let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);
+        let _ = r.packet_arrived(0, 0, 4, 0);
+        assert_eq!(r.receive_failed(0, false, true), Repost::Now(2));
+        r.posted(2, true);
+        assert_eq!(r.receive_failed(0, false, true), Repost::Later, "replaced once");
+        let p = r.take_packet().unwrap();
+        assert_eq!(r.release(p.offset).unwrap().0, Repost::Later, "lost for good");
+        // The spare takes packets as any buffer, and goes back when done.
+        let _ = r.packet_arrived(2, 2 * SIZE + 8, 4, 1);
+        assert_eq!(r.buffer_done(2), Repost::Later);
+        let p = r.take_packet().unwrap();
+        assert_eq!(p.offset, 2 * SIZE + 8);
+        assert_eq!(r.release_state(p.offset), Some(false));
+        assert_eq!(r.release(p.offset).unwrap().0, Repost::Now(2));
+        assert_eq!(r.receive_failed(1, false, true), Repost::Now(3));
+        assert_eq!(r.spares_left(), 0);
+        assert_eq!(r.receive_failed(2, false, true), Repost::Later, "no spare left");
+        assert_eq!(r.receive_failed(3, false, false), Repost::Later, "not truncated");
+
+        let mut plain = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 2, 8);
+        assert_eq!(plain.receive_failed(1, false, true), Repost::Later);
+        assert_eq!(plain.next_to_post(), Some(1), "listed to be posted again");
     }
 
     #[test]
@@ -1513,7 +1567,8 @@ mod tests {
         assert_eq!(r.available(), 0);
         assert_eq!(r.packet_arrived(0, 0, 100, 0), (None, Repost::Later));
         assert_eq!(r.hub_packet_arrived(2, 64, &mut copy), None);
-        let hub_base = 2 * SIZE;
+        let hub_base = r.hub_slots_base();
+        assert_eq!(hub_base, 4 * SIZE, "after 2 buffers and 2 spares");
         assert_eq!(copied, [hub_base, hub_base + 64]);
         let (a, b, c) = (
             r.take_packet().unwrap(),

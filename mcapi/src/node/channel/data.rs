@@ -7,9 +7,10 @@ use super::outbox::Outbox;
 use crate::semantics::channel_side::{
     Item, Posted, Posting, RecvSide, Repost, SendSide, UserBuffer,
 };
-use mcapi_ofi::{Endpoint, Error as OfiError, FiAddr, MemoryRegion, SendBuffer};
+use crate::node::common::lock;
+use mcapi_ofi::{Domain, Endpoint, Error as OfiError, FiAddr, MemoryRegion, SendBuffer};
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 // One per channel side: boxing the receive side would cost a pointer chase per packet to
 // save a few hundred bytes per send side.
@@ -165,6 +166,57 @@ pub(super) struct RecvData {
     /// The sender is on this node (`local.rs`): the buffers "posted" for it, in order
     /// (nothing is posted to the fabric), and credits freed and not yet handed to it.
     pub(super) local: Option<Box<LocalRecv>>,
+    /// Multi-receive sides: the buffers that replace those the provider dropped.
+    pub(super) spares: Option<Box<Spares>>,
+}
+
+/// Receive pool ranges of a node's channel sides: `(start, end, slot)`, to find the side
+/// of a released packet.
+pub(super) type PoolRegistry = Arc<Mutex<Vec<(usize, usize, usize)>>>;
+
+/// The spare buffers of a multi-receive side (`RecvSide::receive_failed`): buffer
+/// `first + k` is spare `k`, a region of its own made when it is first posted (so the
+/// memory grows only with buffers lost) and listed in the node's pool registry, so that
+/// releases find its packets.
+pub(super) struct Spares {
+    regions: Vec<MemoryRegion>,
+    /// The number of the first spare: the pool's buffer count.
+    first: usize,
+    domain: Domain,
+    registry: PoolRegistry,
+    /// The side's slot, under which the registry lists its memory.
+    slot: usize,
+}
+
+impl Spares {
+    pub(super) fn new(first: usize, domain: Domain, registry: PoolRegistry, slot: usize) -> Self {
+        Spares {
+            regions: Vec::new(),
+            first,
+            domain,
+            registry,
+            slot,
+        }
+    }
+
+    /// Spare `k`'s memory of `size` bytes, made now if it is the first post of it.
+    fn region(&mut self, k: usize, size: usize) -> std::result::Result<&MemoryRegion, OfiError> {
+        while self.regions.len() <= k {
+            let m = MemoryRegion::with_slots(&self.domain, 1, size)?;
+            lock(&self.registry).push((m.addr(), m.addr() + m.len(), self.slot));
+            self.regions.push(m);
+        }
+        Ok(&self.regions[k])
+    }
+
+    /// The spare holding `addr` and where it begins in the side's offsets.
+    fn find(&self, addr: usize, size: usize) -> Option<(&MemoryRegion, usize)> {
+        self.regions
+            .iter()
+            .enumerate()
+            .find(|(_, m)| addr.wrapping_sub(m.addr()) < m.len())
+            .map(|(k, m)| (m, (self.first + k) * size))
+    }
 }
 
 /// A same-node receive side's stand-in for posted receives and credit messages.
@@ -182,7 +234,10 @@ impl RecvData {
             return Ok(());
         }
         let size = self.state.buffer_size();
-        let buf = self.pool.slice(b * size, size)?;
+        let buf = match &mut self.spares {
+            Some(spares) if b >= spares.first => spares.region(b - spares.first, size)?.all(),
+            _ => self.pool.slice(b * size, size)?,
+        };
         if self.state.posting() == Posting::MultiRecv {
             ep.recv_multi(buf, b as u64)
         } else {
@@ -202,37 +257,66 @@ impl RecvData {
 
     /// A packet handed to the application.
     pub(super) fn packet(&self, item: Item) -> Packet {
-        let base = self.state.hub_slots_base();
-        match &self.hub_slots {
-            Some(slots) if item.offset >= base => Packet {
-                pool: slots.clone(),
-                offset: item.offset - base,
-                len: item.len,
-            },
-            _ => Packet {
-                pool: self.pool.clone(),
-                offset: item.offset,
-                len: item.len,
-            },
+        let (pool, offset) = self.region_of(item.offset);
+        Packet {
+            pool: pool.clone(),
+            offset,
+            len: item.len,
         }
     }
 
-    /// Whether `addr` lies in this side's receive memory (its pool or its hub slots).
+    /// The region holding the state machine's `offset` and the offset within it: the pool,
+    /// a spare buffer (numbered after the pool's), or a hub slot (after the spares).
+    fn region_of(&self, offset: usize) -> (&MemoryRegion, usize) {
+        let base = self.state.hub_slots_base();
+        let size = self.state.buffer_size();
+        match (&self.hub_slots, &self.spares) {
+            (Some(slots), _) if offset >= base => (slots, offset - base),
+            (_, Some(spares)) if offset >= spares.first * size => {
+                let k = offset / size - spares.first;
+                match spares.regions.get(k) {
+                    Some(m) => (m, offset % size),
+                    None => (&self.pool, offset),
+                }
+            }
+            _ => (&self.pool, offset),
+        }
+    }
+
+    /// Whether `addr` lies in this side's receive memory (its pool, its spare buffers or
+    /// its hub slots).
     #[inline]
     pub(super) fn holds(&self, addr: usize) -> bool {
         let within = |m: &MemoryRegion| addr.wrapping_sub(m.addr()) < m.len();
-        within(&self.pool) || self.hub_slots.as_ref().is_some_and(within)
+        within(&self.pool)
+            || self.hub_slots.as_ref().is_some_and(within)
+            || self.spares.as_ref().is_some_and(|s| s.regions.iter().any(within))
     }
 
-    /// The state machine's offset of the packet at `addr` (hub slots count on from the
-    /// pool's end).
+    /// The state machine's offset of the packet at `addr` (spare buffers count on from
+    /// the pool's end, hub slots from the spares').
     #[inline]
     pub(super) fn offset_of(&self, addr: usize) -> usize {
+        if addr.wrapping_sub(self.pool.addr()) < self.pool.len() {
+            return addr - self.pool.addr();
+        }
         match &self.hub_slots {
             Some(slots) if addr.wrapping_sub(slots.addr()) < slots.len() => {
-                self.state.hub_slots_base() + (addr - slots.addr())
+                return self.state.hub_slots_base() + (addr - slots.addr());
             }
-            _ => addr.wrapping_sub(self.pool.addr()),
+            _ => {}
         }
+        let size = self.state.buffer_size();
+        match self.spares.as_ref().and_then(|s| s.find(addr, size)) {
+            Some((m, start)) => start + (addr - m.addr()),
+            None => addr.wrapping_sub(self.pool.addr()),
+        }
+    }
+
+    /// Every region packets are received into (for `pktchan_receive_memory`).
+    pub(super) fn regions(&self) -> impl Iterator<Item = &MemoryRegion> {
+        std::iter::once(&self.pool)
+            .chain(&self.hub_slots)
+            .chain(self.spares.iter().flat_map(|s| &s.regions))
     }
 }

@@ -1,6 +1,6 @@
 //! Reserving a side and opening its fabric part (own endpoint, or a place on the scalar hub).
 
-use super::data::{HubLane, LocalRecv, RecvData, SendData, SideData};
+use super::data::{HubLane, LocalRecv, RecvData, SendData, SideData, Spares};
 use super::endpoint::PeerOpen;
 use super::handle::ChannelHandle;
 use super::hub::{self, HubItem};
@@ -120,6 +120,10 @@ impl NodeInner {
                             credits: 0,
                         })
                     }),
+                    spares: (posting == Posting::MultiRecv).then(|| {
+                        let registry = self.channels.pools.clone();
+                        Box::new(Spares::new(n, domain.clone(), registry, slot))
+                    }),
                 };
                 for b in 0..n {
                     r.post(&ep, b)?;
@@ -206,6 +210,7 @@ impl NodeInner {
                     hub_slots: None,
                     state,
                     local: None,
+                    spares: None,
                 })
             }
         };

@@ -228,10 +228,7 @@ impl Node {
                 data: SideData::Recv(r),
                 ..
             }) => Ok(ReceiveMemory(
-                std::iter::once(&r.pool)
-                    .chain(&r.hub_slots)
-                    .map(|m| m.addr()..m.addr() + m.len())
-                    .collect(),
+                r.regions().map(|m| m.addr()..m.addr() + m.len()).collect(),
             )),
             _ => Err(Status::MCAPI_ERR_CHAN_INVALID),
         }

@@ -225,3 +225,80 @@ fn small_packets_without_credits_through_the_hub_take_no_more_than_the_credits()
         "{taken} packets kept at a receive side of 8 buffers"
     );
 }
+
+/// Anyone who can send to a packet receive side's endpoint sends it more messages too
+/// long for its buffers than it has buffers. On tcp;ofi_rxm each ends a multi-receive
+/// buffer without releasing it (the provider may still write a message it matched there
+/// earlier, so it is never posted again): the side was left with no buffer, and the
+/// channel's packets waited for good. Spare buffers take the lost ones' places.
+#[test]
+fn messages_too_long_for_a_receive_sides_buffers_do_not_take_its_pool() {
+    use super::data::SideData;
+    use mcapi_ofi::{AddressVector, CompletionQueue, Endpoint, EndpointOptions, MemoryRegion};
+    use mcapi_ofi::{Completion, WaitObject};
+    const BUFFERS: usize = 4;
+    let (a, b, tx, rx, to) = sender_and_receiver("tcp", "sec-long", (98, 99), Some(BUFFERS));
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(10)))
+        .unwrap();
+    b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+        .unwrap();
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+    let (slot, ..) = hr.decode().unwrap();
+    let (side_addr, buffer_size) = {
+        let g = b.inner.channels.sides[slot].lock();
+        let io = g.as_ref().unwrap().io.as_ref().unwrap();
+        let SideData::Recv(r) = &io.data else {
+            panic!("not a receive side")
+        };
+        (io.ep.as_ref().unwrap().address().to_vec(), r.state.buffer_size())
+    };
+    // The stranger: an endpoint of its own on the sender's domain.
+    let domain = &a.inner.fab.domain;
+    let cq = CompletionQueue::open(domain, 0, WaitObject::None).unwrap();
+    let av = AddressVector::open(domain, 4).unwrap();
+    let stranger = Endpoint::open(domain, &cq, &av, EndpointOptions::default()).unwrap();
+    let dest = av.insert(&side_addr).unwrap();
+    let long = MemoryRegion::new(domain, 2 * buffer_size).unwrap();
+    let mut completions = [Completion::default(); 8];
+    for _ in 0..2 * BUFFERS {
+        let start = std::time::Instant::now();
+        while let Err(e) = stranger.send(long.all(), None, dest, 7) {
+            assert!(e.is_again() && start.elapsed() < Duration::from_secs(5), "{e}");
+            _ = cq.read(&mut completions);
+        }
+    }
+    let start = std::time::Instant::now();
+    let mut done = 0;
+    while done < 2 * BUFFERS && start.elapsed() < Duration::from_secs(5) {
+        match cq.read(&mut completions) {
+            Ok(n) => done += n,
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    // The channel's packets, above the hub's size so they take the side's own buffers.
+    let packet: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+    let sender = {
+        let a = a.clone();
+        let packet = packet.clone();
+        std::thread::spawn(move || (0..3 * BUFFERS).try_for_each(|_| a.pktchan_send(hs, &packet)))
+    };
+    let mut got = 0;
+    let end = loop {
+        if got == 3 * BUFFERS {
+            break Ok(());
+        }
+        match b.pktchan_recv(hr) {
+            Ok(p) => {
+                assert_eq!(p.to_vec(), packet);
+                b.pktchan_release(p).unwrap();
+                got += 1;
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let sent = sender.join().unwrap();
+    drop((stranger, av, cq));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert_eq!(end, Ok(()), "after {got} packets (the sender: {sent:?})");
+}

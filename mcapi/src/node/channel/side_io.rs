@@ -179,10 +179,16 @@ impl SideIo {
                     }
                     // A receive that failed (say, truncated): its scalar slot or packet buffer
                     // is free again (a scalar slot never holds a packet), a multi-receive
-                    // buffer if the provider released it with the error.
+                    // buffer if the provider released it with the error, else a spare
+                    // replaces it if a message too long for it ended it.
                     SideData::Recv(r) => {
                         let released = e.flags & flags::MULTI_RECV != 0;
-                        let what = r.state.receive_failed(e.context as usize, released);
+                        let truncated = e.is_truncation() && e.flags & flags::RECV != 0;
+                        let spares = r.state.spares_left();
+                        let what = r.state.receive_failed(e.context as usize, released, truncated);
+                        if truncated && !released && spares == 0 {
+                            log::warn!("packet channel: a receive buffer was ended by a message too long for it, and no spare is left: it stays out");
+                        }
                         r.repost(&self.ep, what);
                     }
                     _ => {}
@@ -362,7 +368,7 @@ impl SideIo {
                 let multi_recv = r.state.posting() == Posting::MultiRecv;
                 if c.flags() & flags::REMOTE_CQ_DATA != 0 {
                     let offset = if multi_recv {
-                        c.buf_addr().wrapping_sub(r.pool.addr())
+                        r.offset_of(c.buf_addr())
                     } else {
                         // `buf` is defined for multi-receive completions only.
                         b * r.state.buffer_size()

@@ -1,6 +1,7 @@
 //! The node's channel table: side slots, their locks, the scalar hub, retired endpoints and table-wide progress.
 
 use super::handle::ChannelHandle;
+use super::data::PoolRegistry;
 use super::hub::Hub;
 use super::limits::MAX_SIDES;
 use super::outbox::{DoneFlags, Outbox, ORPHAN_SLOT};
@@ -34,7 +35,7 @@ pub(in crate::node) struct ChannelTable {
     pub(super) used: [AtomicU64; MAX_SIDES / 64],
     pub(super) generation: AtomicU32,
     /// Receive pools: `(start, end, slot)`, to find the channel of a released buffer.
-    pub(super) pools: Mutex<Vec<(usize, usize, usize)>>,
+    pub(super) pools: PoolRegistry,
     /// Endpoints of retired sides, with when they retired: closed [`RETIRED_GRACE`] later
     /// (or at finalize). shm hands an endpoint of the same process its peer's own mapping,
     /// which closing the peer unmaps: the other side, still open, would crash in its next
@@ -89,7 +90,7 @@ impl ChannelTable {
             touched: (0..MAX_SIDES).map(|_| AtomicU32::new(0)).collect(),
             used: Default::default(),
             generation: AtomicU32::new(crate::semantics::first_generation()),
-            pools: Mutex::new(Vec::new()),
+            pools: PoolRegistry::default(),
             retired: Mutex::new(VecDeque::new()),
             hub: Mutex::new(None),
             done: Arc::new(DoneFlags::default()),
