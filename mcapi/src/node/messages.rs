@@ -939,7 +939,9 @@ impl NodeInner {
         };
         let mut refused = 0u32;
         let mut stalled = |st: &mut State| -> Result<()> {
-            refused += 1;
+            // Wraps (a provider may refuse for good while the peer lives; a debug build
+            // panicked on the overflow after about 8 minutes).
+            refused = refused.wrapping_add(1);
             if refused.is_multiple_of(1024) {
                 if deadline.get().is_some_and(|d| Instant::now() >= d) {
                     return Err(Status::MCAPI_TIMEOUT);
