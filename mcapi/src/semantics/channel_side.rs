@@ -150,7 +150,11 @@ impl RecvSide {
                 }
             },
             starts: PacketStarts::new(
-                if posting == Posting::MultiRecv { n + spares } else { 0 },
+                if posting == Posting::MultiRecv {
+                    n + spares
+                } else {
+                    0
+                },
                 buffer_size,
             ),
             spares: n..n + spares,
@@ -1421,7 +1425,11 @@ mod tests {
         let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);
         assert_eq!(r.receive_failed(1, false, false), Repost::Later);
         assert_eq!(r.receive_failed(1, true, true), Repost::Now(1));
-        assert_eq!(r.receive_failed(7, true, false), Repost::Later, "no such buffer");
+        assert_eq!(
+            r.receive_failed(7, true, false),
+            Repost::Later,
+            "no such buffer"
+        );
     }
 
     /// A multi-receive buffer that a message too long for it ended without releasing it
@@ -1434,9 +1442,17 @@ mod tests {
         let _ = r.packet_arrived(0, 0, 4, 0);
         assert_eq!(r.receive_failed(0, false, true), Repost::Now(2));
         r.posted(2, true);
-        assert_eq!(r.receive_failed(0, false, true), Repost::Later, "replaced once");
+        assert_eq!(
+            r.receive_failed(0, false, true),
+            Repost::Later,
+            "replaced once"
+        );
         let p = r.take_packet().unwrap();
-        assert_eq!(r.release(p.offset).unwrap().0, Repost::Later, "lost for good");
+        assert_eq!(
+            r.release(p.offset).unwrap().0,
+            Repost::Later,
+            "lost for good"
+        );
         // The spare takes packets as any buffer, and goes back when done.
         let _ = r.packet_arrived(2, 2 * SIZE + 8, 4, 1);
         assert_eq!(r.buffer_done(2), Repost::Later);
@@ -1446,8 +1462,16 @@ mod tests {
         assert_eq!(r.release(p.offset).unwrap().0, Repost::Now(2));
         assert_eq!(r.receive_failed(1, false, true), Repost::Now(3));
         assert_eq!(r.spares_left(), 0);
-        assert_eq!(r.receive_failed(2, false, true), Repost::Later, "no spare left");
-        assert_eq!(r.receive_failed(3, false, false), Repost::Later, "not truncated");
+        assert_eq!(
+            r.receive_failed(2, false, true),
+            Repost::Later,
+            "no spare left"
+        );
+        assert_eq!(
+            r.receive_failed(3, false, false),
+            Repost::Later,
+            "not truncated"
+        );
 
         let mut plain = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 2, 8);
         assert_eq!(plain.receive_failed(1, false, true), Repost::Later);

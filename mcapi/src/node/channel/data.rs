@@ -4,10 +4,10 @@ use super::handle::Packet;
 use super::hub::Hub;
 use super::limits::{CTX_CREDIT, CTX_MASK, CTX_STAGING, CTX_USER, CTX_ZERO_COPY};
 use super::outbox::Outbox;
+use crate::node::common::lock;
 use crate::semantics::channel_side::{
     Item, Posted, Posting, RecvSide, Repost, SendSide, UserBuffer,
 };
-use crate::node::common::lock;
 use mcapi_ofi::{Domain, Endpoint, Error as OfiError, FiAddr, MemoryRegion, SendBuffer};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -290,7 +290,10 @@ impl RecvData {
         let within = |m: &MemoryRegion| addr.wrapping_sub(m.addr()) < m.len();
         within(&self.pool)
             || self.hub_slots.as_ref().is_some_and(within)
-            || self.spares.as_ref().is_some_and(|s| s.regions.iter().any(within))
+            || self
+                .spares
+                .as_ref()
+                .is_some_and(|s| s.regions.iter().any(within))
     }
 
     /// The state machine's offset of the packet at `addr` (spare buffers count on from

@@ -250,7 +250,10 @@ fn messages_too_long_for_a_receive_sides_buffers_do_not_take_its_pool() {
         let SideData::Recv(r) = &io.data else {
             panic!("not a receive side")
         };
-        (io.ep.as_ref().unwrap().address().to_vec(), r.state.buffer_size())
+        (
+            io.ep.as_ref().unwrap().address().to_vec(),
+            r.state.buffer_size(),
+        )
     };
     // The stranger: an endpoint of its own on the sender's domain.
     let domain = &a.inner.fab.domain;
@@ -263,7 +266,10 @@ fn messages_too_long_for_a_receive_sides_buffers_do_not_take_its_pool() {
     for _ in 0..2 * BUFFERS {
         let start = std::time::Instant::now();
         while let Err(e) = stranger.send(long.all(), None, dest, 7) {
-            assert!(e.is_again() && start.elapsed() < Duration::from_secs(5), "{e}");
+            assert!(
+                e.is_again() && start.elapsed() < Duration::from_secs(5),
+                "{e}"
+            );
             _ = cq.read(&mut completions);
         }
     }

@@ -185,7 +185,9 @@ impl SideIo {
                         let released = e.flags & flags::MULTI_RECV != 0;
                         let truncated = e.is_truncation() && e.flags & flags::RECV != 0;
                         let spares = r.state.spares_left();
-                        let what = r.state.receive_failed(e.context as usize, released, truncated);
+                        let what = r
+                            .state
+                            .receive_failed(e.context as usize, released, truncated);
                         if truncated && !released && spares == 0 {
                             log::warn!("packet channel: a receive buffer was ended by a message too long for it, and no spare is left: it stays out");
                         }

@@ -1,7 +1,7 @@
 //! The node's channel table: side slots, their locks, the scalar hub, retired endpoints and table-wide progress.
 
-use super::handle::ChannelHandle;
 use super::data::PoolRegistry;
+use super::handle::ChannelHandle;
 use super::hub::Hub;
 use super::limits::MAX_SIDES;
 use super::outbox::{DoneFlags, Outbox, ORPHAN_SLOT};
