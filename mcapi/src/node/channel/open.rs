@@ -66,8 +66,10 @@ impl NodeInner {
             ChannelKind::Packet => max_payload,
             ChannelKind::Scalar => 8,
         };
-        let multi_recv =
-            dir == Direction::Receive && kind == ChannelKind::Packet && !self.is_shm() && !local;
+        let multi_recv = dir == Direction::Receive
+            && kind == ChannelKind::Packet
+            && self.channels_share_buffers()
+            && !local;
         let min_multi_recv = multi_recv.then_some(payload.max(8));
         let ep = Endpoint::open(domain, &cq, &av, EndpointOptions { min_multi_recv })?;
         let capacity = match kind {
@@ -170,19 +172,26 @@ impl NodeInner {
         })
     }
 
-    /// Whether scalar sides use the node's hub: wherever endpoints talk over connections
-    /// (everything but shm), so that a node pair's scalars share one. On shm there is no
-    /// connection to share, and reading a CQ shared with other sides adds the hub's lock and
-    /// routing to every scalar round trip: scalar sides keep endpoints of their
-    /// own there, as packet sides do.
+    /// Whether scalar sides use the node's hub: wherever channel sides share buffers, so
+    /// that a node pair's scalars share one connection.
     fn scalars_on_hub(&self) -> bool {
-        !self.is_shm()
+        self.channels_share_buffers()
     }
 
-    /// Whether the node runs over shm, where a packet or scalar matched into a plain
-    /// receive costs the receiver less than one matched into a multi-receive buffer.
-    fn is_shm(&self) -> bool {
-        self.fab.provider == "shm" || self.fab.provider.starts_with("shm;")
+    /// Whether packet receive sides take packets into shared multi-receive buffers, and
+    /// scalar sides and small packets go through the node's hub (whose pool is one too):
+    /// under ofi_rxm (tcp, verbs), where a node pair's connection is worth sharing and a
+    /// buffer a message too long for it ends is replaced. Elsewhere sides keep endpoints
+    /// and plain receives of their own, one per credit:
+    /// - shm has no connection to share, and matches a packet or scalar into a plain
+    ///   receive faster than into a multi-receive buffer (and the hub's lock and routing
+    ///   would add to every scalar round trip);
+    /// - udp;ofi_rxd (1.17) writes a message too long for a multi-receive buffer on past
+    ///   its end, into whatever memory follows (anyone reaching the endpoint could corrupt
+    ///   the heap), and sockets, having released a buffer with such a message, goes on
+    ///   matching later messages into it (they read as zeros): found in review, 2026-11-28.
+    fn channels_share_buffers(&self) -> bool {
+        self.fab.provider.ends_with(";ofi_rxm")
     }
 
     /// Scalars a receive side takes before the sender waits for credits: `recv_buffers`,
@@ -294,10 +303,11 @@ impl NodeInner {
             // An empty message, which the receiver ignores (it carries no CQ data), makes
             // the provider set up its connection while the open completes: rxm connects on
             // a first send, in several steps 10 ms apart (its CM progress interval), which
-            // the first packet would wait for. Not on shm, which has no connections, and
-            // where the receiver's plain receives would take one for it without a credit.
+            // the first packet would wait for. Not where the receiver posts plain receives
+            // (shm, which has no connections, and others), which would take one for it
+            // without a credit.
             if let (Some(ep), None, ChannelKind::Packet) = (&io.ep, &io.hub, kind) {
-                if !self.is_shm() && !local {
+                if self.channels_share_buffers() && !local {
                     // Best effort: a failure shows at the first packet.
                     _ = ep.inject(&[], io.dest);
                 }
