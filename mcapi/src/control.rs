@@ -929,6 +929,7 @@ mod tests {
                     incarnation: 9,
                     reads_itself: false,
                     fabric_addr: vec![],
+                    fabric_token: 0x7070_7070,
                 },
                 Frame::Hello { .. } => Frame::Refused(99),
                 Frame::Lookup { port } if self.ports.contains(port) => Frame::Value(1),
@@ -976,6 +977,7 @@ mod tests {
             incarnation: 1,
             reads_itself: false,
             fabric_addr: vec![1],
+            fabric_token: 0x7070_7070,
         };
         // A refused Hello names nobody: its connection's end reports no one gone.
         let mut refused = connect_when_up(server.rendezvous(), None, &auth(), &|| false)
@@ -989,6 +991,7 @@ mod tests {
             incarnation: 1,
             reads_itself: false,
             fabric_addr: vec![1],
+            fabric_token: 0x7070_7070,
         };
         assert_eq!(refused.call(&stranger).unwrap(), Frame::Refused(99));
         drop(refused);
@@ -1127,6 +1130,7 @@ mod tests {
             incarnation: 1,
             reads_itself: false,
             fabric_addr: vec![1],
+            fabric_token: 0x7070_7070,
         }
     }
 
@@ -1220,6 +1224,7 @@ mod tests {
             incarnation: 1,
             reads_itself: false,
             fabric_addr: vec![1],
+            fabric_token: 0x7070_7070,
         }
         .encode_into(&mut hello);
         hello[1..5].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
@@ -1263,6 +1268,7 @@ mod tests {
             incarnation: 0,
             reads_itself: false,
             fabric_addr: vec![0; MAX_FRAME],
+            fabric_token: 0x7070_7070,
         };
         assert_eq!(
             Stream::Unix(a).send(&big).unwrap_err().kind(),

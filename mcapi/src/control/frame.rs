@@ -26,7 +26,7 @@ use smallvec::SmallVec;
 /// answered with the endpoint's credit epoch, which credit control tags and `EndpointDeleted` carry;
 /// 5: a Hello names the node it is for; 6: a packet receive side's `Opened` names its node's
 /// hub and its route there).
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest frame body accepted (fabric addresses are small).
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -59,6 +59,8 @@ pub enum Frame {
         reads_itself: bool,
         /// Sender's fabric (libfabric endpoint) address.
         fabric_addr: Vec<u8>,
+        /// What fabric control messages to the sender must carry (a secret of its run).
+        fabric_token: u64,
     },
     /// The answer to Hello: how I number you, and my fabric address. Versioned as Hello.
     Welcome {
@@ -70,6 +72,8 @@ pub enum Frame {
         reads_itself: bool,
         /// The server's fabric address.
         fabric_addr: Vec<u8>,
+        /// As in Hello.
+        fabric_token: u64,
     },
     /// Does `port` exist on the node?
     Lookup {
@@ -235,6 +239,7 @@ impl Frame {
                 incarnation,
                 reads_itself,
                 fabric_addr,
+                fabric_token,
             } => {
                 w.u8(tag::HELLO);
                 w.u32(PROTOCOL_VERSION);
@@ -246,12 +251,14 @@ impl Frame {
                 w.u64(*incarnation);
                 w.u8(u8::from(*reads_itself));
                 w.bytes(fabric_addr);
+                w.u64(*fabric_token);
             }
             Frame::Welcome {
                 peer,
                 incarnation,
                 reads_itself,
                 fabric_addr,
+                fabric_token,
             } => {
                 w.u8(tag::WELCOME);
                 w.u32(PROTOCOL_VERSION);
@@ -259,6 +266,7 @@ impl Frame {
                 w.u64(*incarnation);
                 w.u8(u8::from(*reads_itself));
                 w.bytes(fabric_addr);
+                w.u64(*fabric_token);
             }
             Frame::Lookup { port } => {
                 w.u8(tag::LOOKUP);
@@ -322,6 +330,7 @@ impl Frame {
                     incarnation: r.u64()?,
                     reads_itself: r.flag()?,
                     fabric_addr: r.bytes()?,
+                    fabric_token: r.u64()?,
                 }
             }
             tag::WELCOME => {
@@ -331,6 +340,7 @@ impl Frame {
                     incarnation: r.u64()?,
                     reads_itself: r.flag()?,
                     fabric_addr: r.bytes()?,
+                    fabric_token: r.u64()?,
                 }
             }
             tag::LOOKUP => Frame::Lookup { port: r.u32()? },
@@ -567,6 +577,7 @@ mod tests {
                 incarnation: u64::MAX - 1,
                 reads_itself: true,
                 fabric_addr: vec![9, 8, 7],
+                fabric_token: 0x7070_7070,
             },
             Frame::Hello {
                 domain: u32::MAX,
@@ -576,12 +587,14 @@ mod tests {
                 incarnation: 0,
                 reads_itself: false,
                 fabric_addr: vec![],
+                fabric_token: 0x7070_7070,
             },
             Frame::Welcome {
                 peer: 4,
                 incarnation: 5,
                 reads_itself: false,
                 fabric_addr: vec![1; 200],
+                fabric_token: 0x7070_7070,
             },
             Frame::Lookup { port: 5 },
             Frame::GetAttribute {
@@ -706,6 +719,7 @@ mod tests {
             incarnation: 4,
             reads_itself: true,
             fabric_addr: vec![5],
+            fabric_token: 0x7070_7070,
         });
         // tag, version, domain, node, to (two), peer (4 each after the tag), incarnation (8)
         let flag = 1 + 6 * 4 + 8;
@@ -737,7 +751,8 @@ mod tests {
         assert_eq!(Frame::decode(&b), Err(DecodeError::Malformed));
         // A byte string longer than what is left.
         let mut hello = encode(&samples()[0]).to_vec();
-        let len_at = hello.len() - 3 - 4;
+        // (the address's length, its 3 bytes, the fabric token)
+        let len_at = hello.len() - 8 - 3 - 4;
         hello[len_at..len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(Frame::decode(&hello), Err(DecodeError::Malformed));
     }

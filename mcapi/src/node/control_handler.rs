@@ -58,6 +58,7 @@ impl ControlHandler {
                 incarnation,
                 reads_itself,
                 fabric_addr,
+                fabric_token,
             } => {
                 // Meant for another node (one whose port this node took over after it
                 // died, its address still published): not ours to meet.
@@ -90,7 +91,7 @@ impl ControlHandler {
                 node.peer_met(
                     &mut st,
                     index,
-                    (*incarnation, *reads_itself),
+                    (*incarnation, *reads_itself, *fabric_token),
                     addr,
                     *peer as u16,
                 );
@@ -99,6 +100,7 @@ impl ControlHandler {
                     incarnation: node.incarnation,
                     reads_itself: node.fab.domain.reads_made_by_reader(),
                     fabric_addr: node.fab.ep.address().to_vec(),
+                    fabric_token: node.fabric_token,
                 }
             }
             Frame::CreditRequest { port, want, seen } => {

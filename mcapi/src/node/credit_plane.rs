@@ -24,6 +24,27 @@ pub(super) fn queue_control(
     }
 }
 
+/// Bytes of a fabric control message: its tag, then the receiving run's fabric token
+/// (`NodeInner::fabric_token`, learnt in the authenticated handshake); its number goes as
+/// CQ data.
+pub(super) const CONTROL_LEN: usize = 16;
+
+/// A control message's bytes.
+pub(super) fn encode_control(tag: Tag, token: u64) -> [u8; CONTROL_LEN] {
+    let mut b = [0u8; CONTROL_LEN];
+    b[..8].copy_from_slice(&tag.encode().to_le_bytes());
+    b[8..].copy_from_slice(&token.to_le_bytes());
+    b
+}
+
+/// The tag of a control message's bytes if they carry `token` (this run's): anything else
+/// comes from someone who never passed the handshake with it (a stranger on the fabric,
+/// or a run of a peer that met an earlier run of ours) and changes nothing.
+pub(super) fn decode_control(b: &[u8; CONTROL_LEN], token: u64) -> Option<Tag> {
+    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    (word(8) == token).then(|| Tag::decode(word(0))).flatten()
+}
+
 /// A credit request's priority field (unused by controls otherwise) when its sender does
 /// not know the endpoint's epoch.
 pub(super) const EPOCH_UNKNOWN: u8 = 1;
@@ -163,11 +184,8 @@ impl NodeInner {
                 st.outbox.pop_front();
                 continue;
             }
-            match self
-                .fab
-                .ep
-                .inject_data(&tag.encode().to_le_bytes(), data, p.addr)
-            {
+            let bytes = encode_control(tag, p.fabric_token);
+            match self.fab.ep.inject_data(&bytes, data, p.addr) {
                 Ok(()) => {
                     st.outbox.pop_front();
                 }

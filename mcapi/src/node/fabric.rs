@@ -1,6 +1,7 @@
 //! The node's libfabric stack: opening it (provider, CQ wait object), posting receives.
 
 use super::common::{ofi_status, Result, EAGER_SLOT, MAX_MSG_SIZE};
+use super::credit_plane::CONTROL_LEN;
 use super::state::State;
 use crate::config::Config;
 use crate::semantics::wire::{Context, Kind, Tag};
@@ -171,7 +172,7 @@ pub(super) fn open_fabric(
                 provider: info.provider().to_owned(),
                 cq_wait,
                 send_pool: MemoryRegion::with_slots(&domain, SEND_SLOTS as usize, EAGER_SLOT)?,
-                control_pool: MemoryRegion::with_slots(&domain, 4096, 8)?,
+                control_pool: MemoryRegion::with_slots(&domain, 4096, CONTROL_LEN)?,
                 recv_pool: MemoryRegion::with_slots(
                     &domain,
                     recv_slots(config.recv_buffers) as usize,
@@ -253,7 +254,7 @@ impl Fab {
     pub(super) fn post_control_slot(&self, slot: u32) -> Result<()> {
         let buf = self
             .control_pool
-            .slice(slot as usize * 8, 8)
+            .slice(slot as usize * CONTROL_LEN, CONTROL_LEN)
             .map_err(ofi_status)?;
         let ctx = Context::ControlSlot(slot).encode();
         for _ in 0..100 {
@@ -288,7 +289,7 @@ impl Fab {
     }
 
     pub(super) fn post_control_slots(&self, st: &mut State, n: u32) -> Result<()> {
-        let capacity = ((self.control_pool.len() / 8) as u32).min(CONTROL_SLOTS_MAX);
+        let capacity = ((self.control_pool.len() / CONTROL_LEN) as u32).min(CONTROL_SLOTS_MAX);
         let want = (st.control_posted + n).min(capacity);
         for slot in st.control_posted..want {
             self.post_control_slot(slot)?;

@@ -42,6 +42,10 @@ pub(super) struct NodeInner {
     pub(super) channels: ChannelTable,
     /// Tells this run of the node from earlier ones with the same id (peers' view).
     pub(super) incarnation: u64,
+    /// The random value every fabric control message to this run must carry, told to
+    /// peers only in the authenticated handshake (Hello, Welcome): a stranger who can
+    /// reach the fabric but not the control plane cannot forge credit controls.
+    pub(super) fabric_token: u64,
     /// One lock per node we make first contact with: two threads contacting it at once
     /// must share one control connection (a second one replacing the first would close
     /// it, and the peer would take us for dead).

@@ -85,14 +85,17 @@ impl NodeInner {
             incarnation: self.incarnation,
             reads_itself: self.fab.domain.reads_made_by_reader(),
             fabric_addr: self.fab.ep.address().to_vec(),
+            fabric_token: self.fabric_token,
         };
-        let (peer, incarnation, reads_itself, fabric_addr) = match stream.call(&hello) {
+        let (peer, incarnation, reads_itself, fabric_addr, fabric_token) = match stream.call(&hello)
+        {
             Ok(Frame::Welcome {
                 peer,
                 incarnation,
                 reads_itself,
                 fabric_addr,
-            }) => (peer, incarnation, reads_itself, fabric_addr),
+                fabric_token,
+            }) => (peer, incarnation, reads_itself, fabric_addr, fabric_token),
             // It cannot take another peer now.
             Ok(Frame::Refused(c)) if c == Status::MCAPI_ERR_MEM_LIMIT.code() => {
                 return Err(Status::MCAPI_ERR_MEM_LIMIT)
@@ -118,7 +121,7 @@ impl NodeInner {
         self.peer_met(
             &mut st,
             index,
-            (incarnation, reads_itself),
+            (incarnation, reads_itself, fabric_token),
             addr,
             peer as u16,
         );
@@ -148,6 +151,7 @@ impl NodeInner {
             life: PeerLife::Unknown,
             link: None,
             reads_itself: false,
+            fabric_token: 0,
         });
         st.peer_of.insert((domain, node), index);
         Ok(index)
@@ -265,7 +269,7 @@ impl NodeInner {
         &self,
         st: &mut State,
         index: u16,
-        (incarnation, reads_itself): (u64, bool),
+        (incarnation, reads_itself, fabric_token): (u64, bool, u64),
         addr: FiAddr,
         index_at_peer: u16,
     ) {
@@ -282,6 +286,7 @@ impl NodeInner {
         // word.
         self.peer_event_locked(st, index, PeerInput::Met(incarnation));
         st.peers[index as usize].reads_itself = reads_itself;
+        st.peers[index as usize].fabric_token = fabric_token;
     }
 
     /// A new run of peer `index` replaced the old one, which starts from nothing: what we

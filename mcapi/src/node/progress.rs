@@ -1,8 +1,9 @@
 //! Progress: reading the node's CQ and dispatching completions; the background thread.
 
+use super::credit_plane::{decode_control, CONTROL_LEN};
 use super::inner::NodeInner;
 use super::state::{State, CQ_BATCH};
-use crate::semantics::wire::{Context, Tag};
+use crate::semantics::wire::Context;
 use mcapi_ofi::{flags, Completion, Error as OfiError};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -80,14 +81,17 @@ impl NodeInner {
             Some(Context::RecvSlot(slot)) => self.message_arrived(st, slot, c),
             Some(Context::Read(index)) => self.read_completed(st, index, true),
             Some(Context::ControlSlot(slot)) => {
-                let mut tag = [0u8; 8];
-                // The receive completed: the slot is idle (a refusal leaves no tag). Only a
-                // whole tag with its number is a control (a shorter message would leave
-                // the slot's last tag to be taken again).
-                let read = self.fab.control_pool.read(slot as usize * 8, &mut tag);
+                let mut bytes = [0u8; CONTROL_LEN];
+                // The receive completed: the slot is idle (a refusal leaves no bytes). Only
+                // a whole control with its number counts (a shorter message would leave
+                // the slot's last control to be taken again).
+                let read = self
+                    .fab
+                    .control_pool
+                    .read(slot as usize * CONTROL_LEN, &mut bytes);
                 debug_assert!(read.is_ok(), "{read:?}");
-                let whole = c.len() == 8 && c.flags() & flags::REMOTE_CQ_DATA != 0;
-                if let Some(tag) = Tag::decode(u64::from_le_bytes(tag)).filter(|_| whole) {
+                let whole = c.len() == CONTROL_LEN && c.flags() & flags::REMOTE_CQ_DATA != 0;
+                if let Some(tag) = decode_control(&bytes, self.fabric_token).filter(|_| whole) {
                     self.control_arrived(st, tag, c.data());
                 }
                 self.repost_control_slot(slot);

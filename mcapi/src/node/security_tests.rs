@@ -4,10 +4,10 @@
 
 use crate::config::Config;
 use crate::control::{connect_when_up, ChannelOp, Frame, Rendezvous, Stream};
-use crate::node::credit_plane::{control_tag, EPOCH_UNKNOWN};
+use crate::node::credit_plane::{control_tag, encode_control, EPOCH_UNKNOWN};
 use crate::node::test_pair::{open_channel, sender_and_receiver};
-use crate::semantics::wire::Kind;
-use crate::{Node, Status};
+use crate::semantics::wire::{Kind, Tag};
+use crate::{EndpointId, Node, Status};
 use std::time::{Duration, Instant};
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
@@ -30,7 +30,8 @@ fn until(nodes: &[&Node], limit: Duration, mut done: impl FnMut() -> bool) -> bo
 }
 
 /// Sends a credit request for 8 credits with `tag` from `a`'s fabric endpoint to `addr`
-/// (`b`'s), as any process reaching the provider can, progressing both until it went.
+/// (`b`'s), as a job member can (it carries `b`'s fabric token), progressing both until it
+/// went.
 fn forge_credit_request(
     a: &Node,
     b: &Node,
@@ -41,7 +42,7 @@ fn forge_credit_request(
         .inner
         .fab
         .ep
-        .inject_data(&tag.encode().to_le_bytes(), 8u64 << 32, addr)
+        .inject_data(&encode_control(tag, b.inner.fabric_token), 8u64 << 32, addr)
         .is_ok()));
 }
 
@@ -66,6 +67,7 @@ fn member_connection(of: &Node, node: u32, claims: u32, incarnation: u64, addr: 
         incarnation,
         reads_itself: false,
         fabric_addr: addr,
+        fabric_token: 0x7070_7070,
     };
     match s.call(&hello).expect("hello") {
         Frame::Welcome { .. } => {}
@@ -190,7 +192,7 @@ fn a_forged_credit_request_for_a_gone_peer_leaks_no_credit() {
     );
 }
 
-/// Any sender on the fabric sends untagged messages longer than a control slot (8 bytes):
+/// Any sender on the fabric sends untagged messages longer than a control slot (16 bytes):
 /// each ended in a truncation error completion of a control receive, which was never
 /// posted again. Once the slots were gone the node heard no credit control and no
 /// `RndvDone` any more (a rendezvous message read by its receiver stayed staged at its
@@ -206,14 +208,14 @@ fn oversized_untagged_messages_do_not_use_up_the_control_slots() {
     b.msg_send(rx, back, &big, 0).unwrap();
     assert_eq!(a.msg_recv(tx, &mut buf), Ok(big.len()));
     assert!(until(&[&a, &b], Duration::from_secs(5), || staged(&b) == 0));
-    // The forgery: 300 untagged 16-byte messages to b (it posts at most 256 control slots).
+    // The forgery: 300 untagged 24-byte messages to b (it posts at most 256 control slots).
     let addr = {
         let st = a.inner.state.lock().unwrap();
         st.peers[st.peer_of[&(0, 84)] as usize].addr
     };
     let mut sent = 0;
     until(&[&a, &b], Duration::from_secs(10), || {
-        while sent < 300 && a.inner.fab.ep.inject_data(&[0u8; 16], 0, addr).is_ok() {
+        while sent < 300 && a.inner.fab.ep.inject_data(&[0u8; 24], 0, addr).is_ok() {
             sent += 1;
         }
         sent == 300
@@ -431,6 +433,7 @@ fn a_hello_meant_for_another_node_is_refused() {
         incarnation: 1,
         reads_itself: false,
         fabric_addr: x.inner.fab.ep.address().to_vec(),
+        fabric_token: 0x7070_7070,
     };
     let answer = s.call(&hello((0, 98))).expect("an answer");
     assert_eq!(
@@ -439,4 +442,121 @@ fn a_hello_meant_for_another_node_is_refused() {
     );
     assert!(!x.inner.state.lock().unwrap().peer_of.contains_key(&(0, 97)));
     x.finalize().unwrap();
+}
+
+/// A process of its own on `provider` (no control connection, no job key) sends `to` the
+/// credit control `tag` with number `data`, as it would have to guess it: the old 8-byte
+/// form, and the 16-byte one with tokens that are not `to`'s. Progresses `nodes` meanwhile.
+fn stranger_controls(provider: &str, nodes: &[&Node], to: &Node, tag: Tag, data: u64) {
+    use mcapi_ofi::{AddressVector, Completion, CompletionQueue, Domain, Endpoint};
+    use mcapi_ofi::{EndpointOptions, Hints, Info, WaitObject};
+    let mut hints = Hints::new().provider(provider.to_owned());
+    if provider != "shm" {
+        hints = hints.source(Some("127.0.0.1"), None);
+    }
+    let info = Info::first(&hints).expect("stranger info");
+    let domain = Domain::open_info(&info).expect("domain");
+    let cq = CompletionQueue::open(&domain, 0, WaitObject::None).expect("CQ");
+    let av = AddressVector::open(&domain, 4).expect("AV");
+    let ep = Endpoint::open(&domain, &cq, &av, EndpointOptions::default()).expect("endpoint");
+    let dest = av.insert(to.inner.fab.ep.address()).expect("AV insert");
+    let tag_only = tag.encode().to_le_bytes();
+    let guesses = [0, to.inner.incarnation, to.inner.fabric_token ^ 1];
+    let forms = std::iter::once(tag_only.to_vec())
+        .chain(guesses.map(|token| encode_control(tag, token).to_vec()));
+    let mut completions = [Completion::default(); 4];
+    for bytes in forms {
+        assert!(until(nodes, Duration::from_secs(10), || {
+            _ = cq.read(&mut completions);
+            ep.inject_data(&bytes, data, dest).is_ok()
+        }));
+    }
+    until(nodes, Duration::from_millis(300), || {
+        _ = cq.read(&mut completions);
+        false
+    });
+}
+
+/// Sends up to `n` numbered messages from `tx` of `a` to `to` (until one is refused: with no
+/// receive under way, a sender stops at its credits) and returns how many `msg_send`
+/// accepted and the numbers `rx` of `b` received (each within the endpoints' timeouts).
+fn numbered_messages(
+    a: &Node,
+    b: &Node,
+    (tx, rx, to): (EndpointId, EndpointId, EndpointId),
+    n: u32,
+) -> (u32, Vec<u32>) {
+    let t = Some(Duration::from_secs(5));
+    a.set_endpoint_timeout(tx, t).unwrap();
+    b.set_endpoint_timeout(rx, t).unwrap();
+    let sent = (0..n)
+        .take_while(|i| a.msg_send(tx, to, &i.to_le_bytes(), 0).is_ok())
+        .count() as u32;
+    let mut buf = [0u8; 16];
+    let got = (0..sent)
+        .map_while(|_| {
+            b.msg_recv(rx, &mut buf).ok()?;
+            Some(u32::from_le_bytes(buf[..4].try_into().unwrap()))
+        })
+        .collect();
+    (sent, got)
+}
+
+/// A stranger sends a sending node a credit Grant of 1,000 credits for the endpoint it
+/// sends to, naming the receiver, the port and the endpoint's epoch as the node numbers
+/// them (small counters, guessed in a few hundred tries). The window took them: the sender's
+/// next messages went without credits of the receiver, which dropped them while `msg_send`
+/// returned success (found in review). A control without the receiving run's fabric token
+/// now changes nothing.
+#[test]
+fn a_strangers_credit_grant_makes_no_sender_lose_messages() {
+    for provider in ["tcp", "shm"] {
+        let (a, b, tx, rx, to) = sender_and_receiver(provider, "sec-grant", (160, 161), Some(8));
+        a.msg_send(tx, to, b"first", 0).unwrap();
+        assert_eq!(b.msg_recv(rx, &mut [0u8; 16]), Ok(5));
+        let (index, epoch) = {
+            let st = a.inner.state.lock().unwrap();
+            let peer = st.peer_of[&(0, 161)];
+            (peer, st.remotes[&(peer, 1)].epoch)
+        };
+        let tag = control_tag(Kind::Grant, (1, epoch), index);
+        stranger_controls(provider, &[&a, &b], &a, tag, 1000);
+        let (sent, got) = numbered_messages(&a, &b, (tx, rx, to), 40);
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+        assert_eq!(
+            got,
+            (0..sent).collect::<Vec<_>>(),
+            "{provider}: {sent} sent"
+        );
+    }
+}
+
+/// A stranger sends a receiving node a credit Return in a live sender's name for the
+/// credits that sender holds: the receiver's pool took them back, and the sender's next
+/// messages, sent on credits it really held, were dropped as sent without one while
+/// `msg_send` returned success (found in review). Now the Return changes nothing.
+#[test]
+fn a_strangers_credit_return_makes_no_receiver_drop_messages() {
+    for provider in ["tcp", "shm"] {
+        let (a, b, tx, rx, to) = sender_and_receiver(provider, "sec-return", (162, 163), Some(8));
+        a.msg_send(tx, to, b"first", 0).unwrap();
+        assert_eq!(b.msg_recv(rx, &mut [0u8; 16]), Ok(5));
+        until(&[&a, &b], Duration::from_millis(300), || false);
+        let (held, index_at_b) = {
+            let st = a.inner.state.lock().unwrap();
+            let peer = st.peer_of[&(0, 163)];
+            let held = st.remotes[&(peer, 1)].window.available();
+            (held, st.peers[peer as usize].index_at_peer)
+        };
+        assert!(held > 0, "{provider}: the sender holds no credits");
+        let epoch = b.inner.state.lock().unwrap().endpoints[&1].epoch;
+        let tag = control_tag(Kind::Return, (1, epoch), index_at_b);
+        stranger_controls(provider, &[&a, &b], &b, tag, u64::from(held));
+        let (sent, got) = numbered_messages(&a, &b, (tx, rx, to), held);
+        a.finalize().unwrap();
+        b.finalize().unwrap();
+        assert_eq!(sent, held, "{provider}: the sender's own credits");
+        assert_eq!(got, (0..sent).collect::<Vec<_>>(), "{provider}");
+    }
 }

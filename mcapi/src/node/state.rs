@@ -217,6 +217,11 @@ pub(super) struct Peer {
     /// Its remote reads are made by its own process (its Hello or Welcome said so): only
     /// then is memory the provider here would not serve lent to it.
     pub(super) reads_itself: bool,
+    /// What our fabric control messages to it carry (its [`NodeInner::fabric_token`], from
+    /// its Hello or Welcome).
+    ///
+    /// [`NodeInner::fabric_token`]: super::inner::NodeInner::fabric_token
+    pub(super) fabric_token: u64,
 }
 
 impl Peer {

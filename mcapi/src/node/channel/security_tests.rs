@@ -249,7 +249,7 @@ fn too_long_messages_then_packets(provider: &str) {
     use mcapi_ofi::{AddressVector, CompletionQueue, Endpoint, EndpointOptions, MemoryRegion};
     use mcapi_ofi::{Completion, WaitObject};
     const BUFFERS: usize = 4;
-    let (a, b, tx, rx, to) = sender_and_receiver(provider, "sec-long", (98, 99), Some(BUFFERS));
+    let (a, b, tx, rx, to) = sender_and_receiver(provider, "sec-long", (164, 165), Some(BUFFERS));
     a.set_endpoint_timeout(tx, Some(Duration::from_secs(10)))
         .unwrap();
     b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
