@@ -102,6 +102,8 @@ pub struct RecvSide {
     starts: PacketStarts,
     /// Spare multi-receive buffers not used yet (they follow the pool's buffers).
     spares: Range<usize>,
+    /// The spare [`RecvSide::receive_failed`] just handed out, until its post is reported.
+    fresh_spare: Option<usize>,
     received: u32,
     /// How many the sender sent in all, once it closed or died.
     peer_sent: Option<u32>,
@@ -158,6 +160,7 @@ impl RecvSide {
                 buffer_size,
             ),
             spares: n..n + spares,
+            fresh_spare: None,
             received: 0,
             peer_sent: None,
             hub_slots: HubSlots {
@@ -340,7 +343,8 @@ impl RecvSide {
         if !truncated || !self.buffers.lose(b) {
             return Repost::Later;
         }
-        match self.spares.next() {
+        self.fresh_spare = self.spares.next();
+        match self.fresh_spare {
             Some(spare) => Repost::Now(spare),
             None => Repost::Later,
         }
@@ -351,12 +355,18 @@ impl RecvSide {
         self.spares.len()
     }
 
-    /// The outcome of a [`Repost::Now`]: posted, or listed to be posted later.
+    /// The outcome of a [`Repost::Now`]: posted, or listed to be posted later. A spare
+    /// that failed its first post (its memory could not be made) is not listed, which
+    /// would hold every credit return back behind it: it goes back among the spares, for
+    /// the next loss to try again, and the side goes on with one buffer less.
     #[inline(always)]
     pub fn posted(&mut self, b: usize, ok: bool) {
+        let fresh_spare = self.fresh_spare.take() == Some(b);
         if ok {
             self.buffers.reposted(b);
             self.starts.reposted(b);
+        } else if fresh_spare {
+            self.spares.start = b;
         } else {
             self.list(b as u32);
         }
@@ -1460,18 +1470,25 @@ mod tests {
         assert_eq!(p.offset, 2 * SIZE + 8);
         assert_eq!(r.release_state(p.offset), Some(false));
         assert_eq!(r.release(p.offset).unwrap().0, Repost::Now(2));
+        r.posted(2, true);
+        // A spare whose memory cannot be made is not listed (credit returns wait for
+        // listed buffers): it is tried again at the next loss.
         assert_eq!(r.receive_failed(1, false, true), Repost::Now(3));
+        r.posted(3, false);
+        assert_eq!(r.next_to_post(), None);
+        assert_eq!(r.spares_left(), 1);
+        assert_eq!(r.receive_failed(1, false, true), Repost::Later, "lost once");
+        let _ = r.packet_arrived(2, 2 * SIZE, 4, 2);
+        assert_eq!(r.receive_failed(2, false, true), Repost::Now(3));
+        r.posted(3, true);
         assert_eq!(r.spares_left(), 0);
         assert_eq!(
-            r.receive_failed(2, false, true),
+            r.receive_failed(3, false, true),
             Repost::Later,
             "no spare left"
         );
-        assert_eq!(
-            r.receive_failed(3, false, false),
-            Repost::Later,
-            "not truncated"
-        );
+        // A lost buffer the provider still reports released is its again.
+        assert_eq!(r.receive_failed(0, true, false), Repost::Now(0));
 
         let mut plain = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 2, 8);
         assert_eq!(plain.receive_failed(1, false, true), Repost::Later);

@@ -80,12 +80,13 @@ impl NodeInner {
         let data = match dir {
             Direction::Send => SideData::Unconnected,
             Direction::Receive => {
-                // On shm (scalar sides here are shm's) one plain receive per credit: shm
-                // matches a scalar or packet into a multi-receive buffer more slowly, all
-                // between its arrival and the application's reply,
-                // and a second completion when the buffer is full. An emptied slot is
-                // posted again off that path (`repost_slots`). Elsewhere packets share
-                // multi-receive buffers.
+                // Unless channel sides share buffers (`channels_share_buffers`: scalar sides
+                // here are of other providers than ofi_rxm's) one plain receive per credit:
+                // shm, say, matches a scalar or packet into a multi-receive buffer more
+                // slowly, all between its arrival and the application's reply, and a second
+                // completion when the buffer is full. An emptied slot is posted again off
+                // that path (`repost_slots`). Under ofi_rxm packets share multi-receive
+                // buffers.
                 // Same-node scalars are queued as they come, as from the hub: no slots.
                 let n = match kind {
                     ChannelKind::Scalar if local => 0,
