@@ -99,9 +99,13 @@ pub(super) struct Hub {
     /// For replacements of pool buffers.
     domain: Domain,
     routing: Mutex<Routing>,
-    /// Peers' hub addresses already in the AV (inserting one again would add an entry).
-    peers: Mutex<HashMap<Vec<u8>, FiAddr>>,
+    /// Peers' hub addresses in the AV, by node (`<domain, node>`): a node has one hub, so
+    /// a new address for it is a new run's, and the old run's entry goes.
+    peers: Mutex<PeerHubs>,
 }
+
+/// A peer node's hub address and its AV entry, by `<domain, node>`.
+type PeerHubs = HashMap<(u32, u32), (Vec<u8>, FiAddr)>;
 
 pub(super) struct Routing {
     buf: [Completion; READ_BURST],
@@ -192,14 +196,28 @@ impl Hub {
         &self.pool
     }
 
-    /// The AV entry of a peer's hub.
-    pub(super) fn peer(&self, addr: &[u8]) -> std::result::Result<FiAddr, OfiError> {
+    /// The AV entry of the hub of node `node` (`<domain, node>`) at `addr`. An entry for
+    /// another address of the node (an earlier run's, which restarted) is removed: nothing
+    /// the provider may still read goes through the hub (injects only), and a side of the
+    /// old run that still names it fails its next send, as the old run is gone.
+    pub(super) fn peer(
+        &self,
+        node: (u32, u32),
+        addr: &[u8],
+    ) -> std::result::Result<FiAddr, OfiError> {
         let mut peers = lock(&self.peers);
-        if let Some(&a) = peers.get(addr) {
-            return Ok(a);
+        match peers.get(&node) {
+            Some((known, a)) if known == addr => return Ok(*a),
+            Some(&(_, old)) => {
+                peers.remove(&node);
+                if let Err(e) = self.av.remove(old) {
+                    log::info!("hub: removing an earlier run's address: {e}");
+                }
+            }
+            None => {}
         }
         let a = self.av.insert(addr)?;
-        peers.insert(addr.to_vec(), a);
+        peers.insert(node, (addr.to_vec(), a));
         // Sets up the provider's connection now, as a packet sender does (`connect_side_io`);
         // the reader ignores messages without CQ data. Best effort: a failure shows at the
         // first real send.
@@ -472,6 +490,44 @@ mod tests {
     use super::*;
     use mcapi_ofi::{Hints, Info};
     use std::time::{Duration, Instant};
+
+    /// A peer node's hub is in the AV once; a new address of the same node (a restart)
+    /// takes the old one's place, which is removed (each restart of a peer had added an
+    /// entry for good: found in a review of long runs).
+    #[test]
+    fn a_restarted_peers_hub_replaces_its_old_address() {
+        let info = Info::first(&Hints::new().provider("tcp")).expect("tcp");
+        let domain = Domain::open_info(&info).expect("domain");
+        let hub = Hub::open(&domain, WaitObject::None, 8).expect("hub");
+        let cq = CompletionQueue::open(&domain, 0, WaitObject::None).expect("CQ");
+        let av = AddressVector::open(&domain, 4).expect("AV");
+        let old = Endpoint::open(&domain, &cq, &av, EndpointOptions::default()).expect("ep");
+        let new = Endpoint::open(&domain, &cq, &av, EndpointOptions::default()).expect("ep");
+        // Sends once the provider takes it (rxm connects in steps, progressed by reads).
+        let send = |to: FiAddr| {
+            let start = Instant::now();
+            let mut completions = [Completion::default(); 8];
+            loop {
+                match hub.send_credits(1, to, 0) {
+                    Err(e) if e.is_again() && start.elapsed() < Duration::from_secs(5) => {
+                        _ = cq.read(&mut completions);
+                        _ = hub.read(0, &mut [HubItem::default(); READ_BURST], &mut false);
+                    }
+                    r => return r,
+                }
+            }
+        };
+        let first = hub.peer((0, 7), old.address()).expect("first run");
+        assert_eq!(hub.peer((0, 7), old.address()).expect("again"), first);
+        let second = hub.peer((0, 7), new.address()).expect("second run");
+        // (The provider may give the freed entry's number to the new address.)
+        assert_eq!(lock(&hub.peers).len(), 1);
+        assert_eq!(lock(&hub.peers)[&(0, 7)].0, new.address());
+        send(second).expect("to the new run");
+        let other = hub.peer((0, 8), old.address()).expect("another node");
+        assert_eq!(lock(&hub.peers).len(), 2);
+        send(other).expect("to another node");
+    }
 
     /// A stranger's messages too long for the hub's buffers (on tcp;ofi_rxm each ends a
     /// buffer without releasing it) do not take the hub's pool: a scalar sent after more

@@ -257,7 +257,8 @@ impl NodeInner {
         match &mut io.hub {
             _ if local => {}
             Some(h) => {
-                io.dest = h.hub.peer(&peer.fabric_addr)?;
+                let node = (peer.from.domain(), peer.from.node());
+                io.dest = h.hub.peer(node, &peer.fabric_addr)?;
                 h.peer_route = peer.route;
             }
             None => io.dest = io.av.insert(&peer.fabric_addr)?,
@@ -327,7 +328,8 @@ impl NodeInner {
             .channels
             .hub(&self.fab, self.scalar_capacity() as usize)
             .ok()?;
-        let dest = hub.peer(&peer.hub_addr).ok()?;
+        let node = (peer.from.domain(), peer.from.node());
+        let dest = hub.peer(node, &peer.hub_addr).ok()?;
         Some(HubLane {
             hub,
             dest,
