@@ -491,16 +491,22 @@ mod tests {
     use mcapi_ofi::{Hints, Info};
     use std::time::{Duration, Instant};
 
-    /// A peer node's hub is in the AV once; a new address of the same node (a restart)
-    /// takes the old one's place, which is removed (each restart of a peer had added an
-    /// entry for good: found in a review of long runs).
-    #[test]
-    fn a_restarted_peers_hub_replaces_its_old_address() {
+    /// A hub over tcp, and a CQ and AV for other endpoints of its domain.
+    fn tcp_hub() -> (Domain, Hub, CompletionQueue, AddressVector) {
         let info = Info::first(&Hints::new().provider("tcp")).expect("tcp");
         let domain = Domain::open_info(&info).expect("domain");
         let hub = Hub::open(&domain, WaitObject::None, 8).expect("hub");
         let cq = CompletionQueue::open(&domain, 0, WaitObject::None).expect("CQ");
         let av = AddressVector::open(&domain, 4).expect("AV");
+        (domain, hub, cq, av)
+    }
+
+    /// A peer node's hub is in the AV once; a new address of the same node (a restart)
+    /// takes the old one's place, which is removed (each restart of a peer had added an
+    /// entry for good: found in a review of long runs).
+    #[test]
+    fn a_restarted_peers_hub_replaces_its_old_address() {
+        let (domain, hub, cq, av) = tcp_hub();
         let old = Endpoint::open(&domain, &cq, &av, EndpointOptions::default()).expect("ep");
         let new = Endpoint::open(&domain, &cq, &av, EndpointOptions::default()).expect("ep");
         // Sends once the provider takes it (rxm connects in steps, progressed by reads).
@@ -534,11 +540,7 @@ mod tests {
     /// of them than the pool has buffers still arrives.
     #[test]
     fn messages_too_long_for_the_pool_do_not_take_it() {
-        let info = Info::first(&Hints::new().provider("tcp")).expect("tcp");
-        let domain = Domain::open_info(&info).expect("domain");
-        let hub = Hub::open(&domain, WaitObject::None, 8).expect("hub");
-        let cq = CompletionQueue::open(&domain, 0, WaitObject::None).expect("CQ");
-        let av = AddressVector::open(&domain, 4).expect("AV");
+        let (domain, hub, cq, av) = tcp_hub();
         let stranger = Endpoint::open(&domain, &cq, &av, EndpointOptions::default()).expect("ep");
         let dest = av.insert(hub.endpoint().address()).expect("AV insert");
         let route = hub.attach(0, 8);
