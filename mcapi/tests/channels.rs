@@ -26,7 +26,7 @@ fn providers() -> Vec<&'static str> {
     offered(&["shm", "tcp"])
 }
 
-/// shm and tcp, and the providers the hub behaves differently on: sockets, net, udp.
+/// shm and tcp, and sockets, net and udp, whose sides keep plain receives of their own (no hub).
 fn every_provider() -> Vec<&'static str> {
     offered(&["shm", "tcp", "sockets", "net", "udp"])
 }
