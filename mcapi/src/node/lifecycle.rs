@@ -31,14 +31,6 @@ fn new_incarnation() -> u64 {
     (nanos ^ u64::from(std::process::id()).rotate_left(32) ^ n.rotate_left(48)) | 1
 }
 
-/// A fresh secret for [`NodeInner::fabric_token`].
-fn new_fabric_token() -> Result<u64> {
-    getrandom::u64().map_err(|e| {
-        log::error!("no random numbers for the fabric token: {e}");
-        Status::MCAPI_ERR_GENERAL
-    })
-}
-
 /// The node behind `w` if it is alive and not finalized.
 fn live(w: &Weak<NodeInner>) -> Option<Arc<NodeInner>> {
     w.upgrade().filter(|n| !n.finalized.load(Ordering::Acquire))
@@ -163,6 +155,9 @@ impl Node {
         };
         // Before the fabric: a job that cannot be secured is refused at once.
         let auth = Arc::new(control::job_auth(&config).map_err(|why| failed(&why))?);
+        // The secret fabric controls to this run carry (`NodeInner::fabric_token`).
+        let fabric_token = getrandom::u64()
+            .map_err(|e| failed(&format!("no random numbers for the fabric token: {e}")))?;
         let fab = open_fabric(&config, domain_id, node_id).map_err(|why| failed(&why))?;
         log::info!(
             "node <{domain_id}, {node_id}>: provider {} (job {})",
@@ -223,7 +218,7 @@ impl Node {
             verifying: Default::default(),
             channels: ChannelTable::new(busy_every_poll),
             incarnation: new_incarnation(),
-            fabric_token: new_fabric_token()?,
+            fabric_token,
             contacting: Mutex::new(HashMap::default()),
             watch_cursor: Default::default(),
             broken: OnceLock::new(),

@@ -206,18 +206,17 @@ impl Hub {
         addr: &[u8],
     ) -> std::result::Result<FiAddr, OfiError> {
         let mut peers = lock(&self.peers);
-        match peers.get(&node) {
-            Some((known, a)) if known == addr => return Ok(*a),
-            Some(&(_, old)) => {
-                peers.remove(&node);
-                if let Err(e) = self.av.remove(old) {
-                    log::info!("hub: removing an earlier run's address: {e}");
-                }
+        if let Some((known, a)) = peers.get(&node) {
+            if known == addr {
+                return Ok(*a);
             }
-            None => {}
         }
         let a = self.av.insert(addr)?;
-        peers.insert(node, (addr.to_vec(), a));
+        if let Some((_, old)) = peers.insert(node, (addr.to_vec(), a)) {
+            if let Err(e) = self.av.remove(old) {
+                log::info!("hub: removing an earlier run's address: {e}");
+            }
+        }
         // Sets up the provider's connection now, as a packet sender does (`connect_side_io`);
         // the reader ignores messages without CQ data. Best effort: a failure shows at the
         // first real send.

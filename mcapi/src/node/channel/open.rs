@@ -56,7 +56,7 @@ impl NodeInner {
         slot: usize,
         local: bool,
     ) -> std::result::Result<SideIo, OfiError> {
-        if kind == ChannelKind::Scalar && self.scalars_on_hub() && !local {
+        if kind == ChannelKind::Scalar && self.channels_share_buffers() && !local {
             return self.open_scalar_io(dir, slot);
         }
         let domain = &self.fab.domain;
@@ -154,7 +154,7 @@ impl NodeInner {
     /// within what the hub's CQ holds for every side; `None` otherwise, or if the hub
     /// cannot be opened (the side's own endpoint then takes every packet).
     fn packet_hub(&self, slot: usize, capacity: u32) -> Option<HubSide> {
-        if !self.scalars_on_hub()
+        if !self.channels_share_buffers()
             || self.fab.inject_size == 0
             || capacity as usize > hub::MAX_CAPACITY
         {
@@ -171,12 +171,6 @@ impl NodeInner {
             peer_route: 0,
             items: [HubItem::default(); hub::READ_BURST],
         })
-    }
-
-    /// Whether scalar sides use the node's hub: wherever channel sides share buffers, so
-    /// that a node pair's scalars share one connection.
-    fn scalars_on_hub(&self) -> bool {
-        self.channels_share_buffers()
     }
 
     /// Whether packet receive sides take packets into shared multi-receive buffers, and
@@ -321,7 +315,7 @@ impl NodeInner {
     /// The way to a packet receiver's hub that it announced, if this node has one too (the
     /// side's own endpoint takes every packet otherwise).
     fn hub_lane(&self, peer: &PeerOpen) -> Option<HubLane> {
-        if !self.scalars_on_hub() || peer.route as usize >= hub::ROUTES {
+        if !self.channels_share_buffers() || peer.route as usize >= hub::ROUTES {
             return None;
         }
         let hub = self
