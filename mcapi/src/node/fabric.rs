@@ -2,13 +2,14 @@
 
 use super::common::{ofi_status, Result, EAGER_SLOT, MAX_MSG_SIZE};
 use super::credit_plane::CONTROL_LEN;
+use super::rendezvous::{EAGER_MARK, RNDV_MARK};
 use super::state::State;
 use crate::config::Config;
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
 use mcapi_ofi::{
-    flags, AddressVector, CompletionQueue, Domain, Endpoint, EndpointOptions, Error as OfiError,
-    FiAddr, Hints, Info, MemoryRegion, WaitObject,
+    flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
+    Error as OfiError, FiAddr, Hints, Info, MemoryRegion, WaitObject,
 };
 
 /// Send slots of a node (copies of messages above the inject size until sent).
@@ -60,6 +61,27 @@ pub(super) struct Fab {
     /// Whether `msg_send_i_zero_copy` lends a rendezvous message's buffer that lives for
     /// good ([`lends_static_buffers`]).
     pub(super) lends_static: bool,
+    /// Whether the provider may leave `FI_REMOTE_CQ_DATA` out of a completion that has data
+    /// ([`loses_cq_data_flag`]).
+    pub(super) unflagged_cq_data: bool,
+}
+
+/// sockets (1.17) leaves `FI_REMOTE_CQ_DATA` out of the completion of a message it matched
+/// from its unexpected list (one that came before a receive was posted for it), though its
+/// data is there (`sock_pe_progress_buffered_rx`). Packets and scalars come that way when a
+/// stranger's messages took the receives posted for them: they were taken for "no packet"
+/// and dropped (found by a flaky CI run, 2026-11-28). There every message of ours carries
+/// data ([`Fab::message_cq_data`]), and receivers take it whatever the flag says
+/// ([`cq_data`]).
+pub(super) fn loses_cq_data_flag(provider: &str) -> bool {
+    provider == "sockets"
+}
+
+/// A receive completion's remote CQ data: where its flag says there is some, or always
+/// where the provider may leave the flag out (`unflagged`, [`loses_cq_data_flag`]).
+#[inline(always)]
+pub(super) fn cq_data(c: &Completion, unflagged: bool) -> Option<u64> {
+    (unflagged || c.flags() & flags::REMOTE_CQ_DATA != 0).then(|| c.data())
 }
 
 /// Whether `msg_send_i_zero_copy` lends a rendezvous message's buffer that lives for good
@@ -188,6 +210,7 @@ pub(super) fn open_fabric(
                 reads_in_place: reads_in_place(info.provider(), &domain, &ep, rma),
                 sends_in_place: rma && domain.reads_made_by_reader(),
                 lends_static: rma && lends_static_buffers(info.provider(), &domain),
+                unflagged_cq_data: loses_cq_data_flag(info.provider()),
                 ep,
                 cq,
                 av,
@@ -237,6 +260,40 @@ pub(super) fn open_node_cq(
 }
 
 impl Fab {
+    /// The remote CQ data a message goes with: a rendezvous descriptor's mark; nothing for
+    /// an eager message, except [`EAGER_MARK`] where the provider may leave the flag out
+    /// (its receiver then takes any data as there).
+    #[inline(always)]
+    pub(super) fn message_cq_data(&self, rndv: bool) -> Option<u64> {
+        if rndv {
+            Some(RNDV_MARK)
+        } else {
+            self.unflagged_cq_data.then_some(EAGER_MARK)
+        }
+    }
+
+    /// Injects an eager message (with [`EAGER_MARK`] where the provider may leave the
+    /// data's flag out: [`Fab::message_cq_data`]).
+    #[inline(always)]
+    pub(super) fn inject_eager(
+        &self,
+        data: &[u8],
+        dest: FiAddr,
+        tag: u64,
+    ) -> mcapi_ofi::Result<()> {
+        if self.unflagged_cq_data {
+            self.ep.inject_tagged_data(data, EAGER_MARK, dest, tag)
+        } else {
+            self.ep.inject_tagged(data, dest, tag)
+        }
+    }
+
+    /// A receive completion's remote CQ data ([`cq_data`]).
+    #[inline(always)]
+    pub(super) fn cq_data(&self, c: &Completion) -> Option<u64> {
+        cq_data(c, self.unflagged_cq_data)
+    }
+
     /// Posts slot `slot` of the node's message receive pool, for a message to any port.
     pub(super) fn post_recv_slot(&self, slot: u32) -> Result<()> {
         let buf = self

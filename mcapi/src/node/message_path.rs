@@ -11,7 +11,7 @@ use crate::semantics::credit::SenderId;
 use crate::semantics::request::{RequestHandle, RequestState};
 use crate::semantics::wire::{Context, Kind, Tag};
 use crate::semantics::Status;
-use mcapi_ofi::{flags, Completion};
+use mcapi_ofi::Completion;
 
 impl NodeInner {
     /// Copies a message (an eager one, or a staged one's descriptor) into a send slot and
@@ -194,23 +194,23 @@ impl NodeInner {
             // What fits is injected (a descriptor, a small message): its slot is free at
             // once and no completion has to be read for it.
             let inject = wire_len <= st.inject_scratch.len();
+            let cq_data = self.fab.message_cq_data(rndv != NO_STAGING);
             let posted = if inject {
                 let bytes = &mut st.inject_scratch[..wire_len];
                 let read = self.fab.send_pool.read(slot as usize * EAGER_SLOT, bytes);
                 debug_assert!(read.is_ok(), "{read:?}");
-                if rndv == NO_STAGING {
-                    self.fab.ep.inject_tagged(bytes, dest, tag.encode())
-                } else {
-                    self.fab
-                        .ep
-                        .inject_tagged_data(bytes, RNDV_MARK, dest, tag.encode())
+                match cq_data {
+                    None => self.fab.ep.inject_tagged(bytes, dest, tag.encode()),
+                    Some(d) => self.fab.ep.inject_tagged_data(bytes, d, dest, tag.encode()),
                 }
-            } else if rndv == NO_STAGING {
-                self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx)
             } else {
-                self.fab
-                    .ep
-                    .send_tagged_data(buf, RNDV_MARK, dest, tag.encode(), ctx)
+                match cq_data {
+                    None => self.fab.ep.send_tagged(buf, dest, tag.encode(), ctx),
+                    Some(d) => self
+                        .fab
+                        .ep
+                        .send_tagged_data(buf, d, dest, tag.encode(), ctx),
+                }
             };
             match posted {
                 Ok(()) => {
@@ -754,7 +754,7 @@ impl NodeInner {
             }
             return;
         };
-        let rndv = c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK;
+        let rndv = self.fab.cq_data(c) == Some(RNDV_MARK);
         if rndv {
             st.slot_run[slot as usize] = sender.life.incarnation().unwrap_or(0);
         }
@@ -888,7 +888,7 @@ impl NodeInner {
     /// sender is told to free the data.
     #[cold]
     fn rndv_dropped(&self, st: &mut State, slot: u32, peer: u16, port: u32, c: &Completion) {
-        if c.flags() & flags::REMOTE_CQ_DATA != 0 && c.data() == RNDV_MARK {
+        if self.fab.cq_data(c) == Some(RNDV_MARK) {
             let id = self.descriptor_in(slot).id;
             self.send_rndv_done(st, (peer, st.arrival_run(slot)), port, id);
         }

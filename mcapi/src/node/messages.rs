@@ -6,7 +6,7 @@ use super::fetch::IN_PLACE_READ;
 use super::inner::NodeInner;
 use super::message_path::InPlace;
 use super::peers::PeerInput;
-use super::rendezvous::{Descriptor, Msg, NO_STAGING, RNDV_MARK};
+use super::rendezvous::{Descriptor, Msg, NO_STAGING};
 use super::state::{Req, State, LOCAL_PEER};
 use super::wait::Deadline;
 use super::Node;
@@ -134,8 +134,7 @@ impl Node {
                         && self
                             .inner
                             .fab
-                            .ep
-                            .inject_tagged(data, p.addr, tag.encode())
+                            .inject_eager(data, p.addr, tag.encode())
                             .is_ok()
                     {
                         remote.next_seq = seq.wrapping_add(1);
@@ -934,8 +933,8 @@ impl NodeInner {
     ) -> Result<()> {
         let dest = st.peers[peer as usize].addr;
         let (data, cq_data) = match &msg {
-            Msg::Eager(data) => (*data, None),
-            Msg::Staged { desc, .. } => (&desc[..], Some(RNDV_MARK)),
+            Msg::Eager(data) => (*data, self.fab.message_cq_data(false)),
+            Msg::Staged { desc, .. } => (&desc[..], self.fab.message_cq_data(true)),
         };
         let mut refused = 0u32;
         let mut stalled = |st: &mut State| -> Result<()> {

@@ -4,7 +4,7 @@ use super::credit_plane::{decode_control, CONTROL_LEN};
 use super::inner::NodeInner;
 use super::state::{State, CQ_BATCH};
 use crate::semantics::wire::Context;
-use mcapi_ofi::{flags, Completion, Error as OfiError};
+use mcapi_ofi::{Completion, Error as OfiError};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -90,9 +90,9 @@ impl NodeInner {
                     .control_pool
                     .read(slot as usize * CONTROL_LEN, &mut bytes);
                 debug_assert!(read.is_ok(), "{read:?}");
-                let whole = c.len() == CONTROL_LEN && c.flags() & flags::REMOTE_CQ_DATA != 0;
-                if let Some(tag) = decode_control(&bytes, self.fabric_token).filter(|_| whole) {
-                    self.control_arrived(st, tag, c.data());
+                let data = self.fab.cq_data(c).filter(|_| c.len() == CONTROL_LEN);
+                if let (Some(tag), Some(data)) = (decode_control(&bytes, self.fabric_token), data) {
+                    self.control_arrived(st, tag, data);
                 }
                 self.repost_control_slot(slot);
             }

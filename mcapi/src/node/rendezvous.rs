@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 pub(super) const DESC_LEN: usize = 32;
 /// Remote CQ data marking a message as a rendezvous descriptor (fits 4-byte CQ data).
 pub(super) const RNDV_MARK: u64 = 0x5244_5601;
+/// Remote CQ data of an eager message, where it has to carry some (`Fab::message_cq_data`).
+pub(super) const EAGER_MARK: u64 = 0;
 /// Bytes a node keeps staged for rendezvous messages not yet read at most (but one
 /// message always goes): beyond it a blocking `msg_send` waits for a receiver to finish
 /// reading, and `msg_send_i` is `MCAPI_ERR_MEM_LIMIT`.

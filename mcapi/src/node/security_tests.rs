@@ -560,3 +560,82 @@ fn a_strangers_credit_return_makes_no_receiver_drop_messages() {
         assert_eq!(got, (0..sent).collect::<Vec<_>>(), "{provider}");
     }
 }
+
+/// On sockets a message that comes before a receive is posted for it waits in the
+/// provider's unexpected list, and its completion, once a receive is posted, leaves
+/// `FI_REMOTE_CQ_DATA` out. A stranger's messages take every receive slot of a node while
+/// it is busy, and a peer's rendezvous message comes then: it was taken for an eager one,
+/// and the application got its 32-byte descriptor as the message. Now every message
+/// carries data there, and the receiver reads it whatever the flag says.
+#[test]
+fn messages_that_wait_for_a_receive_slot_keep_their_kind_on_sockets() {
+    use mcapi_ofi::{AddressVector, CompletionQueue, Endpoint, EndpointOptions, WaitObject};
+    if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("sockets")).is_err() {
+        eprintln!("skipping: sockets not offered here");
+        return;
+    }
+    let (a, b, tx, rx, to) = sender_and_receiver("sockets", "sec-unexp", (301, 302), Some(8));
+    a.set_endpoint_timeout(tx, T).unwrap();
+    b.set_endpoint_timeout(rx, T).unwrap();
+    let mut buf = vec![0u8; 256 << 10];
+    a.msg_send(tx, to, b"warm", 1).unwrap();
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
+    // The stranger: an endpoint of its own on a's domain, sending to b's node endpoint.
+    let domain = &a.inner.fab.domain;
+    let cq = CompletionQueue::open(domain, 0, WaitObject::None).unwrap();
+    let av = AddressVector::open(domain, 4).unwrap();
+    let stranger = Endpoint::open(domain, &cq, &av, EndpointOptions::default()).unwrap();
+    let dest = av.insert(b.inner.fab.ep.address()).unwrap();
+    let from_nobody = Tag {
+        kind: Kind::Message,
+        priority: 1,
+        port: 1,
+        peer: 9999,
+        seq: 0,
+    }
+    .encode();
+    let large: Vec<u8> = (0..256u32 << 10).map(|i| (i % 251) as u8).collect();
+    let sender = {
+        // b cannot post its slots again while its state is held: the stranger's messages
+        // take them all, and a's two messages wait in the provider.
+        let st = b.inner.state.lock().unwrap();
+        let slots = b.inner.fab.recv_slots;
+        for _ in 0..slots {
+            let start = Instant::now();
+            while let Err(e) = stranger.inject_tagged(&[0u8; 8], dest, from_nobody) {
+                assert!(
+                    e.is_again() && start.elapsed() < Duration::from_secs(5),
+                    "{e}"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let sender = {
+            let (a, large) = (a.clone(), large.clone());
+            std::thread::spawn(move || {
+                a.msg_send(tx, to, &large, 1)?;
+                a.msg_send(tx, to, b"small", 1)
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        drop(st);
+        sender
+    };
+    let first = b.msg_recv(rx, &mut buf);
+    let first_intact = first == Ok(large.len()) && buf[..large.len()] == large[..];
+    let second = b.msg_recv(rx, &mut buf);
+    let sent = sender.join().unwrap();
+    drop((stranger, av, cq));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert!(
+        first_intact,
+        "the rendezvous message: {first:?} (sender: {sent:?})"
+    );
+    assert_eq!(
+        second,
+        Ok(5),
+        "the eager message after it (sender: {sent:?})"
+    );
+}

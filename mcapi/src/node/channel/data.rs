@@ -168,6 +168,8 @@ pub(super) struct RecvData {
     pub(super) local: Option<Box<LocalRecv>>,
     /// Multi-receive sides: the buffers that replace those the provider dropped.
     pub(super) spares: Option<Box<Spares>>,
+    /// The provider may leave `FI_REMOTE_CQ_DATA` out (`fabric::loses_cq_data_flag`).
+    pub(super) unflagged_cq_data: bool,
 }
 
 /// Receive pool ranges of a node's channel sides: `(start, end, slot)`, to find the side

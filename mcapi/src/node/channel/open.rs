@@ -127,6 +127,7 @@ impl NodeInner {
                         let registry = self.channels.pools.clone();
                         Box::new(Spares::new(n, domain.clone(), registry, slot))
                     }),
+                    unflagged_cq_data: self.fab.unflagged_cq_data,
                 };
                 for b in 0..n {
                     r.post(&ep, b)?;
@@ -215,6 +216,7 @@ impl NodeInner {
                     state,
                     local: None,
                     spares: None,
+                    unflagged_cq_data: self.fab.unflagged_cq_data,
                 })
             }
         };

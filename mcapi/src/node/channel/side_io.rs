@@ -5,6 +5,7 @@ use super::hub::{self, Hub, HubItem};
 use super::limits::{CTX_CREDIT, CTX_STAGING, CTX_USER, SCALAR_SLOT, ZERO_COPY_GRACE};
 use super::outbox::Outbox;
 use crate::node::common::Result;
+use crate::node::fabric::cq_data;
 use crate::node::seq;
 use crate::semantics::channel::ChannelKind;
 use crate::semantics::channel_side::{NextSend, Outgoing, Posted, Posting};
@@ -188,7 +189,8 @@ impl SideIo {
                         let what = r
                             .state
                             .receive_failed(e.context as usize, released, truncated);
-                        if truncated && !released && spares == 0 {
+                        let multi_recv = r.state.posting() == Posting::MultiRecv;
+                        if multi_recv && truncated && !released && spares == 0 {
                             log::warn!("packet channel: a receive buffer was ended by a message too long for it, and no spare is left: it stays out");
                         }
                         r.repost(&self.ep, what);
@@ -354,29 +356,26 @@ impl SideIo {
                 // Whatever arrived used up slot `ctx`, which is listed to be posted again.
                 let slot = ctx as u32;
                 // The receive completed: the slot is idle (a refusal counts as no scalar).
-                let scalar = (c.flags() & flags::REMOTE_CQ_DATA != 0)
-                    .then(|| {
-                        let len = c.len();
-                        let value = r
-                            .pool
-                            .read_le(slot as usize * SCALAR_SLOT, len.min(SCALAR_SLOT));
-                        value.ok().map(|value| (c.data() as u32, value, len))
-                    })
-                    .flatten();
+                let scalar = cq_data(c, r.unflagged_cq_data).and_then(|seq| {
+                    let len = c.len();
+                    let value = r
+                        .pool
+                        .read_le(slot as usize * SCALAR_SLOT, len.min(SCALAR_SLOT));
+                    value.ok().map(|value| (seq as u32, value, len))
+                });
                 credits_due = r.state.scalar_arrived(slot, scalar);
             }
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 let multi_recv = r.state.posting() == Posting::MultiRecv;
-                if c.flags() & flags::REMOTE_CQ_DATA != 0 {
+                if let Some(seq) = cq_data(c, r.unflagged_cq_data) {
                     let offset = if multi_recv {
                         r.offset_of(c.buf_addr())
                     } else {
                         // `buf` is defined for multi-receive completions only.
                         b * r.state.buffer_size()
                     };
-                    let (due, dropped) =
-                        r.state.packet_arrived(b, offset, c.len(), c.data() as u32);
+                    let (due, dropped) = r.state.packet_arrived(b, offset, c.len(), seq as u32);
                     credits_due = due;
                     r.repost(&self.ep, dropped);
                 }
