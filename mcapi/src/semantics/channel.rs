@@ -538,6 +538,11 @@ impl PoolBuffers {
         self.posted[b] = true;
     }
 
+    /// The buffers, spares included.
+    pub fn count(&self) -> usize {
+        self.posted.len()
+    }
+
     /// Whether `b` (a completion context) names one of the buffers.
     pub fn holds(&self, b: u64) -> bool {
         b < self.posted.len() as u64

@@ -100,6 +100,9 @@ pub struct RecvSide {
     held: Held,
     /// Where packets began in each multi-receive buffer (for `pktchan_release_test`).
     starts: PacketStarts,
+    /// What the provider reported written in each multi-receive buffer since its post
+    /// ([`RecvSide::track_fill`]).
+    fill: Option<Box<Fill>>,
     /// Spare multi-receive buffers not used yet (they follow the pool's buffers).
     spares: Range<usize>,
     /// The spare [`RecvSide::receive_failed`] just handed out, until its post is reported.
@@ -159,6 +162,7 @@ impl RecvSide {
                 },
                 buffer_size,
             ),
+            fill: None,
             spares: n..n + spares,
             fresh_spare: None,
             received: 0,
@@ -248,6 +252,63 @@ impl RecvSide {
         } else {
             Repost::Later
         }
+    }
+
+    /// Makes a multi-receive side hold a buffer the provider releases back until every
+    /// message the provider carved out of it was reported ([`RecvSide::filled`],
+    /// [`RecvSide::multi_recv_released`]). A buffer counts as used up when less than
+    /// `min_free` bytes are left in it (the endpoint's `FI_OPT_MIN_MULTI_RECV`).
+    ///
+    /// Why: tcp;ofi_rxm 1.17, given a buffer while messages wait for one, carves them out
+    /// of it at once and reports it released as soon as less than the minimum is left,
+    /// while a message big enough for rendezvous is still being read into it. Posted again
+    /// then, the buffer took the next packet where that message was still to be written.
+    pub fn track_fill(&mut self, min_free: usize) {
+        if self.posting == Posting::MultiRecv {
+            let n = self.buffers.count();
+            self.fill = Some(Box::new(Fill::new(n, self.buffer_size, min_free)));
+        }
+    }
+
+    /// A completion reported `len` bytes written at pool offset `offset` of multi-receive
+    /// buffer `b` (a packet or anything else). Frees the buffer if its release was waiting
+    /// for these bytes.
+    #[inline(always)]
+    pub fn filled(&mut self, b: usize, offset: usize, len: usize) -> Repost {
+        let Some(fill) = &mut self.fill else {
+            return Repost::Later;
+        };
+        if fill.reported(b, offset, len) {
+            self.buffer_done(b)
+        } else {
+            Repost::Later
+        }
+    }
+
+    /// A message too long for what was left of multi-receive buffer `b` ended in an error
+    /// after `written` bytes: it took the rest of the buffer, so it was the last carved out
+    /// of it. Frees the buffer if a release was waiting for it ([`RecvSide::filled`]); else
+    /// see [`RecvSide::receive_failed`].
+    pub fn truncated_in(&mut self, b: usize, written: usize) -> Repost {
+        let size = self.buffer_size;
+        match (b + 1)
+            .checked_mul(size)
+            .and_then(|end| end.checked_sub(written))
+        {
+            Some(offset) if written <= size => self.filled(b, offset, written),
+            _ => Repost::Later,
+        }
+    }
+
+    /// The provider released multi-receive buffer `b` (a completion flagged
+    /// `FI_MULTI_RECV`): done with it once every message carved out of it was reported
+    /// ([`RecvSide::track_fill`]), else when the last of them is ([`RecvSide::filled`]).
+    #[inline(always)]
+    pub fn multi_recv_released(&mut self, b: usize) -> Repost {
+        if self.fill.as_mut().is_some_and(|fill| !fill.released(b)) {
+            return Repost::Later;
+        }
+        self.buffer_done(b)
     }
 
     /// Scalar slot `slot` completed: with a scalar (`Some((seq, value, width))`) or without
@@ -365,6 +426,9 @@ impl RecvSide {
         if ok {
             self.buffers.reposted(b);
             self.starts.reposted(b);
+            if let Some(fill) = &mut self.fill {
+                fill.reposted(b);
+            }
         } else if fresh_spare {
             self.spares.start = b;
         } else {
@@ -384,6 +448,9 @@ impl RecvSide {
         if let Some(b) = self.to_post.pop() {
             self.buffers.reposted(b as usize);
             self.starts.reposted(b as usize);
+            if let Some(fill) = &mut self.fill {
+                fill.reposted(b as usize);
+            }
         }
     }
 
@@ -829,6 +896,81 @@ enum Held {
 /// was posted until the first one after it is posted again: in arrival order (a buffer
 /// fills front to back), an empty packet's offset once however many share it, so at most a
 /// buffer's size plus one per buffer. Allocated as packets first fill a buffer, kept after.
+/// The bytes a provider reported written in each multi-receive buffer since it was
+/// posted, and releases that came before all of them ([`RecvSide::track_fill`]). A
+/// provider carves messages out of a buffer one after another from its start, so the
+/// buffer is done with once the reported bytes run without a gap from its start to less
+/// than the minimum before its end.
+struct Fill {
+    buffers: Box<[BufferFill]>,
+    buffer_size: usize,
+    min_free: usize,
+}
+
+#[derive(Clone, Default)]
+struct BufferFill {
+    /// Bytes reported from the buffer's start on without a gap.
+    prefix: usize,
+    /// Ranges reported past a gap (a message carved earlier still being written).
+    pieces: Vec<Range<usize>>,
+    /// The provider released the buffer before all of it was reported.
+    release_waits: bool,
+}
+
+impl Fill {
+    fn new(buffers: usize, buffer_size: usize, min_free: usize) -> Fill {
+        Fill {
+            buffers: vec![BufferFill::default(); buffers].into_boxed_slice(),
+            buffer_size,
+            min_free,
+        }
+    }
+
+    /// `len` bytes at pool offset `offset` of buffer `b` were reported; `true` if a release
+    /// of `b` waited for them and need wait no more.
+    #[inline(always)]
+    fn reported(&mut self, b: usize, offset: usize, len: usize) -> bool {
+        let size = self.buffer_size;
+        let Some(f) = self.buffers.get_mut(b) else {
+            return false;
+        };
+        let Some(at) = offset.checked_sub(b * size).filter(|at| at + len <= size) else {
+            return false;
+        };
+        if at == f.prefix {
+            f.prefix += len;
+            // Pieces reported out of order that now join the prefix.
+            while let Some(i) = f.pieces.iter().position(|p| p.start == f.prefix) {
+                f.prefix = f.pieces.swap_remove(i).end;
+            }
+        } else if at > f.prefix && len > 0 {
+            f.pieces.push(at..at + len);
+        }
+        let waited = f.release_waits;
+        f.release_waits = false;
+        waited && self.released(b)
+    }
+
+    /// Buffer `b` was released: `true` if all of it was reported, else the release waits.
+    fn released(&mut self, b: usize) -> bool {
+        let (size, min_free) = (self.buffer_size, self.min_free);
+        let Some(f) = self.buffers.get_mut(b) else {
+            return true;
+        };
+        let done = f.pieces.is_empty() && f.prefix + min_free > size;
+        f.release_waits = !done;
+        done
+    }
+
+    fn reposted(&mut self, b: usize) {
+        if let Some(f) = self.buffers.get_mut(b) {
+            f.prefix = 0;
+            f.pieces.clear();
+            f.release_waits = false;
+        }
+    }
+}
+
 struct PacketStarts {
     buffers: Box<[BufferStarts]>,
     buffer_size: usize,
@@ -1493,6 +1635,74 @@ mod tests {
         let mut plain = RecvSide::new(ChannelKind::Packet, Posting::Plain, SIZE, 2, 8);
         assert_eq!(plain.receive_failed(1, false, true), Repost::Later);
         assert_eq!(plain.next_to_post(), Some(1), "listed to be posted again");
+    }
+
+    /// tcp;ofi_rxm, given a buffer while messages wait, carves them out of it and reports
+    /// it released at once (`FI_MULTI_RECV`, no bytes), while a large one is still being
+    /// written there: the buffer goes back only once every byte carved out of it was
+    /// reported (a packet, or a message too long for the rest), and once its packets are
+    /// released. Before, it was posted again at the release, and the next packet landed
+    /// where the last was still being written.
+    #[test]
+    fn a_release_waits_for_the_messages_carved_out_of_the_buffer() {
+        const MIN: usize = SIZE / 2;
+        let mut r = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);
+        r.track_fill(MIN);
+        // A packet of most of buffer 0 carved at the post, written after the release.
+        assert_eq!(
+            r.multi_recv_released(0),
+            Repost::Later,
+            "nothing reported yet"
+        );
+        let _ = r.packet_arrived(0, 0, SIZE - 8, 0);
+        assert_eq!(
+            r.filled(0, 0, SIZE - 8),
+            Repost::Later,
+            "its packet is held"
+        );
+        let p = r.take_packet().unwrap();
+        assert_eq!(r.release(p.offset).unwrap().0, Repost::Now(0));
+        r.posted(0, true);
+        // A message too long for buffer 1 carved at the post: the release waits for its
+        // truncation.
+        assert_eq!(r.multi_recv_released(1), Repost::Later);
+        assert_eq!(r.truncated_in(1, SIZE), Repost::Now(1));
+        r.posted(1, true);
+        // Reported out of order (an earlier message still written when a later one came):
+        // the release waits for the gap.
+        let _ = r.packet_arrived(1, SIZE + 600, 400, 2);
+        assert_eq!(r.filled(1, SIZE + 600, 400), Repost::Later);
+        assert_eq!(r.multi_recv_released(1), Repost::Later, "a gap before 600");
+        assert!(r.take_packet().is_none(), "packet 1 comes first");
+        let _ = r.packet_arrived(1, SIZE, 600, 1);
+        assert_eq!(r.filled(1, SIZE, 600), Repost::Later, "packets held");
+        let p = r.take_packet().unwrap();
+        assert_eq!(r.release(p.offset).unwrap().0, Repost::Later);
+        let p = r.take_packet().unwrap();
+        assert_eq!(r.release(p.offset).unwrap().0, Repost::Now(1));
+        r.posted(1, true);
+        // A release before less than the minimum was reported: the rest is still coming.
+        let _ = r.packet_arrived(0, 10, 10, 3);
+        assert_eq!(r.filled(0, 10, 10), Repost::Later);
+        assert_eq!(r.multi_recv_released(0), Repost::Later, "a gap before 10");
+        let _ = r.filled(0, 0, 10);
+        assert_eq!(
+            r.multi_recv_released(0),
+            Repost::Later,
+            "more than MIN left"
+        );
+        // Packets that fill the buffer as they come, the last with the release: done at
+        // once, as before.
+        let mut honest = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);
+        honest.track_fill(MIN);
+        for (seq, at) in [0, MIN / 2, MIN].into_iter().enumerate() {
+            let _ = honest.packet_arrived(0, at, MIN / 2, seq as u32);
+            let _ = honest.filled(0, at, MIN / 2);
+        }
+        while let Some(p) = honest.take_packet() {
+            let _ = honest.release(p.offset).unwrap();
+        }
+        assert_eq!(honest.multi_recv_released(0), Repost::Now(0));
     }
 
     #[test]

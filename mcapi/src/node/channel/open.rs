@@ -101,6 +101,9 @@ impl NodeInner {
                     ChannelKind::Packet => (payload.max(SCALAR_SLOT), Posting::Plain),
                 };
                 let mut state = RecvSide::new(kind, posting, buffer_size, n, capacity);
+                if let Some(min_free) = min_multi_recv {
+                    state.track_fill(min_free);
+                }
                 packet_hub = (posting == Posting::MultiRecv)
                     .then(|| self.packet_hub(slot, capacity))
                     .flatten();

@@ -278,10 +278,10 @@ fn too_long_messages_then_packets(provider: &str) {
     let stranger = Endpoint::open(domain, &cq, &av, EndpointOptions::default()).unwrap();
     let dest = av.insert(&side_addr).unwrap();
     let long = MemoryRegion::new(domain, 2 * buffer_size).unwrap();
-    // Sends BUFFERS of them, and waits for their completions (`settle`).
-    let send_long = |settle: bool| {
+    // Sends `n` of them, and waits for their completions (`settle`).
+    let send_long = |n: usize, settle: bool| {
         let mut completions = [Completion::default(); 8];
-        for _ in 0..BUFFERS {
+        for _ in 0..n {
             let start = std::time::Instant::now();
             while let Err(e) = stranger.send(long.all(), None, dest, 7) {
                 assert!(
@@ -293,52 +293,56 @@ fn too_long_messages_then_packets(provider: &str) {
         }
         let start = std::time::Instant::now();
         let mut done = 0;
-        while settle && done < BUFFERS && start.elapsed() < Duration::from_secs(5) {
+        while settle && done < n && start.elapsed() < Duration::from_secs(5) {
             match cq.read(&mut completions) {
                 Ok(n) => done += n,
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
         }
     };
-    send_long(true);
     // The channel's packets, above the hub's size so they take the side's own buffers.
     let packet: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
-    // Plain receives: as many again, and the sender's first packets (it has credits for
-    // them), come while the side cannot post receives again, so the packets arrive before
-    // any receive is posted for them and the provider holds them until one is (sockets
-    // then left their data's flag out, and they were dropped). Not under ofi_rxm, where a
-    // side has a spare for each buffer and no more, and a multi-receive buffer posted
-    // while such a message waits is released at once, while the message is still being
-    // written into it (providers.md).
-    let side = plain.then(|| b.inner.channels.sides[slot].lock());
-    if plain {
-        send_long(false);
+    let (end, (got, sent)) = std::thread::scope(|scope| {
+        // The rest of the stranger's messages and the sender's first packets (it has
+        // credits for them) come while the side can post no receive: they wait in the
+        // provider until the side posts one.
+        // - Plain receives: one message per buffer before, as many again then; sockets
+        //   left the packets' data flag out, and they were dropped.
+        // - Multi-receive buffers: twice as many as the side has, all then (the stranger
+        //   progresses its own sends: ofi_rxm moves them only while it reads its CQ). Each
+        //   spare the side posts, tcp;ofi_rxm reports released at once while it still
+        //   writes a waiting message into it; posted again then, the buffer took the next
+        //   packet where the last was still being written.
+        let side = if plain {
+            send_long(BUFFERS, true);
+            let side = b.inner.channels.sides[slot].lock();
+            send_long(BUFFERS, false);
+            side
+        } else {
+            let side = b.inner.channels.sides[slot].lock();
+            scope.spawn(|| send_long(2 * BUFFERS, true));
+            side
+        };
         std::thread::sleep(Duration::from_millis(100));
-    }
-    let sender = {
-        let a = a.clone();
-        let packet = packet.clone();
-        std::thread::spawn(move || (0..3 * BUFFERS).try_for_each(|_| a.pktchan_send(hs, &packet)))
-    };
-    if plain {
+        let sender = scope.spawn(|| (0..3 * BUFFERS).try_for_each(|_| a.pktchan_send(hs, &packet)));
         std::thread::sleep(Duration::from_millis(200));
-    }
-    drop(side);
-    let mut got = 0;
-    let end = loop {
-        if got == 3 * BUFFERS {
-            break Ok(());
-        }
-        match b.pktchan_recv(hr) {
-            Ok(p) => {
-                assert_eq!(p.to_vec(), packet);
-                b.pktchan_release(p).unwrap();
-                got += 1;
+        drop(side);
+        let mut got = 0;
+        let end = loop {
+            if got == 3 * BUFFERS {
+                break Ok(());
             }
-            Err(e) => break Err(e),
-        }
-    };
-    let sent = sender.join().unwrap();
+            match b.pktchan_recv(hr) {
+                Ok(p) => {
+                    assert_eq!(p.to_vec(), packet);
+                    b.pktchan_release(p).unwrap();
+                    got += 1;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        (end, (got, sender.join().unwrap()))
+    });
     drop((stranger, av, cq));
     a.finalize().unwrap();
     b.finalize().unwrap();

@@ -8,7 +8,7 @@ use crate::node::common::Result;
 use crate::node::fabric::cq_data;
 use crate::node::seq;
 use crate::semantics::channel::ChannelKind;
-use crate::semantics::channel_side::{NextSend, Outgoing, Posted, Posting};
+use crate::semantics::channel_side::{NextSend, Outgoing, Posted, Posting, Repost};
 use crate::semantics::Status;
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Endpoint, Error as OfiError, FiAddr,
@@ -186,13 +186,25 @@ impl SideIo {
                         let released = e.flags & flags::MULTI_RECV != 0;
                         let truncated = e.is_truncation() && e.flags & flags::RECV != 0;
                         let spares = r.state.spares_left();
-                        let what = r
-                            .state
-                            .receive_failed(e.context as usize, released, truncated);
+                        let b = e.context as usize;
                         let multi_recv = r.state.posting() == Posting::MultiRecv;
-                        if multi_recv && truncated && !released && spares == 0 {
-                            log::warn!("packet channel: a receive buffer was ended by a message too long for it, and no spare is left: it stays out");
-                        }
+                        let written = e.len.saturating_sub(e.olen);
+                        // A release that waited for this message frees the buffer;
+                        // else the error ends it (a spare may take its place).
+                        let freed = if multi_recv && truncated {
+                            r.state.truncated_in(b, written)
+                        } else {
+                            Repost::Later
+                        };
+                        let what = match freed {
+                            Repost::Now(_) => freed,
+                            Repost::Later => {
+                                if multi_recv && truncated && !released && spares == 0 {
+                                    log::warn!("packet channel: a receive buffer was ended by a message too long for it, and no spare is left: it stays out");
+                                }
+                                r.state.receive_failed(b, released, truncated)
+                            }
+                        };
                         r.repost(&self.ep, what);
                     }
                     _ => {}
@@ -379,9 +391,18 @@ impl SideIo {
                     credits_due = due;
                     r.repost(&self.ep, dropped);
                 }
+                // After the packet is held: a release that waited for these bytes may
+                // free the buffer.
+                if multi_recv && !c.is_empty() {
+                    let what = r.state.filled(b, r.offset_of(c.buf_addr()), c.len());
+                    r.repost(&self.ep, what);
+                }
                 // A plain receive is done with its buffer at once, whatever arrived.
-                if !multi_recv || c.flags() & flags::MULTI_RECV != 0 {
+                if !multi_recv {
                     let what = r.state.buffer_done(b);
+                    r.repost(&self.ep, what);
+                } else if c.flags() & flags::MULTI_RECV != 0 {
+                    let what = r.state.multi_recv_released(b);
                     r.repost(&self.ep, what);
                 }
             }
