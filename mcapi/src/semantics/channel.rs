@@ -15,6 +15,7 @@
 //! when the connect arrives.
 
 use super::Status;
+use std::ops::Range;
 
 /// Packet or scalar channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -554,9 +555,133 @@ impl PoolBuffers {
     }
 }
 
+/// The bytes a provider reported written in each multi-receive buffer since it was
+/// posted, and releases that came before all of them. A provider carves messages out of
+/// a buffer one after another from its start, so the buffer is done with once the
+/// reported bytes run without a gap from its start to less than the minimum before its
+/// end. Why a release is not enough: tcp;ofi_rxm 1.17, given a buffer while messages wait
+/// for one, carves them out of it at once and reports it released as soon as less than
+/// the minimum is left, while a message sent by segmentation or rendezvous is still being
+/// written into it.
+///
+/// Offsets are `b * buffer_size + offset within buffer b`, whatever memory holds it.
+#[derive(Debug)]
+pub struct Fill {
+    buffers: Box<[BufferFill]>,
+    buffer_size: usize,
+    min_free: usize,
+}
+
+#[derive(Clone, Default, Debug)]
+struct BufferFill {
+    /// Bytes reported from the buffer's start on without a gap.
+    prefix: usize,
+    /// Ranges reported past a gap (a message carved earlier still being written).
+    pieces: Vec<Range<usize>>,
+    /// The provider released the buffer before all of it was reported.
+    release_waits: bool,
+}
+
+impl Fill {
+    /// `buffers` buffers of `buffer_size` bytes, used up when less than `min_free` is left
+    /// (the endpoint's `FI_OPT_MIN_MULTI_RECV`).
+    pub fn new(buffers: usize, buffer_size: usize, min_free: usize) -> Fill {
+        Fill {
+            buffers: vec![BufferFill::default(); buffers].into_boxed_slice(),
+            buffer_size,
+            min_free,
+        }
+    }
+
+    /// `len` bytes at pool offset `offset` of buffer `b` were reported; `true` if a release
+    /// of `b` waited for them and need wait no more.
+    #[inline(always)]
+    pub fn reported(&mut self, b: usize, offset: usize, len: usize) -> bool {
+        let size = self.buffer_size;
+        let Some(f) = self.buffers.get_mut(b) else {
+            return false;
+        };
+        let Some(at) = offset.checked_sub(b * size).filter(|at| at + len <= size) else {
+            return false;
+        };
+        if at == f.prefix {
+            f.prefix += len;
+            // Pieces reported out of order that now join the prefix.
+            while let Some(i) = f.pieces.iter().position(|p| p.start == f.prefix) {
+                f.prefix = f.pieces.swap_remove(i).end;
+            }
+        } else if at > f.prefix && len > 0 {
+            f.pieces.push(at..at + len);
+        }
+        let waited = f.release_waits;
+        f.release_waits = false;
+        waited && self.released(b)
+    }
+
+    /// Buffer `b` was released: `true` if all of it was reported, else the release waits
+    /// for [`Fill::reported`].
+    pub fn released(&mut self, b: usize) -> bool {
+        let (size, min_free) = (self.buffer_size, self.min_free);
+        let Some(f) = self.buffers.get_mut(b) else {
+            return true;
+        };
+        let done = f.pieces.is_empty() && f.prefix + min_free > size;
+        f.release_waits = !done;
+        done
+    }
+
+    /// A message too long for what was left of buffer `b` ended in an error after
+    /// `written` bytes: it took the rest of the buffer. `true` as for [`Fill::reported`].
+    pub fn truncated(&mut self, b: usize, written: usize) -> bool {
+        let size = self.buffer_size;
+        match (b + 1)
+            .checked_mul(size)
+            .and_then(|end| end.checked_sub(written))
+        {
+            Some(offset) if written <= size => self.reported(b, offset, written),
+            _ => false,
+        }
+    }
+
+    /// Buffer `b` was posted again: nothing reported in it yet.
+    pub fn reposted(&mut self, b: usize) {
+        if let Some(f) = self.buffers.get_mut(b) {
+            f.prefix = 0;
+            f.pieces.clear();
+            f.release_waits = false;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A release counts once the reported bytes run from the buffer's start to less than
+    /// the minimum before its end; a truncation reports the rest; a repost starts over.
+    #[test]
+    fn fill_counts_a_release_once_every_carved_byte_was_reported() {
+        let mut f = Fill::new(2, 100, 10);
+        // Buffer 1: messages reported in order, the last with the release.
+        for (at, len) in [(0, 30), (30, 30), (60, 31)] {
+            assert!(!f.reported(1, 100 + at, len));
+        }
+        assert!(f.released(1), "91 reported, less than 10 left");
+        // Buffer 0: released before anything was reported, then a gap, then the rest.
+        assert!(!f.released(0));
+        assert!(!f.reported(0, 40, 20), "a gap before 40");
+        assert!(!f.reported(0, 0, 40), "60 reported: more than 10 left");
+        assert!(f.truncated(0, 40), "a message took the last 40");
+        // Posted again: nothing reported, a release waits again; out-of-range reports
+        // and reports of another buffer's bytes count for nothing.
+        f.reposted(0);
+        assert!(!f.released(0));
+        assert!(!f.reported(0, 100, 50), "buffer 1's bytes");
+        assert!(!f.reported(0, 95, 10), "past the end");
+        assert!(!f.reported(7, 0, 100), "no such buffer");
+        assert!(!f.truncated(0, 101));
+        assert!(f.reported(0, 0, 100));
+    }
 
     /// Credits a peer returns are counted without overflow, whatever it sends, and never
     /// beyond the receiver's pool.

@@ -26,7 +26,7 @@
 //! ([`RecvSide::add_hub_slots`]): each is copied into a slot of its own, numbered after the
 //! pool's buffers and spares, which its release frees (nothing is posted for it).
 
-use super::channel::{ChannelKind, CreditReturn, PoolBuffers, SendCredits};
+use super::channel::{ChannelKind, CreditReturn, Fill, PoolBuffers, SendCredits};
 use super::queue::{Rejected, SeqReorder};
 use super::request::RequestHandle;
 use super::Status;
@@ -275,10 +275,11 @@ impl RecvSide {
     /// for these bytes.
     #[inline(always)]
     pub fn filled(&mut self, b: usize, offset: usize, len: usize) -> Repost {
-        let Some(fill) = &mut self.fill else {
-            return Repost::Later;
-        };
-        if fill.reported(b, offset, len) {
+        if self
+            .fill
+            .as_mut()
+            .is_some_and(|fill| fill.reported(b, offset, len))
+        {
             self.buffer_done(b)
         } else {
             Repost::Later
@@ -290,13 +291,14 @@ impl RecvSide {
     /// of it. Frees the buffer if a release was waiting for it ([`RecvSide::filled`]); else
     /// see [`RecvSide::receive_failed`].
     pub fn truncated_in(&mut self, b: usize, written: usize) -> Repost {
-        let size = self.buffer_size;
-        match (b + 1)
-            .checked_mul(size)
-            .and_then(|end| end.checked_sub(written))
+        if self
+            .fill
+            .as_mut()
+            .is_some_and(|fill| fill.truncated(b, written))
         {
-            Some(offset) if written <= size => self.filled(b, offset, written),
-            _ => Repost::Later,
+            self.buffer_done(b)
+        } else {
+            Repost::Later
         }
     }
 
@@ -896,81 +898,6 @@ enum Held {
 /// was posted until the first one after it is posted again: in arrival order (a buffer
 /// fills front to back), an empty packet's offset once however many share it, so at most a
 /// buffer's size plus one per buffer. Allocated as packets first fill a buffer, kept after.
-/// The bytes a provider reported written in each multi-receive buffer since it was
-/// posted, and releases that came before all of them ([`RecvSide::track_fill`]). A
-/// provider carves messages out of a buffer one after another from its start, so the
-/// buffer is done with once the reported bytes run without a gap from its start to less
-/// than the minimum before its end.
-struct Fill {
-    buffers: Box<[BufferFill]>,
-    buffer_size: usize,
-    min_free: usize,
-}
-
-#[derive(Clone, Default)]
-struct BufferFill {
-    /// Bytes reported from the buffer's start on without a gap.
-    prefix: usize,
-    /// Ranges reported past a gap (a message carved earlier still being written).
-    pieces: Vec<Range<usize>>,
-    /// The provider released the buffer before all of it was reported.
-    release_waits: bool,
-}
-
-impl Fill {
-    fn new(buffers: usize, buffer_size: usize, min_free: usize) -> Fill {
-        Fill {
-            buffers: vec![BufferFill::default(); buffers].into_boxed_slice(),
-            buffer_size,
-            min_free,
-        }
-    }
-
-    /// `len` bytes at pool offset `offset` of buffer `b` were reported; `true` if a release
-    /// of `b` waited for them and need wait no more.
-    #[inline(always)]
-    fn reported(&mut self, b: usize, offset: usize, len: usize) -> bool {
-        let size = self.buffer_size;
-        let Some(f) = self.buffers.get_mut(b) else {
-            return false;
-        };
-        let Some(at) = offset.checked_sub(b * size).filter(|at| at + len <= size) else {
-            return false;
-        };
-        if at == f.prefix {
-            f.prefix += len;
-            // Pieces reported out of order that now join the prefix.
-            while let Some(i) = f.pieces.iter().position(|p| p.start == f.prefix) {
-                f.prefix = f.pieces.swap_remove(i).end;
-            }
-        } else if at > f.prefix && len > 0 {
-            f.pieces.push(at..at + len);
-        }
-        let waited = f.release_waits;
-        f.release_waits = false;
-        waited && self.released(b)
-    }
-
-    /// Buffer `b` was released: `true` if all of it was reported, else the release waits.
-    fn released(&mut self, b: usize) -> bool {
-        let (size, min_free) = (self.buffer_size, self.min_free);
-        let Some(f) = self.buffers.get_mut(b) else {
-            return true;
-        };
-        let done = f.pieces.is_empty() && f.prefix + min_free > size;
-        f.release_waits = !done;
-        done
-    }
-
-    fn reposted(&mut self, b: usize) {
-        if let Some(f) = self.buffers.get_mut(b) {
-            f.prefix = 0;
-            f.pieces.clear();
-            f.release_waits = false;
-        }
-    }
-}
-
 struct PacketStarts {
     buffers: Box<[BufferStarts]>,
     buffer_size: usize,

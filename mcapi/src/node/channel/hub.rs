@@ -12,7 +12,9 @@
 //! which copy them into slots of their own (their larger packets, and credit returns, keep
 //! to the channel's endpoints): a small-packet ping-pong then shares one connection too.
 //!
-//! The hub posts one multi-receive pool. Every message carries its destination side's
+//! The hub posts one multi-receive pool; a released buffer is posted again once its
+//! completions reported all of it (`Fill`: tcp;ofi_rxm may report a buffer released while
+//! it still writes a message into it). Every message carries its destination side's
 //! route in its 32-bit remote CQ data (providers with 4-byte CQ data suffice), with a
 //! credit bit and, for a value, a 16-bit sequence number; a value's width is its length, a
 //! credit return's count its 8-byte payload. A side reading the CQ copies each message out,
@@ -23,6 +25,7 @@
 
 use super::limits::MAX_SIDES;
 use crate::node::common::lock;
+use crate::semantics::channel::Fill;
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
     Error as OfiError, FiAddr, MemoryRegion, WaitObject,
@@ -127,6 +130,9 @@ pub(super) struct Routing {
     buffers: [(MemoryRegion, usize); POOL_BUFFERS],
     /// Buffers replaced so far.
     replaced: usize,
+    /// What completions reported in each pool buffer since its post: a release counts
+    /// once all of it was (`Fill`).
+    fill: Fill,
 }
 
 impl Hub {
@@ -173,6 +179,7 @@ impl Hub {
                 unposted: false,
                 buffers: std::array::from_fn(|b| (pool.clone(), b * POOL_BUFFER_SIZE)),
                 replaced: 0,
+                fill: Fill::new(POOL_BUFFERS, POOL_BUFFER_SIZE, PACKET_MAX),
             }),
             pool,
             peers: Mutex::new(HashMap::default()),
@@ -321,8 +328,12 @@ impl Hub {
                         if c.flags() & flags::REMOTE_CQ_DATA != 0 {
                             handed_over |= self.route_message(r, &c, own, out, &mut n);
                         }
-                        if c.flags() & flags::MULTI_RECV != 0 {
-                            self.released(r, c.context());
+                        let b = c.context() as usize;
+                        let freed = !c.is_empty()
+                            && Self::offset_in_pool(r, b, c.buf_addr())
+                                .is_some_and(|at| r.fill.reported(b, at, c.len()));
+                        if freed || c.flags() & flags::MULTI_RECV != 0 && r.fill.released(b) {
+                            self.released(r, b);
                         }
                     }
                     if k < READ_BURST {
@@ -333,10 +344,19 @@ impl Hub {
                 // long for it ended (rxm: without the flag) replaced; other error entries
                 // (rxm reports a broken connection without a context) carry no message.
                 Err(OfiError::Completion(e)) => {
+                    let b = e.context as usize;
                     if e.flags & flags::MULTI_RECV != 0 {
-                        self.released(r, e.context);
+                        if r.fill.released(b) {
+                            self.released(r, b);
+                        }
                     } else if e.is_truncation() && e.flags & flags::RECV != 0 {
-                        self.replace(r, e.context);
+                        // The message took the rest of the buffer: one whose release waited
+                        // for it is done with, else the provider dropped it.
+                        if r.fill.truncated(b, e.len.saturating_sub(e.olen)) {
+                            self.released(r, b);
+                        } else {
+                            self.replace(r, b);
+                        }
                     }
                 }
                 Err(e) if e.is_again() => break,
@@ -406,9 +426,17 @@ impl Hub {
         }
     }
 
-    /// The provider released pool buffer `buffer`: it is posted again.
-    fn released(&self, r: &mut Routing, buffer: u64) {
-        if let Some(posted) = r.posted.get_mut(buffer as usize) {
+    /// Where `addr` lies in pool buffer `b`, as an offset for `Fill` (`b` x the buffer
+    /// size + the offset within it).
+    fn offset_in_pool(r: &Routing, b: usize, addr: usize) -> Option<usize> {
+        let (region, start) = r.buffers.get(b)?;
+        let within = addr.checked_sub(region.addr() + start)?;
+        (within < POOL_BUFFER_SIZE).then_some(b * POOL_BUFFER_SIZE + within)
+    }
+
+    /// The provider is done with pool buffer `b`: it is posted again.
+    fn released(&self, r: &mut Routing, b: usize) {
+        if let Some(posted) = r.posted.get_mut(b) {
             *posted = false;
             r.unposted = true;
             self.repost_released(r);
@@ -421,8 +449,7 @@ impl Hub {
     /// buffer takes its place (up to [`MAX_REPLACED`]); the old one stays allocated with the
     /// CQ, which keeps every region posted through it.
     #[cold]
-    fn replace(&self, r: &mut Routing, buffer: u64) {
-        let b = buffer as usize;
+    fn replace(&self, r: &mut Routing, b: usize) {
         if !r.posted.get(b).copied().unwrap_or(false) {
             return;
         }
@@ -456,6 +483,9 @@ impl Hub {
                 .and_then(|buf| self.ep.recv_multi(buf, b as u64));
             r.posted[b] = posted.is_ok();
             r.unposted |= posted.is_err();
+            if posted.is_ok() {
+                r.fill.reposted(b);
+            }
         }
     }
 
