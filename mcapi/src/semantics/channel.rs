@@ -15,7 +15,7 @@
 //! when the connect arrives.
 
 use super::Status;
-use std::ops::Range;
+use std::collections::BTreeMap;
 
 /// Packet or scalar channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -572,14 +572,29 @@ pub struct Fill {
     min_free: usize,
 }
 
+/// What a release of a multi-receive buffer comes to ([`Fill::released`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// Every message carved out of the buffer was reported: it may be posted again.
+    Done,
+    /// Some are still being written: [`Fill::reported`] says when they are done.
+    Waits,
+    /// One ended in an error that did not say how much it wrote: its bytes may never be
+    /// reported, so the buffer is given up (never posted again).
+    Lost,
+}
+
 #[derive(Clone, Default, Debug)]
 struct BufferFill {
     /// Bytes reported from the buffer's start on without a gap.
     prefix: usize,
-    /// Ranges reported past a gap (a message carved earlier still being written).
-    pieces: Vec<Range<usize>>,
+    /// Ranges reported past a gap (a message carved earlier still being written), by
+    /// start: a range's end.
+    pieces: BTreeMap<usize, usize>,
     /// The provider released the buffer before all of it was reported.
     release_waits: bool,
+    /// A message carved out of it ended in an error other than a truncation.
+    failed: bool,
 }
 
 impl Fill {
@@ -607,27 +622,31 @@ impl Fill {
         if at == f.prefix {
             f.prefix += len;
             // Pieces reported out of order that now join the prefix.
-            while let Some(i) = f.pieces.iter().position(|p| p.start == f.prefix) {
-                f.prefix = f.pieces.swap_remove(i).end;
+            while let Some(end) = f.pieces.remove(&f.prefix) {
+                f.prefix = end;
             }
         } else if at > f.prefix && len > 0 {
-            f.pieces.push(at..at + len);
+            f.pieces.insert(at, at + len);
         }
-        let waited = f.release_waits;
-        f.release_waits = false;
-        waited && self.released(b)
+        let waited = std::mem::take(&mut f.release_waits);
+        waited && self.released(b) == Release::Done
     }
 
-    /// Buffer `b` was released: `true` if all of it was reported, else the release waits
-    /// for [`Fill::reported`].
-    pub fn released(&mut self, b: usize) -> bool {
+    /// Buffer `b` was released: what that comes to.
+    pub fn released(&mut self, b: usize) -> Release {
         let (size, min_free) = (self.buffer_size, self.min_free);
         let Some(f) = self.buffers.get_mut(b) else {
-            return true;
+            return Release::Done;
         };
-        let done = f.pieces.is_empty() && f.prefix + min_free > size;
-        f.release_waits = !done;
-        done
+        let release = if f.pieces.is_empty() && f.prefix + min_free > size {
+            Release::Done
+        } else if f.failed {
+            Release::Lost
+        } else {
+            Release::Waits
+        };
+        f.release_waits = release == Release::Waits;
+        release
     }
 
     /// A message too long for what was left of buffer `b` ended in an error after
@@ -643,12 +662,22 @@ impl Fill {
         }
     }
 
+    /// A message carved out of buffer `b` ended in another error (a read that failed, a
+    /// cancellation): how much it wrote is not said. `true` if a release of `b` waited,
+    /// which now comes to [`Release::Lost`]; else a release to come does, unless all of
+    /// the buffer is reported by then.
+    pub fn failed(&mut self, b: usize) -> bool {
+        let Some(f) = self.buffers.get_mut(b) else {
+            return false;
+        };
+        f.failed = true;
+        std::mem::take(&mut f.release_waits)
+    }
+
     /// Buffer `b` was posted again: nothing reported in it yet.
     pub fn reposted(&mut self, b: usize) {
         if let Some(f) = self.buffers.get_mut(b) {
-            f.prefix = 0;
-            f.pieces.clear();
-            f.release_waits = false;
+            *f = BufferFill::default();
         }
     }
 }
@@ -666,21 +695,41 @@ mod tests {
         for (at, len) in [(0, 30), (30, 30), (60, 31)] {
             assert!(!f.reported(1, 100 + at, len));
         }
-        assert!(f.released(1), "91 reported, less than 10 left");
+        assert_eq!(
+            f.released(1),
+            Release::Done,
+            "91 reported: less than 10 left"
+        );
         // Buffer 0: released before anything was reported, then a gap, then the rest.
-        assert!(!f.released(0));
+        assert_eq!(f.released(0), Release::Waits);
         assert!(!f.reported(0, 40, 20), "a gap before 40");
         assert!(!f.reported(0, 0, 40), "60 reported: more than 10 left");
         assert!(f.truncated(0, 40), "a message took the last 40");
         // Posted again: nothing reported, a release waits again; out-of-range reports
         // and reports of another buffer's bytes count for nothing.
         f.reposted(0);
-        assert!(!f.released(0));
+        assert_eq!(f.released(0), Release::Waits);
         assert!(!f.reported(0, 100, 50), "buffer 1's bytes");
         assert!(!f.reported(0, 95, 10), "past the end");
         assert!(!f.reported(7, 0, 100), "no such buffer");
         assert!(!f.truncated(0, 101));
         assert!(f.reported(0, 0, 100));
+        // A message that fails without saying what it wrote: a waiting release is given
+        // up, and so is one that comes later with bytes missing.
+        f.reposted(0);
+        assert_eq!(f.released(0), Release::Waits);
+        assert!(f.failed(0));
+        f.reposted(1);
+        assert!(!f.failed(1));
+        assert!(!f.reported(1, 150, 50));
+        assert_eq!(f.released(1), Release::Lost);
+        // Many pieces out of order join in one go.
+        f.reposted(0);
+        for at in (1..100).rev() {
+            assert!(!f.reported(0, at, 1));
+        }
+        assert_eq!(f.released(0), Release::Waits, "byte 0 missing");
+        assert!(f.reported(0, 0, 1));
     }
 
     /// Credits a peer returns are counted without overflow, whatever it sends, and never

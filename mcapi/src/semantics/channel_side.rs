@@ -26,7 +26,7 @@
 //! ([`RecvSide::add_hub_slots`]): each is copied into a slot of its own, numbered after the
 //! pool's buffers and spares, which its release frees (nothing is posted for it).
 
-use super::channel::{ChannelKind, CreditReturn, Fill, PoolBuffers, SendCredits};
+use super::channel::{ChannelKind, CreditReturn, Fill, PoolBuffers, Release, SendCredits};
 use super::queue::{Rejected, SeqReorder};
 use super::request::RequestHandle;
 use super::Status;
@@ -307,10 +307,27 @@ impl RecvSide {
     /// ([`RecvSide::track_fill`]), else when the last of them is ([`RecvSide::filled`]).
     #[inline(always)]
     pub fn multi_recv_released(&mut self, b: usize) -> Repost {
-        if self.fill.as_mut().is_some_and(|fill| !fill.released(b)) {
-            return Repost::Later;
+        match self.fill.as_mut().map(|fill| fill.released(b)) {
+            None | Some(Release::Done) => self.buffer_done(b),
+            Some(Release::Waits) => Repost::Later,
+            Some(Release::Lost) => self.lost(b),
         }
-        self.buffer_done(b)
+    }
+
+    /// A message carved out of multi-receive buffer `b` ended in an error other than a
+    /// truncation (how much it wrote is not said): a release that waited for it, or one
+    /// that comes with bytes missing, gives the buffer up ([`Fill::failed`]).
+    pub fn carved_failed(&mut self, b: usize) -> Repost {
+        if self.fill.as_mut().is_some_and(|fill| fill.failed(b)) {
+            self.lost(b)
+        } else {
+            Repost::Later
+        }
+    }
+
+    /// Multi-receive buffer `b` is given up: a spare takes its place, if one is left.
+    fn lost(&mut self, b: usize) -> Repost {
+        self.receive_failed(b, false, true)
     }
 
     /// Scalar slot `slot` completed: with a scalar (`Some((seq, value, width))`) or without
@@ -1618,6 +1635,12 @@ mod tests {
             Repost::Later,
             "more than MIN left"
         );
+        // A message carved out of it that fails without saying what it wrote (a read
+        // that failed): the waiting release gives the buffer up, and a spare takes its
+        // place.
+        assert_eq!(r.carved_failed(0), Repost::Now(2));
+        r.posted(2, true);
+        assert_eq!(r.carved_failed(1), Repost::Later, "no release waits");
         // Packets that fill the buffer as they come, the last with the release: done at
         // once, as before.
         let mut honest = RecvSide::new(ChannelKind::Packet, Posting::MultiRecv, SIZE, 2, 8);

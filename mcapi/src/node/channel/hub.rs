@@ -25,7 +25,7 @@
 
 use super::limits::MAX_SIDES;
 use crate::node::common::lock;
-use crate::semantics::channel::Fill;
+use crate::semantics::channel::{Fill, Release};
 use mcapi_ofi::{
     flags, AddressVector, Completion, CompletionQueue, Domain, Endpoint, EndpointOptions,
     Error as OfiError, FiAddr, MemoryRegion, WaitObject,
@@ -332,32 +332,37 @@ impl Hub {
                         let freed = !c.is_empty()
                             && Self::offset_in_pool(r, b, c.buf_addr())
                                 .is_some_and(|at| r.fill.reported(b, at, c.len()));
-                        if freed || c.flags() & flags::MULTI_RECV != 0 && r.fill.released(b) {
-                            self.released(r, b);
-                        }
+                        let release = if c.flags() & flags::MULTI_RECV != 0 {
+                            Some(r.fill.released(b))
+                        } else {
+                            freed.then_some(Release::Done)
+                        };
+                        self.apply(r, b, release);
                     }
                     if k < READ_BURST {
                         break;
                     }
                 }
-                // A pool buffer the provider gave up on is posted again, one a message too
-                // long for it ended (rxm: without the flag) replaced; other error entries
-                // (rxm reports a broken connection without a context) carry no message.
+                // A pool buffer the provider gave up on is posted again; one a message too
+                // long for it ended (rxm: without the flag) is done with if its release
+                // waited for that message, else replaced; a receive that failed otherwise
+                // gives up a buffer whose release waits for it. Other error entries (rxm
+                // reports a broken connection without a context) carry no message.
                 Err(OfiError::Completion(e)) => {
                     let b = e.context as usize;
-                    if e.flags & flags::MULTI_RECV != 0 {
-                        if r.fill.released(b) {
-                            self.released(r, b);
-                        }
-                    } else if e.is_truncation() && e.flags & flags::RECV != 0 {
-                        // The message took the rest of the buffer: one whose release waited
-                        // for it is done with, else the provider dropped it.
-                        if r.fill.truncated(b, e.len.saturating_sub(e.olen)) {
-                            self.released(r, b);
-                        } else {
-                            self.replace(r, b);
-                        }
-                    }
+                    let recv = e.flags & flags::RECV != 0;
+                    let release = if e.flags & flags::MULTI_RECV != 0 {
+                        Some(r.fill.released(b))
+                    } else if recv && e.is_truncation() {
+                        let written = e.len.saturating_sub(e.olen);
+                        Some(match r.fill.truncated(b, written) {
+                            true => Release::Done,
+                            false => Release::Lost,
+                        })
+                    } else {
+                        (recv && r.fill.failed(b)).then_some(Release::Lost)
+                    };
+                    self.apply(r, b, release);
                 }
                 Err(e) if e.is_again() => break,
                 Err(e) => {
@@ -434,6 +439,15 @@ impl Hub {
         (within < POOL_BUFFER_SIZE).then_some(b * POOL_BUFFER_SIZE + within)
     }
 
+    /// Carries out what a completion came to for pool buffer `b`.
+    fn apply(&self, r: &mut Routing, b: usize, release: Option<Release>) {
+        match release {
+            Some(Release::Done) => self.released(r, b),
+            Some(Release::Lost) => self.replace(r, b),
+            Some(Release::Waits) | None => {}
+        }
+    }
+
     /// The provider is done with pool buffer `b`: it is posted again.
     fn released(&self, r: &mut Routing, b: usize) {
         if let Some(posted) = r.posted.get_mut(b) {
@@ -443,8 +457,9 @@ impl Hub {
         }
     }
 
-    /// Pool buffer `buffer` ended in an error that did not release it (a message too long
-    /// for what was left of it, on tcp;ofi_rxm): the provider dropped it, but may still be
+    /// Pool buffer `b` is given up: an error that did not release it ended it (a message
+    /// too long for what was left of it, on tcp;ofi_rxm), or a message carved out of it
+    /// failed before its release could count (`Release::Lost`). The provider may still be
     /// writing a message it matched there earlier, so it is never posted again. A new
     /// buffer takes its place (up to [`MAX_REPLACED`]); the old one stays allocated with the
     /// CQ, which keeps every region posted through it.

@@ -178,32 +178,36 @@ impl SideIo {
                             self.repost_credit_slots();
                         }
                     }
-                    // A receive that failed (say, truncated): its scalar slot or packet buffer
-                    // is free again (a scalar slot never holds a packet), a multi-receive
-                    // buffer if the provider released it with the error, else a spare
-                    // replaces it if a message too long for it ended it.
+                    // A receive that failed (say, truncated): its scalar slot or plain
+                    // packet buffer is free again (a scalar slot never holds a packet). A
+                    // multi-receive buffer: released with the error, as by a completion; a
+                    // message too long for the rest of it frees it if its release waited
+                    // for that message, else ends it (a spare takes its place, if one is
+                    // left); any other failed receive gives up a buffer whose release waits
+                    // for it.
                     SideData::Recv(r) => {
-                        let released = e.flags & flags::MULTI_RECV != 0;
-                        let truncated = e.is_truncation() && e.flags & flags::RECV != 0;
-                        let spares = r.state.spares_left();
                         let b = e.context as usize;
-                        let multi_recv = r.state.posting() == Posting::MultiRecv;
-                        let written = e.len.saturating_sub(e.olen);
-                        // A release that waited for this message frees the buffer;
-                        // else the error ends it (a spare may take its place).
-                        let freed = if multi_recv && truncated {
-                            r.state.truncated_in(b, written)
+                        let released = e.flags & flags::MULTI_RECV != 0;
+                        let recv = e.flags & flags::RECV != 0;
+                        let truncated = e.is_truncation() && recv;
+                        let what = if r.state.posting() != Posting::MultiRecv {
+                            r.state.receive_failed(b, released, truncated)
+                        } else if released {
+                            r.state.multi_recv_released(b)
+                        } else if truncated {
+                            match r.state.truncated_in(b, e.len.saturating_sub(e.olen)) {
+                                Repost::Now(b) => Repost::Now(b),
+                                Repost::Later => {
+                                    if r.state.spares_left() == 0 {
+                                        log::warn!("packet channel: a receive buffer was ended by a message too long for it, and no spare is left: it stays out");
+                                    }
+                                    r.state.receive_failed(b, false, true)
+                                }
+                            }
+                        } else if recv {
+                            r.state.carved_failed(b)
                         } else {
                             Repost::Later
-                        };
-                        let what = match freed {
-                            Repost::Now(_) => freed,
-                            Repost::Later => {
-                                if multi_recv && truncated && !released && spares == 0 {
-                                    log::warn!("packet channel: a receive buffer was ended by a message too long for it, and no spare is left: it stays out");
-                                }
-                                r.state.receive_failed(b, released, truncated)
-                            }
                         };
                         r.repost(&self.ep, what);
                     }
