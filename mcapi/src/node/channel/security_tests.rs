@@ -365,3 +365,128 @@ fn too_long_messages_then_packets(provider: &str) {
         "{provider}: after {got} packets (the sender: {sent:?})"
     );
 }
+
+/// tcp;ofi_rxm, given a multi-receive buffer while a message waits for one, carves the
+/// message out of it and reports the buffer released at once, while it still reads the
+/// message's data from its sender. A packet side posted the buffer again at that release:
+/// the next packet landed in it, and the stranger's data, once read, overwrote the packet
+/// the application held. Now the release waits for the message.
+#[test]
+fn a_buffer_is_not_posted_again_while_a_strangers_message_is_written_into_it() {
+    use super::data::SideData;
+    use mcapi_ofi::{AddressVector, CompletionQueue, Endpoint, EndpointOptions, MemoryRegion};
+    use mcapi_ofi::{Completion, WaitObject};
+    const BUFFERS: usize = 4;
+    if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("tcp")).is_err() {
+        eprintln!("skipping: tcp not offered here");
+        return;
+    }
+    let (a, b, tx, rx, to) = sender_and_receiver("tcp", "sec-early", (303, 304), Some(BUFFERS));
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(10)))
+        .unwrap();
+    b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+        .unwrap();
+    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+    let (slot, ..) = hr.decode().unwrap();
+    let (side_addr, buffer_size) = {
+        let g = b.inner.channels.sides[slot].lock();
+        let io = g.as_ref().unwrap().io.as_ref().unwrap();
+        let SideData::Recv(r) = &io.data else {
+            panic!("not a receive side")
+        };
+        (
+            io.ep.as_ref().unwrap().address().to_vec(),
+            r.state.buffer_size(),
+        )
+    };
+    let domain = &a.inner.fab.domain;
+    let cq = CompletionQueue::open(domain, 0, WaitObject::None).unwrap();
+    let av = AddressVector::open(domain, 4).unwrap();
+    let stranger = Endpoint::open(domain, &cq, &av, EndpointOptions::default()).unwrap();
+    let dest = av.insert(&side_addr).unwrap();
+    let long = MemoryRegion::new(domain, 2 * buffer_size).unwrap();
+    let mut completions = [Completion::default(); 8];
+    // The stranger's connection first (rxm makes it only while both ends progress).
+    let progress = |stranger: bool, for_ms: u64| {
+        let mut completions = [Completion::default(); 8];
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(for_ms) {
+            if stranger {
+                _ = cq.read(&mut completions);
+            }
+            _ = b.pktchan_available(hr);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    while let Err(e) = stranger.send(long.slice(0, 8).unwrap(), None, dest, 7) {
+        assert!(e.is_again(), "{e}");
+        _ = cq.read(&mut completions);
+    }
+    progress(true, 300);
+    // Four packets take the four buffers (less than a packet is left in each after one),
+    // and the application holds them: no buffer is posted.
+    let packet = |i: u8| vec![i; 20_000];
+    for i in 0..BUFFERS as u8 {
+        a.pktchan_send(hs, &packet(i)).unwrap();
+    }
+    let mut held: Vec<_> = (0..BUFFERS).map(|_| b.pktchan_recv(hr).unwrap()).collect();
+    // The stranger's message waits at the side; its data is read from the stranger, which
+    // does not progress for now.
+    while let Err(e) = stranger.send(long.all(), None, dest, 7) {
+        assert!(e.is_again(), "{e}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    progress(false, 200);
+    // The first packet released: its buffer is posted, and takes the stranger's message.
+    b.pktchan_release(held.remove(0)).unwrap();
+    progress(false, 200);
+    let (end, early) = std::thread::scope(|scope| {
+        let sender = scope.spawn(|| a.pktchan_send(hs, &packet(4)));
+        // Before the stranger's data is read, the fifth packet has no buffer to go to.
+        let start = std::time::Instant::now();
+        let mut early = None;
+        while early.is_none() && start.elapsed() < Duration::from_millis(300) {
+            if b.pktchan_available(hr) == Ok(1) {
+                early = Some(b.pktchan_recv(hr).unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let came_early = early.is_some();
+        progress(true, 500);
+        let fifth = match early {
+            Some(p) => Ok(p),
+            None => b.pktchan_recv(hr),
+        };
+        let intact = match &fifth {
+            Ok(p) => Ok(p.to_vec() == packet(4)),
+            Err(e) => Err(*e),
+        };
+        if let Ok(p) = fifth {
+            b.pktchan_release(p).unwrap();
+        }
+        (
+            (
+                intact,
+                sender.join().unwrap(),
+                held.iter().map(|p| p.to_vec()).collect::<Vec<_>>(),
+            ),
+            came_early,
+        )
+    });
+    for p in held {
+        b.pktchan_release(p).unwrap();
+    }
+    drop((stranger, av, cq));
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    let (intact, sent, held) = end;
+    for (i, p) in held.iter().enumerate() {
+        assert!(*p == packet(i as u8 + 1), "held packet {} changed", i + 1);
+    }
+    assert_eq!(sent, Ok(()));
+    assert_eq!(
+        intact,
+        Ok(true),
+        "the fifth packet (it came before the stranger's data was read: {early})"
+    );
+}
