@@ -3,6 +3,7 @@
 //! fix).
 
 use crate::node::test_pair::{open_channel, sender_and_receiver};
+use crate::{ChannelHandle, Node};
 use std::time::Duration;
 
 /// A peer (or anyone reaching the hub's address) sends 2,000 scalars in sequence without
@@ -247,37 +248,19 @@ fn messages_too_long_for_a_receive_sides_buffers_do_not_take_its_pool() {
 }
 
 fn too_long_messages_then_packets(provider: &str) {
-    use super::data::SideData;
-    use crate::semantics::channel_side::Posting;
-    use mcapi_ofi::{AddressVector, CompletionQueue, Endpoint, EndpointOptions, MemoryRegion};
-    use mcapi_ofi::{Completion, WaitObject};
+    use mcapi_ofi::Completion;
     const BUFFERS: usize = 4;
-    let (a, b, tx, rx, to) = sender_and_receiver(provider, "sec-long", (164, 165), Some(BUFFERS));
-    a.set_endpoint_timeout(tx, Some(Duration::from_secs(10)))
-        .unwrap();
-    b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
-        .unwrap();
-    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
-    let (slot, ..) = hr.decode().unwrap();
-    let (side_addr, buffer_size, plain) = {
-        let g = b.inner.channels.sides[slot].lock();
-        let io = g.as_ref().unwrap().io.as_ref().unwrap();
-        let SideData::Recv(r) = &io.data else {
-            panic!("not a receive side")
-        };
-        (
-            io.ep.as_ref().unwrap().address().to_vec(),
-            r.state.buffer_size(),
-            r.state.posting() == Posting::Plain,
-        )
-    };
-    // The stranger: an endpoint of its own on the sender's domain.
-    let domain = &a.inner.fab.domain;
-    let cq = CompletionQueue::open(domain, 0, WaitObject::None).unwrap();
-    let av = AddressVector::open(domain, 4).unwrap();
-    let stranger = Endpoint::open(domain, &cq, &av, EndpointOptions::default()).unwrap();
-    let dest = av.insert(&side_addr).unwrap();
-    let long = MemoryRegion::new(domain, 2 * buffer_size).unwrap();
+    let (a, b, hs, hr, lone) = Stranger::at_channel(provider, "sec-long", (164, 165), BUFFERS);
+    let Stranger {
+        ep: stranger,
+        cq,
+        dest,
+        long,
+        slot,
+        plain,
+        ..
+    } = &lone;
+    let (dest, slot, plain) = (*dest, *slot, *plain);
     // Sends `n` of them, and waits for their completions (`settle`).
     let send_long = |n: usize, settle: bool| {
         let mut completions = [Completion::default(); 8];
@@ -356,7 +339,7 @@ fn too_long_messages_then_packets(provider: &str) {
         };
         (end, (got, sender.join().unwrap()))
     });
-    drop((stranger, av, cq));
+    drop(lone);
     a.finalize().unwrap();
     b.finalize().unwrap();
     assert_eq!(
@@ -373,38 +356,21 @@ fn too_long_messages_then_packets(provider: &str) {
 /// the application held. Now the release waits for the message.
 #[test]
 fn a_buffer_is_not_posted_again_while_a_strangers_message_is_written_into_it() {
-    use super::data::SideData;
-    use mcapi_ofi::{AddressVector, CompletionQueue, Endpoint, EndpointOptions, MemoryRegion};
-    use mcapi_ofi::{Completion, WaitObject};
+    use mcapi_ofi::Completion;
     const BUFFERS: usize = 4;
     if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("tcp")).is_err() {
         eprintln!("skipping: tcp not offered here");
         return;
     }
-    let (a, b, tx, rx, to) = sender_and_receiver("tcp", "sec-early", (303, 304), Some(BUFFERS));
-    a.set_endpoint_timeout(tx, Some(Duration::from_secs(10)))
-        .unwrap();
-    b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
-        .unwrap();
-    let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
-    let (slot, ..) = hr.decode().unwrap();
-    let (side_addr, buffer_size) = {
-        let g = b.inner.channels.sides[slot].lock();
-        let io = g.as_ref().unwrap().io.as_ref().unwrap();
-        let SideData::Recv(r) = &io.data else {
-            panic!("not a receive side")
-        };
-        (
-            io.ep.as_ref().unwrap().address().to_vec(),
-            r.state.buffer_size(),
-        )
-    };
-    let domain = &a.inner.fab.domain;
-    let cq = CompletionQueue::open(domain, 0, WaitObject::None).unwrap();
-    let av = AddressVector::open(domain, 4).unwrap();
-    let stranger = Endpoint::open(domain, &cq, &av, EndpointOptions::default()).unwrap();
-    let dest = av.insert(&side_addr).unwrap();
-    let long = MemoryRegion::new(domain, 2 * buffer_size).unwrap();
+    let (a, b, hs, hr, lone) = Stranger::at_channel("tcp", "sec-early", (303, 304), BUFFERS);
+    let Stranger {
+        ep: stranger,
+        cq,
+        dest,
+        long,
+        ..
+    } = &lone;
+    let dest = *dest;
     let mut completions = [Completion::default(); 8];
     // The stranger's connection first (rxm makes it only while both ends progress).
     let progress = |stranger: bool, for_ms: u64| {
@@ -476,7 +442,7 @@ fn a_buffer_is_not_posted_again_while_a_strangers_message_is_written_into_it() {
     for p in held {
         b.pktchan_release(p).unwrap();
     }
-    drop((stranger, av, cq));
+    drop(lone);
     a.finalize().unwrap();
     b.finalize().unwrap();
     let (intact, sent, held) = end;
@@ -489,4 +455,72 @@ fn a_buffer_is_not_posted_again_while_a_strangers_message_is_written_into_it() {
         Ok(true),
         "the fifth packet (it came before the stranger's data was read: {early})"
     );
+}
+
+/// An endpoint of its own on `a`'s domain (no control connection, no job key) that sends
+/// to the packet receive side of `hr` at `b`, with a region twice the side's buffer size.
+struct Stranger {
+    ep: mcapi_ofi::Endpoint,
+    cq: mcapi_ofi::CompletionQueue,
+    _av: mcapi_ofi::AddressVector,
+    dest: mcapi_ofi::FiAddr,
+    long: mcapi_ofi::MemoryRegion,
+    /// The side's slot at `b`, and whether it posts plain receives.
+    slot: usize,
+    plain: bool,
+}
+
+impl Stranger {
+    /// A packet channel from node `ids.0` to node `ids.1` over `provider` (receive side
+    /// of `buffers` buffers, 10 s timeouts) and a stranger at its receive side.
+    fn at_channel(
+        provider: &str,
+        job: &str,
+        ids: (u32, u32),
+        buffers: usize,
+    ) -> (Node, Node, ChannelHandle, ChannelHandle, Stranger) {
+        let (a, b, tx, rx, to) = sender_and_receiver(provider, job, ids, Some(buffers));
+        a.set_endpoint_timeout(tx, Some(Duration::from_secs(10)))
+            .unwrap();
+        b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+            .unwrap();
+        let (hs, hr) = open_channel((&a, &b), (tx, rx, to), false);
+        let stranger = Stranger::at_side(&a, &b, hr);
+        (a, b, hs, hr, stranger)
+    }
+
+    fn at_side(a: &Node, b: &Node, hr: ChannelHandle) -> Stranger {
+        use super::data::SideData;
+        use crate::semantics::channel_side::Posting;
+        use mcapi_ofi::{AddressVector, CompletionQueue, Endpoint, EndpointOptions};
+        use mcapi_ofi::{MemoryRegion, WaitObject};
+        let (slot, ..) = hr.decode().unwrap();
+        let (side_addr, buffer_size, plain) = {
+            let g = b.inner.channels.sides[slot].lock();
+            let io = g.as_ref().unwrap().io.as_ref().unwrap();
+            let SideData::Recv(r) = &io.data else {
+                panic!("not a receive side")
+            };
+            (
+                io.ep.as_ref().unwrap().address().to_vec(),
+                r.state.buffer_size(),
+                r.state.posting() == Posting::Plain,
+            )
+        };
+        let domain = &a.inner.fab.domain;
+        let cq = CompletionQueue::open(domain, 0, WaitObject::None).unwrap();
+        let av = AddressVector::open(domain, 4).unwrap();
+        let ep = Endpoint::open(domain, &cq, &av, EndpointOptions::default()).unwrap();
+        let dest = av.insert(&side_addr).unwrap();
+        let long = MemoryRegion::new(domain, 2 * buffer_size).unwrap();
+        Stranger {
+            ep,
+            cq,
+            _av: av,
+            dest,
+            long,
+            slot,
+            plain,
+        }
+    }
 }
