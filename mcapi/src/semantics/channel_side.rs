@@ -255,14 +255,10 @@ impl RecvSide {
     }
 
     /// Makes a multi-receive side hold a buffer the provider releases back until every
-    /// message the provider carved out of it was reported ([`RecvSide::filled`],
-    /// [`RecvSide::multi_recv_released`]). A buffer counts as used up when less than
-    /// `min_free` bytes are left in it (the endpoint's `FI_OPT_MIN_MULTI_RECV`).
-    ///
-    /// Why: tcp;ofi_rxm 1.17, given a buffer while messages wait for one, carves them out
-    /// of it at once and reports it released as soon as less than the minimum is left,
-    /// while a message big enough for rendezvous is still being read into it. Posted again
-    /// then, the buffer took the next packet where that message was still to be written.
+    /// message the provider carved out of it was reported ([`Fill`], which says why;
+    /// [`RecvSide::filled`], [`RecvSide::multi_recv_released`]). A buffer counts as used up
+    /// when less than `min_free` bytes are left in it (the endpoint's
+    /// `FI_OPT_MIN_MULTI_RECV`).
     pub fn track_fill(&mut self, min_free: usize) {
         if self.posting == Posting::MultiRecv {
             let n = self.buffers.count();
@@ -275,15 +271,7 @@ impl RecvSide {
     /// for these bytes.
     #[inline(always)]
     pub fn filled(&mut self, b: usize, offset: usize, len: usize) -> Repost {
-        if self
-            .fill
-            .as_mut()
-            .is_some_and(|fill| fill.reported(b, offset, len))
-        {
-            self.buffer_done(b)
-        } else {
-            Repost::Later
-        }
+        self.done_if(b, |fill| fill.reported(b, offset, len))
     }
 
     /// A message too long for what was left of multi-receive buffer `b` ended in an error
@@ -291,14 +279,15 @@ impl RecvSide {
     /// of it. Frees the buffer if a release was waiting for it ([`RecvSide::filled`]); else
     /// see [`RecvSide::receive_failed`].
     pub fn truncated_in(&mut self, b: usize, written: usize) -> Repost {
-        if self
-            .fill
-            .as_mut()
-            .is_some_and(|fill| fill.truncated(b, written))
-        {
-            self.buffer_done(b)
-        } else {
-            Repost::Later
+        self.done_if(b, |fill| fill.truncated(b, written))
+    }
+
+    /// Buffer `b` is done with if `done` says its waiting release now counts.
+    #[inline(always)]
+    fn done_if(&mut self, b: usize, done: impl FnOnce(&mut Fill) -> bool) -> Repost {
+        match self.fill.as_deref_mut().is_some_and(done) {
+            true => self.buffer_done(b),
+            false => Repost::Later,
         }
     }
 
