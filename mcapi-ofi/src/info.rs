@@ -150,6 +150,16 @@ impl Hints {
         self
     }
 
+    /// Requests a data progress model (default: the provider's).
+    pub fn data_progress(mut self, progress: Progress) -> Hints {
+        self.data_progress = match progress {
+            Progress::Auto => sys::FI_PROGRESS_AUTO,
+            Progress::Manual => sys::FI_PROGRESS_MANUAL,
+            Progress::Other(p) => p as sys::fi_progress,
+        };
+        self
+    }
+
     /// The provider name asked for, if any.
     pub fn provider_name(&self) -> Option<&str> {
         self.provider.as_deref()
@@ -319,6 +329,16 @@ impl Info {
     pub fn provider(&self) -> &str {
         &self.attrs.provider
     }
+}
+
+/// The data progress model to ask `provider` for when the application reads its CQs
+/// itself while it waits (as MCAPI's calls and perftest's raw loops do): manual on sockets,
+/// whose automatic progress is a thread per domain polling its sockets beside the
+/// application's own polling (on a 2-core host a round trip then took milliseconds,
+/// docs/providers.md); `None` elsewhere (the provider's default: manual already on shm,
+/// tcp;ofi_rxm and udp;ofi_rxd).
+pub fn caller_progress(provider: &str) -> Option<Progress> {
+    (provider == "sockets").then_some(Progress::Manual)
 }
 
 /// Provider names offered for `hints` without its provider restriction, deduplicated.

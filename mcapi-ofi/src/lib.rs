@@ -96,7 +96,10 @@ pub use cq::{Completion, CompletionError, CompletionQueue, Sleep, WaitObject};
 pub use ep::{Endpoint, EndpointOptions, KeptMemory, SendWait};
 pub use error::{Error, Result};
 pub use fabric::{Domain, Fabric};
-pub use info::{available_providers, flags, libfabric_version, Attributes, Hints, Info, Progress};
+pub use info::{
+    available_providers, caller_progress, flags, libfabric_version, Attributes, Hints, Info,
+    Progress,
+};
 pub use mr::{Buf, MemoryRegion};
 pub use raw::{ExposedBuffer, RecvBuffer, SendBuffer, READS_IN_FLIGHT};
 

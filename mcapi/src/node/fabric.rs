@@ -165,7 +165,10 @@ pub(super) fn open_fabric(
     for provider in config.provider_candidates() {
         let base = flags::TAGGED | flags::MSG | flags::MULTI_RECV;
         let hints_with = |caps: u64| {
-            let hints = Hints::new().provider(provider.clone()).caps(caps);
+            let mut hints = Hints::new().provider(provider.clone()).caps(caps);
+            if let Some(progress) = mcapi_ofi::caller_progress(&provider) {
+                hints = hints.data_progress(progress);
+            }
             if provider != "shm" {
                 hints.source(Some(&local), None)
             } else {
@@ -246,7 +249,9 @@ pub(super) fn open_node_cq(
     domain: &Domain,
     provider: &str,
 ) -> std::result::Result<(CompletionQueue, WaitObject), OfiError> {
-    if !provider.contains("ofi_rxm") {
+    // tcp;ofi_rxm has no fd; sockets, asked for manual progress (`caller_progress`), has
+    // one that only this node's own CQ reads would write: timed sleeps there.
+    if !provider.contains("ofi_rxm") && mcapi_ofi::caller_progress(provider).is_none() {
         if let Ok(cq) = CompletionQueue::open(domain, 0, WaitObject::Fd) {
             if cq.wait_fd().is_some() {
                 return Ok((cq, WaitObject::Fd));

@@ -24,7 +24,11 @@ const MIN_SLOT: usize = 64;
 /// The hints the benchmark opens `provider` with. IP providers bind to `source` (the
 /// interface that routes to the peer); without it they would pick the first interface.
 pub fn hints(provider: &str, source: Option<IpAddr>) -> Hints {
-    let h = Hints::new().provider(provider);
+    // The progress model MCAPI asks for: both layers poll their CQs as they wait.
+    let mut h = Hints::new().provider(provider);
+    if let Some(progress) = mcapi_ofi::caller_progress(provider) {
+        h = h.data_progress(progress);
+    }
     match source {
         Some(ip) if needs_source(provider) => h.source(Some(&ip.to_string()), None),
         _ => h,
