@@ -41,6 +41,15 @@ impl Node {
         self.inner.fab.sends_in_place
     }
 
+    /// Whether a rendezvous message may be read straight into a receive's buffer (a
+    /// blocking `msg_recv`, a waited `msg_recv_i`, a receive posted with its buffer) rather
+    /// than into receive staging and copied out: where every read ends, successfully or
+    /// with an error once its sender is gone (shm with cross-memory attach, tcp;ofi_rxm,
+    /// sockets; docs/design.md, "Reads in place").
+    pub fn reads_into_receive_buffers(&self) -> bool {
+        self.inner.fab.reads_in_place
+    }
+
     /// Whether [`Node::msg_send_i_zero_copy`] lends a rendezvous message's buffer that
     /// lives for good ([`SendBuffer::from_static`]) to its receiver rather than copying it:
     /// where sends go in place, and on tcp;ofi_rxm (docs/design.md, "Lent buffers").
