@@ -49,6 +49,9 @@ struct EpInner {
     /// The provider's inject limit: longer injects are refused here (providers only assert
     /// it, and rxm would copy past its buffer).
     inject_size: usize,
+    /// Whether a post moves only in a later CQ read (`info::posts_wait_for_progress`): each
+    /// outgoing post is then followed by one progress pass ([`Endpoint::sent`]).
+    progress_posts: bool,
     /// The record an unregistered send is posted with, kept for the next one (a send that
     /// is abandoned leaks it: its completion may still be in the CQ).
     send_record: std::sync::Mutex<Option<Box<crate::mr::Slot>>>,
@@ -92,6 +95,10 @@ impl Endpoint {
                 domain: domain.clone(),
                 address,
                 inject_size: domain.attributes().inject_size,
+                progress_posts: crate::info::posts_wait_for_progress(
+                    domain.inner.info.provider(),
+                    domain.attributes().data_progress(),
+                ),
                 send_record: std::sync::Mutex::new(None),
             }),
         })
@@ -154,9 +161,21 @@ impl Endpoint {
     #[inline(always)]
     pub fn inject_tagged(&self, data: &[u8], dest: FiAddr, tag: u64) -> Result<()> {
         self.injectable(data)?;
-        self.inner
-            .fid
-            .tinject(data, None, self.inner.av.destination(dest)?, tag)
+        self.sent(
+            self.inner
+                .fid
+                .tinject(data, None, self.inner.av.destination(dest)?, tag),
+        )
+    }
+
+    /// An outgoing post's result; where the provider moves posts only in CQ reads, a
+    /// successful one is followed by one progress pass, so it leaves now.
+    #[inline(always)]
+    fn sent(&self, posted: Result<()>) -> Result<()> {
+        if self.inner.progress_posts && posted.is_ok() {
+            self.inner.cq.progress_posts();
+        }
+        posted
     }
 
     /// `InvalidArgument` for data longer than the provider injects.
@@ -183,9 +202,12 @@ impl Endpoint {
         tag: u64,
     ) -> Result<()> {
         self.injectable(data)?;
-        self.inner
-            .fid
-            .tinject(data, Some(cq_data), self.inner.av.destination(dest)?, tag)
+        self.sent(self.inner.fid.tinject(
+            data,
+            Some(cq_data),
+            self.inner.av.destination(dest)?,
+            tag,
+        ))
     }
 
     /// Untagged inject.
@@ -195,9 +217,11 @@ impl Endpoint {
     #[inline(always)]
     pub fn inject(&self, data: &[u8], dest: FiAddr) -> Result<()> {
         self.injectable(data)?;
-        self.inner
-            .fid
-            .inject(data, None, self.inner.av.destination(dest)?)
+        self.sent(
+            self.inner
+                .fid
+                .inject(data, None, self.inner.av.destination(dest)?),
+        )
     }
 
     /// Untagged inject with remote CQ data.
@@ -207,9 +231,11 @@ impl Endpoint {
     #[inline(always)]
     pub fn inject_data(&self, data: &[u8], cq_data: u64, dest: FiAddr) -> Result<()> {
         self.injectable(data)?;
-        self.inner
-            .fid
-            .inject(data, Some(cq_data), self.inner.av.destination(dest)?)
+        self.sent(
+            self.inner
+                .fid
+                .inject(data, Some(cq_data), self.inner.av.destination(dest)?),
+        )
     }
 
     /// Posts a tagged send of `buf`; completion (with `context`) says the buffer is free.
@@ -221,11 +247,11 @@ impl Endpoint {
     /// the slot or it is being written.
     #[inline]
     pub fn send_tagged(&self, buf: Buf<'_>, dest: FiAddr, tag: u64, context: u64) -> Result<()> {
-        self.post(&buf, Op::Send, context, |c| {
+        self.sent(self.post(&buf, Op::Send, context, |c| {
             self.inner
                 .fid
                 .tsend(buf.io, None, self.inner.av.destination(dest)?, tag, c)
-        })
+        }))
     }
 
     /// Tagged send with remote CQ data.
@@ -241,7 +267,7 @@ impl Endpoint {
         tag: u64,
         context: u64,
     ) -> Result<()> {
-        self.post(&buf, Op::Send, context, |c| {
+        self.sent(self.post(&buf, Op::Send, context, |c| {
             self.inner.fid.tsend(
                 buf.io,
                 Some(cq_data),
@@ -249,7 +275,7 @@ impl Endpoint {
                 tag,
                 c,
             )
-        })
+        }))
     }
 
     /// Untagged send (optionally with remote CQ data).
@@ -264,11 +290,11 @@ impl Endpoint {
         dest: FiAddr,
         context: u64,
     ) -> Result<()> {
-        self.post(&buf, Op::Send, context, |c| {
+        self.sent(self.post(&buf, Op::Send, context, |c| {
             self.inner
                 .fid
                 .send(buf.io, cq_data, self.inner.av.destination(dest)?, c)
-        })
+        }))
     }
 
     /// Sends `data` with remote CQ data `cq_data` straight from the caller's memory: no
@@ -328,13 +354,13 @@ impl Endpoint {
         if !self.sends_unregistered() {
             return Err(crate::Error::InvalidArgument("provider needs FI_MR_LOCAL"));
         }
-        raw::send_from(
+        self.sent(raw::send_from(
             &self.inner.fid,
             buf,
             cq_data,
             self.inner.av.destination(dest)?,
             context,
-        )
+        ))
     }
 
     /// Posts an RMA read (`fi_read`) of `len` bytes of the peer's registered memory at
@@ -360,13 +386,13 @@ impl Endpoint {
         if !self.sends_unregistered() {
             return Err(crate::Error::InvalidArgument("provider needs FI_MR_LOCAL"));
         }
-        raw::read_to(
+        self.sent(raw::read_to(
             &self.inner.fid,
             buf,
             (at, len),
             (self.inner.av.destination(src)?, remote_addr, key),
             context,
-        )
+        ))
     }
 
     /// An idle record for an unregistered send: the one kept, or a new one.
@@ -469,7 +495,7 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<()> {
-        self.post(&buf, Op::Send, context, |c| {
+        self.sent(self.post(&buf, Op::Send, context, |c| {
             self.inner.fid.rma_write(
                 buf.io,
                 self.inner.av.destination(dest)?,
@@ -477,7 +503,7 @@ impl Endpoint {
                 key,
                 c,
             )
-        })
+        }))
     }
 
     /// RMA read (`fi_read`) of `buf.len()` bytes of the peer's registered memory at
@@ -495,11 +521,11 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<()> {
-        self.post(&buf, Op::Recv, context, |c| {
+        self.sent(self.post(&buf, Op::Recv, context, |c| {
             self.inner
                 .fid
                 .rma_read(buf.io, self.inner.av.destination(src)?, remote_addr, key, c)
-        })
+        }))
     }
 
     /// RMA read (`fi_read`) of `out.len()` bytes of the peer's registered memory at

@@ -341,6 +341,16 @@ pub fn caller_progress(provider: &str) -> Option<Progress> {
     (provider == "sockets").then_some(Progress::Manual)
 }
 
+/// Whether `provider`, opened with data progress `progress`, moves a posted send, inject
+/// or RMA operation only in a later CQ read: sockets with manual progress queues every
+/// post for its progress engine (tcp;ofi_rxm writes to the socket in the call; shm writes
+/// into the peer's region). [`crate::Endpoint`] then makes one progress pass after each
+/// such post, so an operation leaves in the call that posts it rather than at the
+/// caller's next CQ read.
+pub(crate) fn posts_wait_for_progress(provider: &str, progress: Progress) -> bool {
+    provider == "sockets" && progress == Progress::Manual
+}
+
 /// Provider names offered for `hints` without its provider restriction, deduplicated.
 pub fn available_providers(hints: &Hints) -> Vec<String> {
     let mut any = hints.clone();

@@ -1637,6 +1637,15 @@ impl CqFid {
         Ok(n)
     }
 
+    /// A read of no entries: where CQ reads progress the provider, posted operations move;
+    /// no completion is taken, and an error entry it may announce (`-FI_EAVAIL`) stays in
+    /// the CQ for the next read, so the result is not looked at.
+    pub(crate) fn progress_only(&self) {
+        let mut none = [Completion::default(); 1];
+        // SAFETY: a read of 0 entries writes none; the buffer is valid for one anyway.
+        let _ = unsafe { sys::fi_cq_read(self.as_ptr(), none.as_mut_ptr().cast(), 0) };
+    }
+
     /// Like `read`, but blocks on the CQ's wait object for up to `timeout_ms` (-1: forever).
     pub(crate) fn sread(&self, out: &mut [Completion], timeout_ms: i32) -> Result<usize> {
         // SAFETY: as in read; cond is unused with FI_CQ_COND_NONE.
