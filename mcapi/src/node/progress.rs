@@ -246,6 +246,49 @@ mod tests {
         assert_eq!(node.msg_recv(ep, &mut buf), Err(Status::MCAPI_ERR_GENERAL));
     }
 
+    /// On sockets (opened with manual progress) a message leaves in the call that sends it:
+    /// with the sender's background thread held and no call of the sender reading its CQ
+    /// afterwards, the receiver still gets the message, eager (injected on the fast path)
+    /// or staged for a rendezvous (whose data the sender's progress serves, so only the
+    /// descriptor is checked for). sockets queues every post until a CQ read; before each
+    /// outgoing post was followed by a progress pass, neither message ever left.
+    #[test]
+    fn a_message_leaves_in_the_call_that_sends_it_on_sockets() {
+        if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("sockets")).is_err() {
+            eprintln!("skipping: sockets not offered here");
+            return;
+        }
+        let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
+            "sockets",
+            "post-progress",
+            (311, 312),
+            None,
+        );
+        let mut buf = vec![0u8; 1 << 20];
+        b.set_endpoint_timeout(rx, Some(Duration::from_secs(20)))
+            .expect("timeout");
+        a.msg_send(tx, to, b"warm", 0).expect("first message");
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
+        a.inner.hold_background.store(true, Ordering::Relaxed);
+        a.msg_send(tx, to, b"eager", 0).expect("eager message");
+        let received = b.msg_recv(rx, &mut buf);
+        let large = vec![5u8; a.eager_max() + 1];
+        a.msg_send(tx, to, &large, 0).expect("staged message");
+        // Its descriptor arrived (the data needs the sender's progress, held here).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while b.msg_available(rx) != Ok(1) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let descriptor = b.msg_available(rx);
+        a.inner.hold_background.store(false, Ordering::Relaxed);
+        assert_eq!(received, Ok(5), "the eager message");
+        assert_eq!(descriptor, Ok(1), "the staged message's descriptor");
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(large.len()));
+        assert!(buf[..large.len()] == large[..], "the staged message's data");
+        a.finalize().expect("finalize");
+        b.finalize().expect("finalize");
+    }
+
     /// A loop of `msg_send_i` + `wait` (+ the receiver's `msg_recv`) of messages that hold
     /// a send slot until the provider's completion is read (eager, above the inject size)
     /// never runs out of send slots with nobody else reading the sender's CQ: a send reads
