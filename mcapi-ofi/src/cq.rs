@@ -123,14 +123,14 @@ impl CompletionQueue {
         self.inner.fid.read(out)
     }
 
-    /// One progress pass that takes no completion (a read of none), unless another thread
-    /// reads the CQ now (its read progresses). For providers that move posted operations
-    /// only in CQ reads ([`crate::Endpoint`] calls it after each post where that holds).
+    /// One progress pass that takes no completion (a read of none). For providers that move
+    /// posted operations only in CQ reads ([`crate::Endpoint`] calls it after each post
+    /// where that holds). It waits for a read under way in another thread, which may have
+    /// passed its transmit progress before the post.
     #[inline]
     pub(crate) fn progress_posts(&self) {
-        if let Some(_reading) = self.inner.reading.try_lock() {
-            self.inner.fid.progress_only();
-        }
+        let _reading = self.inner.reading.lock();
+        self.inner.fid.progress_only();
     }
 
     /// Blocks up to `timeout_ms` (`None`: forever) for completions on the wait object, or
@@ -282,15 +282,6 @@ struct ReadLock(AtomicBool);
 struct Reading<'a>(&'a AtomicBool);
 
 impl ReadLock {
-    /// The lock if no other thread reads now.
-    #[inline(always)]
-    fn try_lock(&self) -> Option<Reading<'_>> {
-        self.0
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-            .then(|| Reading(&self.0))
-    }
-
     #[inline(always)]
     fn lock(&self) -> Reading<'_> {
         while self

@@ -149,7 +149,7 @@ impl NodeInner {
                 self.settle_credits(st, tag.port);
             }
             Kind::RndvDone => self.rndv_done(st, from, data),
-            Kind::Message => {}
+            Kind::Flush | Kind::Message => {}
         }
     }
 

@@ -6,6 +6,7 @@ use super::control_handler::ControlHandler;
 use super::fabric::{open_fabric, CONTROL_SLOTS_MIN, SEND_SLOTS};
 use super::inner::NodeInner;
 use super::progress::background_progress;
+use super::rendezvous::FINALIZE_DRAIN;
 use super::state::{State, CQ_BATCH};
 use super::Node;
 use crate::attributes::NodeAttributes;
@@ -19,6 +20,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
 
 /// A value no earlier run of a node with the same id had: the clock, the process and a
 /// per-process counter.
@@ -259,8 +261,11 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_NODE_NOTINIT` if the node was already finalized.
     pub fn finalize(&self) -> Result<()> {
-        // Staged rendezvous messages live in this process: their receivers read them first.
-        self.inner.drain_staged();
+        // Staged rendezvous messages live in this process: their receivers read them first;
+        // then everything else sent leaves the provider (both within one budget).
+        let deadline = Instant::now() + FINALIZE_DRAIN;
+        self.inner.drain_staged(deadline);
+        self.inner.flush_sends(deadline);
         self.inner.notify_channel_peers();
         let links: Vec<_> = {
             let mut st = lock(&self.inner.state);

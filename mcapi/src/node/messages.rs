@@ -2,6 +2,8 @@
 
 use super::channel::SideSet;
 use super::common::{ofi_status, refusal, Result, EAGER_SLOT, NUM_PRIORITIES};
+use super::credit_plane::{control_tag, encode_control};
+use super::fabric::SEND_SLOTS;
 use super::fetch::IN_PLACE_READ;
 use super::inner::NodeInner;
 use super::message_path::InPlace;
@@ -1020,6 +1022,89 @@ impl NodeInner {
                 Err(e) => {
                     st.send_free.push(slot);
                     return Err(ofi_status(e));
+                }
+            }
+        }
+    }
+}
+
+impl NodeInner {
+    /// `finalize`'s flush: what this node's calls reported sent leaves the provider before
+    /// its endpoint closes, which discards whatever the provider still queues (tcp;ofi_rxm
+    /// and sockets queue sends behind a full socket; shm serves a send's data from this
+    /// process until the receiver has it). Each peer this node sent messages to gets a
+    /// [`Kind::Flush`] marker, sent with a completion behind everything else to it (the
+    /// provider keeps each peer's order, so its completion covers injected messages, which
+    /// have none); then the node progresses until every send slot's completion is read,
+    /// markers included: up to `deadline`, as long as the node lives.
+    pub(super) fn flush_sends(&self, deadline: Instant) {
+        let mut backoff = self.backoff();
+        let Ok(mut st) = self.live_state() else {
+            return;
+        };
+        let mut peers: Vec<u16> = st
+            .remotes
+            .iter()
+            .filter(|(_, r)| r.window.granted_before())
+            .map(|(&(peer, _), _)| peer)
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        let mut marked = 0;
+        while marked < peers.len() || st.send_free.len() < SEND_SLOTS as usize {
+            self.progress(&mut st);
+            while let Some(&peer) = peers.get(marked) {
+                match self.send_flush_marker(&mut st, peer) {
+                    Ok(true) => marked += 1,
+                    Ok(false) => break,
+                    // Not sent (the peer is gone, or the provider refused): nothing to wait
+                    // for behind it.
+                    Err(_) => marked += 1,
+                }
+            }
+            if marked == peers.len() && st.send_free.len() == SEND_SLOTS as usize {
+                return;
+            }
+            drop(st);
+            if backoff.wait(Some(deadline)).is_err() {
+                return;
+            }
+            st = match self.live_state() {
+                Ok(st) => st,
+                Err(_) => return,
+            };
+        }
+    }
+
+    /// Posts a [`Kind::Flush`] marker to `peer` from a send slot: `Ok(false)` when no slot
+    /// is free or the provider has no room now (try again after progress).
+    fn send_flush_marker(&self, st: &mut State, peer: u16) -> std::result::Result<bool, ()> {
+        let Some(p) = st.peers.get(peer as usize).filter(|p| p.is_alive()) else {
+            return Err(());
+        };
+        let (addr, token, index) = (p.addr, p.fabric_token, p.index_at_peer);
+        let Some(slot) = st.send_free.pop() else {
+            return Ok(false);
+        };
+        let bytes = encode_control(control_tag(Kind::Flush, (0, 0), index), token);
+        let offset = slot as usize * EAGER_SLOT;
+        let posted = self
+            .fab
+            .send_pool
+            .write(offset, &bytes)
+            .and_then(|()| self.fab.send_pool.slice(offset, bytes.len()))
+            .and_then(|buf| {
+                let ctx = Context::SendSlot(slot).encode();
+                self.fab.ep.send(buf, Some(0), addr, ctx)
+            });
+        match posted {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                st.send_free.push(slot);
+                if e.is_again() {
+                    Ok(false)
+                } else {
+                    Err(())
                 }
             }
         }

@@ -289,6 +289,64 @@ mod tests {
         b.finalize().expect("finalize");
     }
 
+    /// Messages a node's calls reported sent reach their receiver when the sender finalizes
+    /// at once: with the receiver held (its background thread, no call), the sender posts
+    /// `msg_send_i`s until the provider holds what the receiver's socket cannot take (tcp,
+    /// sockets: sends queued in the provider, which closing the endpoint discarded), then
+    /// finalizes while the receiver goes on; every message arrives, in order. Before
+    /// `finalize` flushed its sends, tcp lost the 64 whose send slots were in flight and
+    /// sockets the last one.
+    #[test]
+    fn messages_reported_sent_arrive_when_their_sender_finalizes_at_once() {
+        for (provider, ids) in [
+            ("shm", (317, 318)),
+            ("tcp", (313, 314)),
+            ("sockets", (315, 316)),
+        ] {
+            if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_err() {
+                eprintln!("skipping {provider}: not offered here");
+                continue;
+            }
+            let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
+                provider,
+                "finalize-flush",
+                ids,
+                Some(512),
+            );
+            let size = a.eager_max();
+            let mut buf = vec![0u8; size];
+            a.msg_send(tx, to, b"warm", 0).expect("first message");
+            assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
+            b.inner.hold_background.store(true, Ordering::Relaxed);
+            let mut sent = 0usize;
+            while sent < 1000 {
+                let data = vec![(sent % 251) as u8; size];
+                match a.msg_send_i(tx, to, &data, 0) {
+                    Ok(r) => assert_eq!(a.test(r, None), Ok(Some(size)), "{provider}: send {sent}"),
+                    Err(Status::MCAPI_ERR_MEM_LIMIT) => break,
+                    Err(e) => panic!("{provider}: send {sent}: {e:?}"),
+                }
+                sent += 1;
+            }
+            b.inner.hold_background.store(false, Ordering::Relaxed);
+            a.finalize().expect("finalize");
+            b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+                .expect("timeout");
+            for i in 0..sent {
+                assert_eq!(
+                    b.msg_recv(rx, &mut buf),
+                    Ok(size),
+                    "{provider}: message {i} of {sent}"
+                );
+                assert!(
+                    buf.iter().all(|&x| x == (i % 251) as u8),
+                    "{provider}: message {i}'s content"
+                );
+            }
+            b.finalize().expect("finalize");
+        }
+    }
+
     /// A loop of `msg_send_i` + `wait` (+ the receiver's `msg_recv`) of messages that hold
     /// a send slot until the provider's completion is read (eager, above the inject size)
     /// never runs out of send slots with nobody else reading the sender's CQ: a send reads

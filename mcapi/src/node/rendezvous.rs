@@ -480,8 +480,7 @@ impl NodeInner {
     /// receiver (or the receiver is gone), at most [`FINALIZE_DRAIN`]. Like an eager
     /// message already sent, a rendezvous message a live receiver has not taken by then
     /// is lost.
-    pub(super) fn drain_staged(&self) {
-        let deadline = Instant::now() + FINALIZE_DRAIN;
+    pub(super) fn drain_staged(&self, deadline: Instant) {
         let mut backoff = self.backoff();
         loop {
             let Ok(mut st) = self.live_state() else {

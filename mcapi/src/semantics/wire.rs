@@ -34,6 +34,10 @@ pub enum Kind {
     /// The receiver of a rendezvous message is done with the sender's staged data
     /// (read, or discarded); data: the sender's staging id.
     RndvDone = 12,
+    /// The sender's last message before it finalizes, behind everything it sent: nothing
+    /// for the receiver to do (the sender waits for its send completion, which says the
+    /// provider has written what went before it).
+    Flush = 13,
 }
 
 impl Kind {
@@ -45,6 +49,7 @@ impl Kind {
             10 => Kind::Return,
             11 => Kind::Recall,
             12 => Kind::RndvDone,
+            13 => Kind::Flush,
             _ => return None,
         })
     }
@@ -177,7 +182,13 @@ mod tests {
         };
         assert_ne!(grant.encode() & !ignore, want);
         let (k, kignore) = Tag::match_control();
-        for kind in [Kind::Grant, Kind::Request, Kind::Return, Kind::Recall] {
+        for kind in [
+            Kind::Grant,
+            Kind::Request,
+            Kind::Return,
+            Kind::Recall,
+            Kind::Flush,
+        ] {
             assert_eq!(Tag { kind, ..t }.encode() & !kignore, k);
         }
         assert_ne!(t.encode() & !kignore, k);
