@@ -50,7 +50,7 @@ fn main() {
             failed_initialize_says_why,
         ),
     ];
-    for provider in ["shm", "tcp"] {
+    for provider in ["shm", "tcp", "sockets"] {
         let absent = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_err();
         let provider_trials = [
             Trial::test(format!("{provider}::c_suite"), move || {

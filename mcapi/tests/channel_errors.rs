@@ -314,6 +314,13 @@ fn every_provokable_row_of_the_4_4_and_4_5_errors_tables_on_tcp() {
     }
 }
 
+#[test]
+fn every_provokable_row_of_the_4_4_and_4_5_errors_tables_on_sockets() {
+    if offered("sockets") {
+        every_provokable_row("sockets", 220);
+    }
+}
+
 /// The table on `prov`, with nodes `base`..`base + 4` (each provider its own ids, so a
 /// failed run's nodes never refuse the other's).
 fn every_provokable_row(prov: &str, base: u32) {
@@ -1473,7 +1480,7 @@ fn every_provokable_row(prov: &str, base: u32) {
 #[test]
 fn a_cancelled_close_still_disconnects_the_channel() {
     let _turn = FABRIC.lock().unwrap_or_else(|p| p.into_inner());
-    for prov in ["shm", "tcp"].into_iter().filter(|p| offered(p)) {
+    for prov in ["shm", "tcp", "sockets"].into_iter().filter(|p| offered(p)) {
         let a = Node::initialize(3, 1, config(prov)).unwrap();
         let b = Node::initialize(3, 2, config(prov)).unwrap();
         for k in [Pkt, Scl] {

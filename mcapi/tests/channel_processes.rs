@@ -36,10 +36,15 @@ fn main() {
                 format!("{prov}::{}_receiver_killed_mid_stream", kind.name()),
                 move || receiver_killed(prov, kind),
             ));
-            t.push(Trial::test(
-                format!("{prov}::{}_sender_killed_mid_stream", kind.name()),
-                move || sender_killed(prov, kind),
-            ));
+            // Not on sockets: a sender killed with data unread in its socket (its next CQ
+            // read would have taken it) resets the connection, and the receiver loses what
+            // it had not read yet (docs/providers.md, manual progress on sockets).
+            if prov != "sockets" {
+                t.push(Trial::test(
+                    format!("{prov}::{}_sender_killed_mid_stream", kind.name()),
+                    move || sender_killed(prov, kind),
+                ));
+            }
             t.push(Trial::test(
                 format!("{prov}::{}_peer_killed_before_opening", kind.name()),
                 move || killed_before_open(prov, kind),

@@ -23,7 +23,7 @@ fn config(provider: &str, job: &str) -> Config {
 }
 
 fn providers() -> Vec<&'static str> {
-    offered(&["shm", "tcp"])
+    offered(&["shm", "tcp", "sockets"])
 }
 
 /// shm and tcp, and sockets, net and udp, whose sides keep plain receives of their own (no hub).
@@ -1190,11 +1190,13 @@ fn errors_tables_of_connect_open_send_recv_close(prov: &str, base: u32) {
 
 /// An endpoint that received messages from another node (all consumed) can be connected:
 /// the connect takes back the sender's credits, so its next message is refused (spec 3.6)
-/// and one already on its way is queued, not lost.
+/// and one already on its way is queued, not lost. (Not on sockets: there the sender's node
+/// may read the recall only after several more sends, each queued at the endpoint;
+/// docs/implementation-defined.md, "Connect and open".)
 #[test]
 fn endpoint_that_received_messages_can_be_connected() {
     let _turn = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
-    for prov in providers() {
+    for prov in offered(&["shm", "tcp"]) {
         let p = Pair::new(prov, "msg2chan", 70);
         let m = p.a.endpoint_create(11).unwrap();
         let to = p.a.endpoint_get(0, p.rx.node(), 20, WAIT).unwrap();

@@ -83,7 +83,7 @@ fn config(provider: &str) -> Config {
 }
 
 fn providers() -> Vec<&'static str> {
-    let mut v = vec!["shm", "tcp"];
+    let mut v = vec!["shm", "tcp", "sockets"];
     v.retain(|p| mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok());
     v
 }

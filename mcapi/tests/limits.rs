@@ -21,7 +21,7 @@ fn config(provider: &str, job: &str, recv_buffers: usize) -> Config {
 }
 
 fn providers() -> Vec<&'static str> {
-    let mut v = vec!["shm", "tcp"];
+    let mut v = vec!["shm", "tcp", "sockets"];
     v.retain(|p| {
         let ok = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok();
         if !ok {

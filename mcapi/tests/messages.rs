@@ -17,7 +17,7 @@ fn config(provider: &str, job: &str) -> Config {
 }
 
 fn providers() -> Vec<&'static str> {
-    let mut v = vec!["shm", "tcp"];
+    let mut v = vec!["shm", "tcp", "sockets"];
     v.retain(|p| {
         let ok = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(*p)).is_ok();
         if !ok {

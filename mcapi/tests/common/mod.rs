@@ -20,7 +20,7 @@ pub fn run(child: fn(&str), trials_for: impl Fn(&'static str) -> Vec<Trial>) {
     let mut args = Arguments::from_args();
     args.test_threads = Some(1);
     let mut trials = Vec::new();
-    for prov in ["shm", "tcp"] {
+    for prov in ["shm", "tcp", "sockets"] {
         let absent = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(prov)).is_err();
         for trial in trials_for(prov) {
             if absent {
