@@ -175,6 +175,8 @@ fn latency_run(provider: &str, libfabric_name: &str, port: &str) {
         "200",
         "-w",
         "10",
+        "--max-time",
+        "60",
         "--json",
         "--oob-port",
         port,
@@ -229,6 +231,8 @@ fn bandwidth_run(provider: &str, libfabric_name: &str, port: &str) {
         "-I",
         "500",
         "--blocking-sends",
+        "--max-time",
+        "60",
         "--json",
         "--oob-port",
         port,
@@ -295,7 +299,20 @@ fn channel_run(test: &str, provider: &str, libfabric_name: &str, sizes: &[u64], 
     let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
     let list = list.join(",");
     let mut args = vec![
-        test, "--local", "-p", provider, "-S", &list, "-I", iterations, "-w", "10", "--json",
+        test,
+        "--local",
+        "-p",
+        provider,
+        "-S",
+        &list,
+        "-I",
+        iterations,
+        "-w",
+        "10",
+        "--json",
+        // Every iteration is checked: no time limit a loaded host could hit first.
+        "--max-time",
+        "60",
     ];
     args.extend_from_slice(extra);
     let lines = json_run(&args);
@@ -452,6 +469,8 @@ fn packet_rounds_alternate() {
         "5",
         "--rounds",
         "3",
+        "--max-time",
+        "60",
         "--json",
         "--oob-port",
         "27649",
@@ -605,6 +624,8 @@ fn rounds_report_medians_and_spread() {
         "5",
         "--rounds",
         "3",
+        "--max-time",
+        "60",
         "--json",
         "--oob-port",
         "27618",
