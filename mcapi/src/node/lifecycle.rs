@@ -182,6 +182,7 @@ impl Node {
             peer_of: HashMap::default(),
             remotes: HashMap::default(),
             send_free: (0..SEND_SLOTS).rev().collect(),
+            send_in_flight: vec![None; SEND_SLOTS as usize],
             control_posted: 0,
             outbox: VecDeque::with_capacity(256),
             requests: RequestTable::new(config.request_table_size),

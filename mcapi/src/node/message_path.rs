@@ -216,6 +216,8 @@ impl NodeInner {
                 Ok(()) => {
                     if inject {
                         st.send_free.push(slot);
+                    } else {
+                        st.slot_sent(slot, peer);
                     }
                     // A lent buffer's send completes when its receiver is done with it.
                     if rndv == NO_STAGING || !st.rndv.is_lent(rndv) {

@@ -3,7 +3,6 @@
 use super::channel::SideSet;
 use super::common::{ofi_status, refusal, Result, EAGER_SLOT, NUM_PRIORITIES};
 use super::credit_plane::{control_tag, encode_control};
-use super::fabric::SEND_SLOTS;
 use super::fetch::IN_PLACE_READ;
 use super::inner::NodeInner;
 use super::message_path::InPlace;
@@ -1012,7 +1011,10 @@ impl NodeInner {
                     .send_tagged_data(buf, d, dest, tag.encode(), ctx),
             };
             match posted {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    st.slot_sent(slot, peer);
+                    return Ok(());
+                }
                 Err(e) if e.is_again() => {
                     if let Err(status) = stalled(st) {
                         st.send_free.push(slot);
@@ -1035,8 +1037,9 @@ impl NodeInner {
     /// process until the receiver has it). Each peer this node sent messages to gets a
     /// [`Kind::Flush`] marker, sent with a completion behind everything else to it (the
     /// provider keeps each peer's order, so its completion covers injected messages, which
-    /// have none); then the node progresses until every send slot's completion is read,
-    /// markers included: up to `deadline`, as long as the node and one of those peers live.
+    /// have none); then the node progresses until no send posted to a live peer run awaits
+    /// its completion (sends still queued for credits are not posted: finalize discards
+    /// them), up to `deadline`.
     pub(super) fn flush_sends(&self, deadline: Instant) {
         let mut backoff = self.backoff();
         let Ok(mut st) = self.live_state() else {
@@ -1051,7 +1054,7 @@ impl NodeInner {
         peers.sort_unstable();
         peers.dedup();
         let mut marked = 0;
-        while marked < peers.len() || st.send_free.len() < SEND_SLOTS as usize {
+        loop {
             self.progress(&mut st);
             while let Some(&peer) = peers.get(marked) {
                 match self.send_flush_marker(&mut st, peer) {
@@ -1062,11 +1065,7 @@ impl NodeInner {
                     Err(_) => marked += 1,
                 }
             }
-            let flushed = st.send_free.len() == SEND_SLOTS as usize;
-            // Sends to a peer that died may never complete (shm): nothing to wait for once
-            // every peer flushed to is gone.
-            let alive = peers.iter().any(|&p| st.peers[p as usize].is_alive());
-            if marked == peers.len() && (flushed || !alive) {
+            if marked == peers.len() && !st.sends_in_flight_to_live_runs() {
                 return;
             }
             drop(st);
@@ -1102,7 +1101,10 @@ impl NodeInner {
                 self.fab.ep.send(buf, Some(0), addr, ctx)
             });
         match posted {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                st.slot_sent(slot, peer);
+                Ok(true)
+            }
             Err(e) => {
                 st.send_free.push(slot);
                 if e.is_again() {

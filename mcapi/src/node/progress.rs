@@ -42,7 +42,7 @@ impl NodeInner {
                 }
                 Err(OfiError::Completion(e)) => match Context::decode(e.context) {
                     // A send to a dead peer.
-                    Some(Context::SendSlot(s)) => st.send_free.push(s),
+                    Some(Context::SendSlot(s)) => st.slot_completed(s),
                     Some(Context::Read(index)) => {
                         log::info!("a rendezvous read failed: {}", e.err);
                         self.read_completed(st, index, false);
@@ -77,7 +77,7 @@ impl NodeInner {
 
     pub(super) fn dispatch(&self, st: &mut State, c: &Completion) {
         match Context::decode(c.context()) {
-            Some(Context::SendSlot(s)) => st.send_free.push(s),
+            Some(Context::SendSlot(s)) => st.slot_completed(s),
             Some(Context::RecvSlot(slot)) => self.message_arrived(st, slot, c),
             Some(Context::Read(index)) => self.read_completed(st, index, true),
             Some(Context::ControlSlot(slot)) => {
@@ -345,6 +345,67 @@ mod tests {
             }
             b.finalize().expect("finalize");
         }
+    }
+
+    /// `finalize`'s flush waits only for sends handed to the provider for a live peer run:
+    /// not for a `msg_send_i` still queued for credits (it holds a send slot, but finalize
+    /// discards it), nor for a send whose receiver finalized before reading it (shm never
+    /// completes such a send). The flush then returns long before its deadline; it waited
+    /// the whole 10 s of finalize's budget in both cases.
+    #[test]
+    fn the_finalize_flush_waits_only_for_sends_posted_to_live_peers() {
+        use crate::node::test_pair::sender_and_receiver;
+        let flush_returns = |a: &Node, what: &str| {
+            let start = Instant::now();
+            a.inner.flush_sends(start + Duration::from_secs(60));
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{what}: the flush waited for its deadline"
+            );
+        };
+        for (provider, ids) in [("shm", (319, 320)), ("tcp", (321, 322))] {
+            let (a, b, tx, _rx, to) = sender_and_receiver(provider, "flush-queued", ids, Some(2));
+            a.msg_send(tx, to, b"1", 0).expect("first");
+            a.msg_send(tx, to, b"2", 0).expect("second");
+            let queued = a.msg_send_i(tx, to, b"3", 0).expect("third");
+            assert_eq!(
+                a.test(queued, None),
+                Ok(None),
+                "{provider}: queued for credits"
+            );
+            flush_returns(&a, &format!("{provider}, a send queued for credits"));
+            a.finalize().expect("finalize");
+            b.finalize().expect("finalize");
+        }
+        // shm: a send read by its receiver's progress, which is held; the receiver then
+        // finalizes without reading it.
+        let (a, b, tx, rx, to) = sender_and_receiver("shm", "flush-dead", (323, 324), None);
+        let mut buf = vec![0u8; a.eager_max()];
+        a.msg_send(tx, to, b"warm", 0).expect("first");
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
+        b.inner.hold_background.store(true, Ordering::Relaxed);
+        let size = a.eager_max();
+        assert!(size > a.inject_size(), "no eager size above inject on shm");
+        a.msg_send(tx, to, &vec![1u8; size], 0)
+            .expect("unread send");
+        let in_flight = a
+            .inner
+            .state
+            .lock()
+            .expect("state")
+            .send_in_flight
+            .iter()
+            .flatten()
+            .count();
+        b.inner.hold_background.store(false, Ordering::Relaxed);
+        b.finalize().expect("finalize");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while a.inner.state.lock().expect("state").run_alive((0, 0)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        eprintln!("shm: {in_flight} send(s) in flight to the receiver that finalized");
+        flush_returns(&a, "shm, a send to a receiver that finalized");
+        a.finalize().expect("finalize");
     }
 
     /// A loop of `msg_send_i` + `wait` (+ the receiver's `msg_recv`) of messages that hold

@@ -54,6 +54,9 @@ pub(super) struct State {
     pub(super) peer_of: HashMap<(u32, u32), u16>,
     pub(super) remotes: HashMap<(u16, u32), Remote>,
     pub(super) send_free: Vec<u32>,
+    /// Per send slot, the peer run a send posted from it (with a completion) went to, until
+    /// its completion is read: what `finalize` waits for (`flush_sends`).
+    pub(super) send_in_flight: Vec<Option<PeerRun>>,
     pub(super) control_posted: u32,
     /// Control messages waiting for the provider to accept them.
     pub(super) outbox: VecDeque<(u16, Tag, u64)>,
@@ -123,6 +126,31 @@ impl State {
     /// [`State::slot_run`]).
     pub(super) fn arrival_run(&self, slot: u32) -> u64 {
         self.slot_run.get(slot as usize).copied().unwrap_or(0)
+    }
+
+    /// A send to `peer` was posted from send slot `slot`, with a completion to come.
+    #[inline(always)]
+    pub(super) fn slot_sent(&mut self, slot: u32, peer: u16) {
+        let run = self.peers[peer as usize].life.incarnation().unwrap_or(0);
+        self.send_in_flight[slot as usize] = Some((peer, run));
+    }
+
+    /// The completion of the send from slot `slot` was read: the slot is free.
+    #[inline(always)]
+    pub(super) fn slot_completed(&mut self, slot: u32) {
+        if let Some(s) = self.send_in_flight.get_mut(slot as usize) {
+            *s = None;
+        }
+        self.send_free.push(slot);
+    }
+
+    /// Whether a send posted from a slot to a peer run that is still alive has not
+    /// completed (a send to a run that died may never complete: shm).
+    pub(super) fn sends_in_flight_to_live_runs(&self) -> bool {
+        self.send_in_flight
+            .iter()
+            .flatten()
+            .any(|&run| self.run_alive(run))
     }
 
     /// Whether run `run.1` of peer `run.0` is alive (0: whichever run is alive now).
