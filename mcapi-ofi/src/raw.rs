@@ -1639,7 +1639,9 @@ impl CqFid {
 
     /// A read of no entries: where CQ reads progress the provider, posted operations move;
     /// no completion is taken, and an error entry it may announce (`-FI_EAVAIL`) stays in
-    /// the CQ for the next read, so the result is not looked at.
+    /// the CQ for the next read, so the result is not looked at. (sockets returns
+    /// `-FI_EAVAIL` before it progresses: while an error entry waits, this moves nothing,
+    /// until the next real read takes the entry.)
     pub(crate) fn progress_only(&self) {
         let mut none = [Completion::default(); 1];
         // SAFETY: a read of 0 entries writes none; the buffer is valid for one anyway.

@@ -240,11 +240,12 @@ pub(super) fn interface_address(name: &str) -> Option<String> {
 }
 
 /// Opens a CQ of the node: with an fd wait object where the provider has one to hand out
-/// and it costs nothing measurable (sockets, net), so blocked calls sleep until a
-/// completion; else without. Not on shm (-FI_ENOSYS), udp;ofi_rxd (no fd exposed) or
-/// providers under ofi_rxm: there the wait object made every tcp;ofi_rxm round trip
-/// slower (docs/performance-log.md), which the faster wake-up of a long wait does not buy
-/// back. Returns the wait object used, for the node's later CQs.
+/// and it costs nothing measurable (net), so blocked calls sleep until a completion; else
+/// without. Not on shm (-FI_ENOSYS), udp;ofi_rxd (no fd exposed), sockets with the manual
+/// progress MCAPI asks for (no fd), or providers under ofi_rxm: there the wait object made
+/// every tcp;ofi_rxm round trip slower (docs/performance-log.md), which the faster wake-up
+/// of a long wait does not buy back. Returns the wait object used, for the node's later
+/// CQs.
 pub(super) fn open_node_cq(
     domain: &Domain,
     provider: &str,

@@ -49,7 +49,7 @@ const FIRST_SLEEP: Duration = Duration::from_micros(20);
 /// progress, a peer's death) is noticed at least this often.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
 /// The longest sleep during the first [`SHORT_SLEEPS_FOR`] of sleeping. Where the CQ has no
-/// fd wait object (tcp;ofi_rxm here) a sleep is timed, so its length is how late the call
+/// fd wait object (tcp;ofi_rxm and sockets here) a sleep is timed, so its length is how late the call
 /// sees what arrived meanwhile; with sleeps doubling to [`MAX_SLEEP`] at once, a ping-pong
 /// whose round trip once outlasted the spin and yield locked into millisecond round trips
 /// (each side then waited long enough to sleep too: docs/performance-log.md).
