@@ -1,6 +1,6 @@
 //! A node's life in the process: initialize, the calling thread's node, finalize.
 
-use super::channel::ChannelTable;
+use super::channel::{ChannelTable, SideSet};
 use super::common::{lock, Result, EAGER_SLOT};
 use super::control_handler::ControlHandler;
 use super::fabric::{open_fabric, CONTROL_SLOTS_MIN, SEND_SLOTS};
@@ -267,6 +267,7 @@ impl Node {
         let deadline = Instant::now() + FINALIZE_DRAIN;
         self.inner.drain_staged(deadline);
         self.inner.flush_sends(deadline);
+        self.flush_channel_sends(deadline);
         self.inner.notify_channel_peers();
         let links: Vec<_> = {
             let mut st = lock(&self.inner.state);
@@ -294,6 +295,20 @@ impl Node {
         lock(process_nodes()).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.inner)));
         lock(live_nodes()).remove(&(self.inner.domain_id, self.inner.node_id));
         Ok(())
+    }
+
+    /// `finalize`'s flush of channel packets: copied or zero-copy packets handed to the
+    /// fabric complete before the sides' endpoints close (sockets lost all but 2 of 512
+    /// 60 KiB packets a slow receiver had not read; a close waits for them too). Packets
+    /// still queued for credits are discarded, as finalize discards pending data.
+    fn flush_channel_sends(&self, deadline: Instant) {
+        let mut backoff = self.inner.backoff();
+        while self.inner.channels.sends_posted() {
+            self.progress_busy_sides(&SideSet::default(), &mut backoff);
+            if backoff.wait(Some(deadline)).is_err() {
+                return;
+            }
+        }
     }
 }
 

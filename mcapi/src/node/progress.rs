@@ -347,6 +347,58 @@ mod tests {
         }
     }
 
+    /// Channel packets handed to the fabric arrive when their sender finalizes at once: over
+    /// sockets, with the receiver held, 60 KiB packets are sent (`pktchan_send_i`, each
+    /// request complete: posted) until the staging is exhausted, then the sender finalizes
+    /// while the receiver goes on. Before `finalize` waited for the sides' posted sends it
+    /// closed their endpoints at once, and 2 of 512 packets arrived.
+    #[test]
+    fn packets_handed_to_the_fabric_arrive_when_their_sender_finalizes_at_once() {
+        if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("sockets")).is_err() {
+            eprintln!("skipping: sockets not offered here");
+            return;
+        }
+        let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
+            "sockets",
+            "finalize-packets",
+            (325, 326),
+            Some(512),
+        );
+        // (A channel's blocking calls take the timeout its endpoint had at open.)
+        b.set_endpoint_timeout(rx, Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let (hs, hr) = crate::node::test_pair::open_channel((&a, &b), (tx, rx, to), false);
+        b.inner.hold_background.store(true, Ordering::Relaxed);
+        let size = 60 << 10;
+        let mut sent = 0usize;
+        while sent < 2000 {
+            let data = vec![(sent % 251) as u8; size];
+            match a.pktchan_send_i(hs, &data) {
+                Ok(r) => assert_eq!(
+                    a.wait(r, None, Some(Duration::from_secs(10))),
+                    Ok(size),
+                    "send {sent}"
+                ),
+                Err(Status::MCAPI_ERR_MEM_LIMIT) => break,
+                Err(e) => panic!("send {sent}: {e:?}"),
+            }
+            sent += 1;
+        }
+        b.inner.hold_background.store(false, Ordering::Relaxed);
+        a.finalize().expect("finalize");
+        for i in 0..sent {
+            let p = b
+                .pktchan_recv(hr)
+                .unwrap_or_else(|e| panic!("packet {i} of {sent}: {e:?}"));
+            assert!(
+                p.to_vec().iter().all(|&x| x == (i % 251) as u8),
+                "packet {i}'s content"
+            );
+            b.pktchan_release(p).expect("release");
+        }
+        b.finalize().expect("finalize");
+    }
+
     /// `finalize`'s flush waits only for sends handed to the provider for a live peer run:
     /// not for a `msg_send_i` still queued for credits (it holds a send slot, but finalize
     /// discards it), nor for a send whose receiver finalized before reading it (shm never

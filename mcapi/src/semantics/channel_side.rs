@@ -1227,6 +1227,19 @@ impl<B: UserBuffer> SendSide<B> {
         !self.queued.is_empty()
     }
 
+    /// Whether packets were handed to the fabric and their sends have not completed:
+    /// zero-copy ones, or copied ones beyond those still queued for credits.
+    pub fn has_posted(&self) -> bool {
+        let queued_staged = self
+            .queued
+            .iter()
+            .filter(|(_, p)| matches!(p, Outgoing::Staged { .. }))
+            .count();
+        // There are as many staging buffers as zero-copy slots.
+        let staged = self.in_flight.len() - self.staging_free.len();
+        self.has_in_flight() || staged > queued_staged
+    }
+
     /// Whether zero-copy packets are posted and not completed yet.
     #[inline]
     pub fn has_in_flight(&self) -> bool {

@@ -128,6 +128,14 @@ impl Side {
                 if s.state.has_staged_in_flight())
     }
 
+    /// Whether this send side has packets handed to the fabric whose sends have not
+    /// completed, its peer not known gone (what `finalize` waits for before it closes it).
+    pub(super) fn has_posted_sends(&self) -> bool {
+        self.peer_gone.is_none()
+            && matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. })
+                if s.state.has_posted())
+    }
+
     /// The other node to check for liveness, at most every 20 ms while requests wait here
     /// and nothing moves (the slow path of waiting on a request).
     pub(super) fn liveness_check_due(&mut self, progressed: bool) -> Option<PeerRun> {

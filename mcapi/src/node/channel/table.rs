@@ -190,6 +190,18 @@ impl ChannelTable {
             .sum()
     }
 
+    /// Whether a send side has packets handed to the fabric whose sends have not completed
+    /// (`finalize` waits for them: closing a side's endpoint discards what its provider
+    /// still queues).
+    pub(in crate::node) fn sends_posted(&self) -> bool {
+        self.used_now().iter().any(|slot| {
+            self.sides[slot]
+                .lock()
+                .as_ref()
+                .is_some_and(Side::has_posted_sends)
+        })
+    }
+
     /// The sides other than `own` with transfers under way whose lock is free right now.
     pub(super) fn busy_sides(&self, own: usize) -> SideSet {
         let mut set = SideSet::default();
