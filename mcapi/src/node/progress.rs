@@ -246,6 +246,15 @@ mod tests {
         assert_eq!(node.msg_recv(ep, &mut buf), Err(Status::MCAPI_ERR_GENERAL));
     }
 
+    /// Whether libfabric offers `provider` here (else the test says it skips it).
+    fn offered(provider: &str) -> bool {
+        let ok = mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_ok();
+        if !ok {
+            eprintln!("skipping {provider}: not offered here");
+        }
+        ok
+    }
+
     /// On sockets (opened with manual progress) a message leaves in the call that sends it:
     /// with the sender's background thread held and no call of the sender reading its CQ
     /// afterwards, the receiver still gets the message, eager (injected on the fast path)
@@ -254,8 +263,7 @@ mod tests {
     /// outgoing post was followed by a progress pass, neither message ever left.
     #[test]
     fn a_message_leaves_in_the_call_that_sends_it_on_sockets() {
-        if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("sockets")).is_err() {
-            eprintln!("skipping: sockets not offered here");
+        if !offered("sockets") {
             return;
         }
         let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
@@ -303,8 +311,7 @@ mod tests {
             ("tcp", (313, 314)),
             ("sockets", (315, 316)),
         ] {
-            if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider(provider)).is_err() {
-                eprintln!("skipping {provider}: not offered here");
+            if !offered(provider) {
                 continue;
             }
             let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
@@ -354,8 +361,7 @@ mod tests {
     /// closed their endpoints at once, and 2 of 512 packets arrived.
     #[test]
     fn packets_handed_to_the_fabric_arrive_when_their_sender_finalizes_at_once() {
-        if mcapi_ofi::Info::first(&mcapi_ofi::Hints::new().provider("sockets")).is_err() {
-            eprintln!("skipping: sockets not offered here");
+        if !offered("sockets") {
             return;
         }
         let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
