@@ -1028,9 +1028,7 @@ impl NodeInner {
             }
         }
     }
-}
 
-impl NodeInner {
     /// `finalize`'s flush: what this node's calls reported sent leaves the provider before
     /// its endpoint closes, which discards whatever the provider still queues (tcp;ofi_rxm
     /// and sockets queue sends behind a full socket; shm serves a send's data from this
