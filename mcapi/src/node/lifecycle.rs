@@ -299,11 +299,21 @@ impl Node {
 
     /// `finalize`'s flush of channel packets: copied or zero-copy packets handed to the
     /// fabric complete before the sides' endpoints close (sockets lost all but 2 of 512
-    /// 60 KiB packets a slow receiver had not read; a close waits for them too). Packets
-    /// still queued for credits are discarded, as finalize discards pending data.
+    /// 60 KiB packets a slow receiver had not read; a close waits for them too), unless
+    /// the side's peer run is gone (shm never completes a send to a dead receiver).
+    /// Packets still queued for credits are discarded, as finalize discards pending data.
+    /// Injected packets and scalars have no completion to wait for (sockets may still hold
+    /// some: docs/providers.md).
     fn flush_channel_sends(&self, deadline: Instant) {
         let mut backoff = self.inner.backoff();
-        while self.inner.channels.sends_posted() {
+        let mut runs = Vec::new();
+        while self.inner.channels.sends_posted(&mut runs) {
+            // (Side locks are released: the state lock is taken after them, never inside.)
+            let st = lock(&self.inner.state);
+            if !runs.iter().any(|run| run.is_none_or(|r| st.run_alive(r))) {
+                return;
+            }
+            drop(st);
             self.progress_busy_sides(&SideSet::default(), &mut backoff);
             if backoff.wait(Some(deadline)).is_err() {
                 return;

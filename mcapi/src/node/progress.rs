@@ -405,6 +405,51 @@ mod tests {
         b.finalize().expect("finalize");
     }
 
+    /// `finalize`'s flush of channel packets does not wait for a receiver whose run is gone:
+    /// shm never completes a send to a dead receiver, and the side's copied packets,
+    /// posted while the receiver was held, would otherwise keep the flush to its deadline
+    /// (it took 10 s; the third review's case). The receiver's run is marked lost as the
+    /// control handler marks it when its connection ends.
+    #[test]
+    fn the_finalize_flush_of_packets_gives_up_a_receiver_that_is_gone() {
+        let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
+            "shm",
+            "flush-dead-side",
+            (327, 328),
+            Some(16),
+        );
+        let (hs, hr) = crate::node::test_pair::open_channel((&a, &b), (tx, rx, to), false);
+        a.pktchan_send(hs, &[1u8; 2000]).expect("first packet");
+        let p = b.pktchan_recv(hr).expect("first packet");
+        b.pktchan_release(p).expect("release");
+        b.inner.hold_background.store(true, Ordering::Relaxed);
+        for i in 0..8 {
+            let r = a.pktchan_send_i(hs, &[5u8; 32 << 10]).expect("send");
+            assert_eq!(
+                a.wait(r, None, Some(Duration::from_secs(10))),
+                Ok(32 << 10),
+                "send {i}"
+            );
+        }
+        {
+            let st = a.inner.state.lock().expect("state");
+            let peer = *st.peer_of.get(&(0, 328)).expect("the receiver's node");
+            let run = st.peers[peer as usize].life.incarnation().expect("its run");
+            drop(st);
+            a.inner
+                .peer_event(peer, crate::node::peers::PeerInput::Lost(run));
+        }
+        let start = Instant::now();
+        a.finalize().expect("finalize");
+        let took = start.elapsed();
+        b.inner.hold_background.store(false, Ordering::Relaxed);
+        b.finalize().expect("finalize");
+        assert!(
+            took < Duration::from_secs(5),
+            "finalize waited {took:?} for a receiver that is gone"
+        );
+    }
+
     /// `finalize`'s flush waits only for sends handed to the provider for a live peer run:
     /// not for a `msg_send_i` still queued for credits (it holds a send slot, but finalize
     /// discards it), nor for a send whose receiver finalized before reading it (shm never

@@ -190,16 +190,23 @@ impl ChannelTable {
             .sum()
     }
 
-    /// Whether a send side has packets handed to the fabric whose sends have not completed
-    /// (`finalize` waits for them: closing a side's endpoint discards what its provider
-    /// still queues).
-    pub(in crate::node) fn sends_posted(&self) -> bool {
-        self.used_now().iter().any(|slot| {
-            self.sides[slot]
-                .lock()
-                .as_ref()
-                .is_some_and(Side::has_posted_sends)
-        })
+    /// The peer runs of send sides with packets handed to the fabric whose sends have not
+    /// completed (`finalize` waits for them: closing a side's endpoint discards what its
+    /// provider still queues), into `runs`; a side whose lock is taken counts too, with no
+    /// run (its holder may be posting). Returns whether any side counted.
+    pub(in crate::node) fn sends_posted(&self, runs: &mut Vec<Option<PeerRun>>) -> bool {
+        runs.clear();
+        for slot in self.used_now().iter() {
+            match self.sides[slot].try_lock() {
+                Some(g) => {
+                    if let Some(side) = g.as_ref().filter(|s| s.has_posted_sends()) {
+                        runs.push(side.peer);
+                    }
+                }
+                None => runs.push(None),
+            }
+        }
+        !runs.is_empty()
     }
 
     /// The sides other than `own` with transfers under way whose lock is free right now.
