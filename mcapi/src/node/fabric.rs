@@ -250,9 +250,7 @@ pub(super) fn open_node_cq(
     domain: &Domain,
     provider: &str,
 ) -> std::result::Result<(CompletionQueue, WaitObject), OfiError> {
-    // tcp;ofi_rxm has no fd; sockets, asked for manual progress (`caller_progress`), has
-    // one that only this node's own CQ reads would write: timed sleeps there.
-    if !provider.contains("ofi_rxm") && mcapi_ofi::caller_progress(provider).is_none() {
+    if !provider.contains("ofi_rxm") {
         if let Ok(cq) = CompletionQueue::open(domain, 0, WaitObject::Fd) {
             if cq.wait_fd().is_some() {
                 return Ok((cq, WaitObject::Fd));
