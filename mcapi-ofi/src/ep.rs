@@ -55,6 +55,89 @@ struct EpInner {
     /// The record an unregistered send is posted with, kept for the next one (a send that
     /// is abandoned leaks it: its completion may still be in the CQ).
     send_record: std::sync::Mutex<Option<Box<crate::mr::Slot>>>,
+    /// Whether endpoints of this process share its memory with it (shm: see [`lingering`]):
+    /// it is then closed only with the last of them,
+    lingers: bool,
+    /// unless closed by [`Endpoint::close_now`].
+    close_now: bool,
+}
+
+impl Drop for EpInner {
+    fn drop(&mut self) {
+        if !self.lingers {
+            return;
+        }
+        let lingering = (!self.close_now).then(|| lingering::Lingering {
+            fid: self.fid.take(),
+            kept: std::mem::take(
+                &mut *self
+                    .kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
+            cq: self.cq.clone(),
+            av: self.av.clone(),
+            domain: self.domain.clone(),
+        });
+        // (Closed at once, it is closed by the fields' drops.)
+        lingering::closed(lingering);
+    }
+}
+
+/// Endpoints of one process that share memory with each other, closed together.
+///
+/// The shm provider reaches a peer endpoint of the same process through that endpoint's own
+/// mapping of its region (it looks the name up among the process's endpoints instead of
+/// mapping the region again), and closing an endpoint unmaps its region. An endpoint of the
+/// process that still sends to the closed one, answers its commands or completes a
+/// transfer with it then faults inside `fi_cq_read` (SIGSEGV), as a node did when another
+/// node of its process finalized in the middle of a channel's traffic. So a closed shm
+/// endpoint lingers, open but never progressed again (its CQ is read by nobody), while any
+/// other shm endpoint of the process is open, and all close together with the last one.
+/// Each keeps its region (16 MiB of address space, backed only where touched) meanwhile.
+mod lingering {
+    use super::{AddressVector, CompletionQueue, Domain, EpFid, KeptMemory};
+    use std::sync::Mutex;
+
+    /// A closed endpoint waiting for the others, with what it was bound to (fields in the
+    /// order they close: the endpoint first). Held only to be dropped.
+    #[allow(dead_code)]
+    pub(super) struct Lingering {
+        pub(super) fid: EpFid,
+        pub(super) kept: Vec<KeptMemory>,
+        pub(super) cq: CompletionQueue,
+        pub(super) av: AddressVector,
+        pub(super) domain: Domain,
+    }
+
+    /// Open endpoints that linger when closed, and the closed ones waiting for them.
+    static ENDPOINTS: Mutex<(usize, Vec<Lingering>)> = Mutex::new((0, Vec::new()));
+
+    fn endpoints() -> std::sync::MutexGuard<'static, (usize, Vec<Lingering>)> {
+        ENDPOINTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn opened() {
+        endpoints().0 += 1;
+    }
+
+    /// Keeps `ep` (`None`: closed at once) until no endpoint of the process is open any
+    /// more, then closes them all (outside the lock: a close may take a while).
+    pub(super) fn closed(ep: Option<Lingering>) {
+        let released = {
+            let mut e = endpoints();
+            e.0 -= 1;
+            e.1.extend(ep);
+            if e.0 == 0 {
+                std::mem::take(&mut e.1)
+            } else {
+                Vec::new()
+            }
+        };
+        drop(released);
+    }
 }
 
 impl Endpoint {
@@ -86,6 +169,10 @@ impl Endpoint {
             options.min_multi_recv,
         )?;
         let address = fid.name()?;
+        let lingers = crate::info::shares_memory_in_process(domain.inner.info.provider());
+        if lingers {
+            lingering::opened();
+        }
         Ok(Endpoint {
             inner: Arc::new(EpInner {
                 fid,
@@ -100,6 +187,8 @@ impl Endpoint {
                     domain.attributes().data_progress(),
                 ),
                 send_record: std::sync::Mutex::new(None),
+                lingers,
+                close_now: false,
             }),
         })
     }
@@ -417,6 +506,19 @@ impl Endpoint {
     /// Whether this is the endpoint's only handle.
     pub(crate) fn is_unique(&self) -> bool {
         Arc::strong_count(&self.inner) == 1
+    }
+
+    /// Closes the endpoint, its only handle, at once even where closed endpoints linger
+    /// ([`lingering`]: they would still serve what was posted if their CQ were read). False
+    /// (and nothing done) if the handle is shared.
+    pub(crate) fn close_now(mut self) -> bool {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                inner.close_now = true;
+                true
+            }
+            None => false,
+        }
     }
 
     pub(crate) fn fid(&self) -> &EpFid {

@@ -351,6 +351,12 @@ pub(crate) fn posts_wait_for_progress(provider: &str, progress: Progress) -> boo
     provider == "sockets" && progress == Progress::Manual
 }
 
+/// Whether `provider`'s endpoints of one process use each other's memory directly, so
+/// that closing one while another may still use it faults (shm: see `ep::lingering`).
+pub(crate) fn shares_memory_in_process(provider: &str) -> bool {
+    provider == "shm"
+}
+
 /// Provider names offered for `hints` without its provider restriction, deduplicated.
 pub fn available_providers(hints: &Hints) -> Vec<String> {
     let mut any = hints.clone();

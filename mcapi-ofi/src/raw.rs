@@ -236,6 +236,9 @@ macro_rules! owned_fid {
 
         impl Drop for $name {
             fn drop(&mut self) {
+                if self.0 == NonNull::dangling() {
+                    return; // moved out by `take`
+                }
                 // SAFETY: we own the object and close it once; the safe layer guarantees its
                 // children were closed first. A failing close is ignored: Drop must not panic
                 // (through the C ABI a panic would abort) and there is no one to tell.
@@ -283,6 +286,14 @@ owned_fid!(
     EpFid,
     sys::fid_ep
 );
+
+impl EpFid {
+    /// Moves the endpoint out, leaving a handle that closes nothing: for an owner whose
+    /// Drop hands the endpoint on instead of closing it.
+    pub(crate) fn take(&mut self) -> EpFid {
+        EpFid(std::mem::replace(&mut self.0, NonNull::dangling()))
+    }
+}
 owned_fid!(
     /// A `fid_mr` memory registration.
     MrFid,
@@ -669,7 +680,8 @@ pub(crate) fn send_unregistered(
     // SAFETY: `data` stays borrowed until this function returns, which is after the
     // completion of this send (the one operation posted with `record` as context) cleared
     // the record's posted state, or after the endpoint (whose only handle we own: checked
-    // above, and `wait` is given none) was closed, so the provider never reads it later.
+    // above, and `wait` is given none) was closed at once (`close_now`: not left to
+    // linger), so the provider never reads it later.
     // `record` stays allocated while posted (leaked if the send is abandoned).
     let posted =
         unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest, provider_context as u64) };
@@ -696,7 +708,8 @@ pub(crate) fn send_unregistered(
             crate::SendWait::Done | crate::SendWait::Pending => {}
             crate::SendWait::Abandon => {
                 std::mem::forget(guard);
-                drop(ep);
+                let closed = ep.close_now();
+                debug_assert!(closed, "the send's endpoint handle was shared");
                 if record.posted() {
                     Box::leak(record);
                 }

@@ -81,6 +81,10 @@ fn main() {
         ("read_not_blocked_by_sread", read_not_blocked_by_sread),
         ("signal_wakes_sread", signal_wakes_sread),
         ("double_insert_then_remove", double_insert_then_remove),
+        (
+            "closing_an_endpoint_spares_its_peers_in_the_process",
+            closing_spares_peers,
+        ),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -465,9 +469,7 @@ fn eagain_retry(prov: &str) -> TestResult {
     let size = tx.inject_size().clamp(1, SLOT);
     let received = Arc::new(AtomicUsize::new(0));
 
-    // The receiver starts late so the sender runs into full queues. It hands its endpoint
-    // back instead of closing it: on shm, closing an endpoint that a peer in the same process
-    // is still sending to unmaps memory under the sender.
+    // The receiver starts late so the sender runs into full queues.
     let progress = received.clone();
     let receiver = std::thread::spawn(move || {
         let result = (|| -> Result<(), String> {
@@ -509,7 +511,7 @@ fn eagain_retry(prov: &str) -> TestResult {
             }
             Ok(())
         })();
-        (rx, result)
+        result
     });
     let data = pattern(size, 0);
     let mut refusals = 0;
@@ -542,7 +544,7 @@ fn eagain_retry(prov: &str) -> TestResult {
         tx.cq.read(&mut b)?;
         std::thread::sleep(Duration::from_micros(100));
     }
-    let (_rx, result) = receiver.join().map_err(|_| "receiver panicked")?;
+    let result = receiver.join().map_err(|_| "receiver panicked")?;
     result?;
     sent?;
     // sockets progresses in its own thread into kernel socket buffers, so whether this load
@@ -553,6 +555,59 @@ fn eagain_retry(prov: &str) -> TestResult {
         })?;
     }
     eprintln!("  {prov}: {COUNT} injects of {size} B, -FI_EAGAIN {refusals} times, all delivered in order");
+    Ok(())
+}
+
+/// An endpoint closed while a peer of the same process is in the middle of transfers with
+/// it leaves that peer working: the peer's CQ reads and posts go on (to a closed peer they
+/// may fail or wait; they must not fault). Before shm endpoints lingered until the last of
+/// the process closed (`ep::lingering`), closing the receiver of sends it had begun to
+/// read, or their sender, crashed the process (SIGSEGV in `fi_cq_read`: the closed
+/// endpoint's region was unmapped under its peer).
+fn closing_spares_peers(prov: &str) -> TestResult {
+    const SLOT: usize = 4 * MIB;
+    for close_receiver in [true, false] {
+        for size in [3000, 60 * 1024, SLOT] {
+            for receiver_polls in 0..4 {
+                let (a, b, dest) = pair(prov)?;
+                let staging = MemoryRegion::with_slots(&a.domain, 4, SLOT)?;
+                let landing = MemoryRegion::with_slots(&b.domain, 4, SLOT)?;
+                for i in 0..4 {
+                    staging.write(i * SLOT, &pattern(size, i))?;
+                    b.ep.recv_tagged(
+                        landing.slice(i * SLOT, size)?,
+                        FiAddr::UNSPEC,
+                        0,
+                        u64::MAX,
+                        i as u64,
+                    )?;
+                    let buf = staging.slice(i * SLOT, size)?;
+                    // (shm answers -FI_EAGAIN until the receiver's progress took the sender in.)
+                    Net::new(&[&a, &b]).post(|| a.ep.send_tagged(buf, dest, i as u64, i as u64))?;
+                }
+                for _ in 0..receiver_polls {
+                    b.cq.read(&mut [Completion::default(); 2]).ok();
+                }
+                // One side goes (its last handles dropped), the other goes on.
+                let survivor = if close_receiver {
+                    drop((landing, b));
+                    a
+                } else {
+                    drop((staging, a));
+                    b
+                };
+                for _ in 0..50 {
+                    match survivor.cq.read(&mut [Completion::default(); 8]) {
+                        Ok(_) | Err(Error::Completion(_)) => {}
+                        Err(e) => {
+                            return Err(format!("{prov}: CQ read after the peer closed: {e}").into())
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
     Ok(())
 }
 

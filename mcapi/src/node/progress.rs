@@ -511,6 +511,38 @@ mod tests {
         a.finalize().expect("finalize");
     }
 
+    /// A node of the process that finalizes in the middle of a channel's traffic leaves the
+    /// other node working, whichever side goes first: over shm, closing its endpoints
+    /// unmapped their regions under the other node's endpoints, whose progress then faulted
+    /// (SIGSEGV in `fi_cq_read`, within 4 rounds of this test), until endpoints of one
+    /// process lingered until the last closed (`mcapi_ofi`'s `ep::lingering`).
+    #[test]
+    fn a_node_finalizing_mid_transfer_spares_the_other_node_of_its_process() {
+        for round in 0..8u32 {
+            let size = if round % 2 == 0 { 3000 } else { 60 << 10 };
+            let ids = (331 + 2 * round, 332 + 2 * round);
+            let (a, b, tx, rx, to) =
+                crate::node::test_pair::sender_and_receiver("shm", "mid-transfer", ids, Some(4));
+            let (hs, hr) = crate::node::test_pair::open_channel((&a, &b), (tx, rx, to), false);
+            let b2 = b.clone();
+            let reader = std::thread::spawn(move || {
+                while let Ok(p) = b2.pktchan_recv(hr) {
+                    b2.pktchan_release(p).expect("release");
+                }
+            });
+            for _ in 0..12 {
+                if a.pktchan_send_i(hs, &vec![7u8; size]).is_err() {
+                    break; // out of send buffers
+                }
+            }
+            let (first, second) = if round < 4 { (&b, &a) } else { (&a, &b) };
+            first.finalize().expect("finalize");
+            std::thread::sleep(Duration::from_millis(50));
+            second.finalize().expect("finalize");
+            reader.join().expect("the reader");
+        }
+    }
+
     /// A loop of `msg_send_i` + `wait` (+ the receiver's `msg_recv`) of messages that hold
     /// a send slot until the provider's completion is read (eager, above the inject size)
     /// never runs out of send slots with nobody else reading the sender's CQ: a send reads
