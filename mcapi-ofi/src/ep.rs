@@ -30,6 +30,12 @@ pub enum SendWait {
 
 /// An enabled RDM endpoint bound to one CQ (send and receive) and one address vector.
 /// Cheap to clone; all operations take `&self` and may be called from any thread.
+///
+/// Dropping the last handle closes it, except on shm while another shm endpoint of the
+/// process is open: it then lingers, open, until the process's last shm endpoint closes
+/// (in-process peers use its memory; see `lingering` in the source). A lingering endpoint
+/// moves only if its CQ is read, so memory its operations named is free once its CQ is no
+/// longer read.
 #[derive(Clone)]
 pub struct Endpoint {
     inner: Arc<EpInner>,

@@ -763,7 +763,8 @@ impl SendBuffer {
     /// # Safety
     /// The memory is readable for `len` bytes and stays valid and unmodified while this
     /// `SendBuffer` exists and, for every send posted from it, until that send's completion
-    /// was read from the CQ or its endpoint was closed (every handle dropped).
+    /// was read from the CQ or its endpoint was closed (every handle dropped; where closed
+    /// endpoints linger, see [`crate::Endpoint`], and its CQ not read after that).
     pub unsafe fn from_raw(ptr: *const u8, len: usize) -> SendBuffer {
         SendBuffer {
             mem: AppMemory::new(ptr.cast_mut(), len),
@@ -837,7 +838,8 @@ impl RecvBuffer {
     /// The memory is valid for reads and writes of `len` bytes, and nothing but this
     /// `RecvBuffer` accesses it while it exists and, for every read posted into it, until
     /// that read's completion was read from the CQ or its endpoint was closed (every handle
-    /// dropped).
+    /// dropped; where closed endpoints linger, see [`crate::Endpoint`], and its CQ not read
+    /// after that).
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> RecvBuffer {
         RecvBuffer {
             mem: AppMemory::new(ptr, len),

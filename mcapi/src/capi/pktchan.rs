@@ -239,8 +239,8 @@ pub unsafe extern "C" fn mcapi_pktchan_send_i(
         // SAFETY: by this function's contract (spec 4.4.4) `buffer` is readable for `size`
         // bytes and stays valid and unmodified until the request completes, and mcapi
         // completes a zero-copy send's request only once the provider is done with the
-        // memory (its completion was read, or the endpoint was closed); a NULL `buffer`
-        // comes with size 0.
+        // memory (its completion was read, or the endpoint was closed, its CQ never read
+        // again); a NULL `buffer` comes with size 0.
         let buf = unsafe { SendBuffer::from_raw(buffer.cast::<u8>(), size) };
         let node = current_node()?;
         let handle = node.pktchan_send_i_zero_copy(channel(send_handle), buf)?;

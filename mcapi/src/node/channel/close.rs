@@ -379,7 +379,8 @@ impl NodeInner {
                 io.packet_hub = None;
                 if matches!(&io.data, SideData::Send(s) if s.state.has_in_flight()) {
                     // Our only handle on zero-copy sends still posted: closing the endpoint
-                    // now stops the provider reading their memory.
+                    // now (or, on shm, leaving it to linger with its CQ never read again)
+                    // stops the provider reading their memory.
                     io.ep = None;
                 } else {
                     self.channels.park(io.ep.take());

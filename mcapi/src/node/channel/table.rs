@@ -40,7 +40,8 @@ pub(in crate::node) struct ChannelTable {
     /// (or at finalize). shm hands an endpoint of the same process its peer's own mapping,
     /// which closing the peer unmaps: the other side, still open, would crash in its next
     /// CQ read if a message of ours (the last credit return, the connect handshake of a
-    /// first one) was still in its queue.
+    /// first one) was still in its queue. (mcapi-ofi now keeps every closed shm endpoint
+    /// open while others of the process are, which covers this too.)
     retired: Mutex<VecDeque<(Instant, Endpoint)>>,
     /// The endpoint all scalar sides share, opened with the first.
     hub: Mutex<Option<Arc<Hub>>>,
