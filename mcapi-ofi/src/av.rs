@@ -67,6 +67,9 @@ impl LiveSet {
 struct Inserted {
     by_bytes: HashMap<Vec<u8>, (u64, u32)>,
     bytes_of: HashMap<u64, Vec<u8>>,
+    /// Where closed endpoints linger (shm): the addresses removed, which an endpoint may
+    /// still reach through operations in flight (`Endpoint`'s lingering).
+    removed: std::collections::HashSet<Vec<u8>>,
 }
 
 /// Numbers address vectors, so that an address names its own.
@@ -88,6 +91,8 @@ pub(crate) struct AvInner {
     /// (providers differ on a second insert: most count it, ofi_rxd drops the entry at the
     /// first remove, shm runs out of entries).
     inserted: Mutex<Inserted>,
+    /// Whether its endpoints linger when closed (`crate::info::shares_memory_in_process`).
+    lingers: bool,
 }
 
 impl AddressVector {
@@ -104,6 +109,7 @@ impl AddressVector {
                 id: NEXT_AV.fetch_add(1, Ordering::Relaxed),
                 live: LiveSet::new(),
                 inserted: Mutex::default(),
+                lingers: crate::info::shares_memory_in_process(domain.inner.info.provider()),
             }),
         })
     }
@@ -158,7 +164,11 @@ impl AddressVector {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let raw = self.destination(addr)?;
-        let Inserted { by_bytes, bytes_of } = &mut *guard;
+        let Inserted {
+            by_bytes,
+            bytes_of,
+            removed,
+        } = &mut *guard;
         let Some((_, count)) = bytes_of.get(&raw).and_then(|b| by_bytes.get_mut(b)) else {
             return Err(foreign(addr));
         };
@@ -169,9 +179,23 @@ impl AddressVector {
         }
         if let Some(bytes) = bytes_of.remove(&raw) {
             by_bytes.remove(&bytes);
+            if self.inner.lingers {
+                removed.insert(bytes);
+            }
         }
         self.inner.live.set(raw, false);
         self.inner.fid.remove(raw)
+    }
+
+    /// Whether `addr` was ever inserted (where closed endpoints linger; elsewhere whether
+    /// it is in).
+    pub(crate) fn ever_held(&self, addr: &[u8]) -> bool {
+        let inserted = self
+            .inner
+            .inserted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        inserted.by_bytes.contains_key(addr) || inserted.removed.contains(addr)
     }
 
     /// The provider's number for `addr` as an operation's peer, if it may be one: an

@@ -6,7 +6,7 @@ use crate::mr::MemoryRegion;
 use crate::raw::{self, CqFid};
 pub use crate::raw::{Completion, CompletionError};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +40,13 @@ pub(crate) struct CqInner {
     /// the CQ is closed (after its endpoints): the provider may use the memory until the
     /// endpoint closes, and completions read from the CQ name the regions' slots.
     pinned: Mutex<Vec<MemoryRegion>>,
+    /// Where closed endpoints linger (`ep::lingering`): the endpoints bound to this CQ that
+    /// are open, and whether one of them lingers. Once none is open and one lingers, the
+    /// CQ is retired: it reads nothing more (a read would progress the lingering endpoint)
+    /// and lets its pinned regions go (nothing touches them again).
+    open_endpoints: AtomicUsize,
+    has_lingering: AtomicBool,
+    retired: AtomicBool,
     id: u64,
     pub(crate) domain: Domain,
     wait: WaitObject,
@@ -83,6 +90,9 @@ impl CompletionQueue {
                 fid,
                 reading: ReadLock::default(),
                 pinned: Mutex::new(Vec::new()),
+                open_endpoints: AtomicUsize::new(0),
+                has_lingering: AtomicBool::new(false),
+                retired: AtomicBool::new(false),
                 id: NEXT_CQ_ID.fetch_add(1, Ordering::Relaxed),
                 domain: domain.clone(),
                 wait,
@@ -111,6 +121,35 @@ impl CompletionQueue {
             .store(self.inner.id, Ordering::Relaxed);
     }
 
+    /// An endpoint that may linger was bound to this CQ (see `CqInner::open_endpoints`).
+    pub(crate) fn endpoint_opened(&self) {
+        self.inner.open_endpoints.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One of those endpoints was closed (`lingers`: left to linger). The last to go, if one
+    /// lingers, retires the CQ.
+    pub(crate) fn endpoint_closed(&self, lingers: bool) {
+        let inner = &self.inner;
+        if lingers {
+            inner.has_lingering.store(true, Ordering::SeqCst);
+        }
+        if inner.open_endpoints.fetch_sub(1, Ordering::SeqCst) == 1
+            && inner.has_lingering.load(Ordering::SeqCst)
+        {
+            // After a read under way, none again.
+            drop(inner.reading.lock());
+            inner.retired.store(true, Ordering::SeqCst);
+            let pinned =
+                std::mem::take(&mut *inner.pinned.lock().unwrap_or_else(|p| p.into_inner()));
+            drop(pinned);
+        }
+    }
+
+    #[inline(always)]
+    fn retired(&self) -> bool {
+        self.inner.retired.load(Ordering::Acquire)
+    }
+
     /// Reads ready completions into `out` without blocking; `Ok(0)` when there are none.
     /// Reading is also what progresses providers with manual progress.
     ///
@@ -120,6 +159,9 @@ impl CompletionQueue {
     #[inline(always)]
     pub fn read(&self, out: &mut [Completion]) -> Result<usize> {
         let _reading = self.inner.reading.lock();
+        if self.retired() {
+            return Ok(0);
+        }
         self.inner.fid.read(out)
     }
 
@@ -130,7 +172,9 @@ impl CompletionQueue {
     #[inline]
     pub(crate) fn progress_posts(&self) {
         let _reading = self.inner.reading.lock();
-        self.inner.fid.progress_only();
+        if !self.retired() {
+            self.inner.fid.progress_only();
+        }
     }
 
     /// Blocks up to `timeout_ms` (`None`: forever) for completions on the wait object, or
@@ -157,6 +201,9 @@ impl CompletionQueue {
         }
         let t = timeout_ms.map_or(-1, |t| t.min(i32::MAX as u32) as i32);
         let _reading = self.inner.reading.lock();
+        if self.retired() {
+            return Ok(0);
+        }
         match self.inner.fid.sread(out, t) {
             Err(e) if e.errno() == Some(ofi_sys::FI_ETIMEDOUT as i32) => Ok(0),
             Err(e) if e.errno() == Some(ofi_sys::FI_EINTR as i32) => Ok(0),
@@ -223,6 +270,9 @@ impl CompletionQueue {
     /// # Errors
     /// `fi_trywait` failures.
     pub fn trywait(&self) -> Result<bool> {
+        if self.retired() {
+            return Ok(true); // nothing will ever complete
+        }
         self.inner
             .domain
             .inner

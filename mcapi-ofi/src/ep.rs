@@ -64,8 +64,9 @@ struct EpInner {
     /// Whether endpoints of this process share its memory with it (shm: see [`lingering`]):
     /// it is then closed only with the last of them,
     lingers: bool,
-    /// unless closed by [`Endpoint::close_now`].
+    /// unless closed by [`Endpoint::close_now`]. Its number among them.
     close_now: bool,
+    linger_id: u64,
 }
 
 impl Drop for EpInner {
@@ -73,24 +74,32 @@ impl Drop for EpInner {
         if !self.lingers {
             return;
         }
-        let lingering = (!self.close_now).then(|| lingering::Lingering {
-            fid: self.fid.take(),
-            kept: std::mem::take(
-                &mut *self
-                    .kept
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            ),
-            cq: self.cq.clone(),
-            av: self.av.clone(),
-            domain: self.domain.clone(),
-        });
-        // (Closed at once, it is closed by the fields' drops.)
-        lingering::closed(lingering);
+        let fid = self.fid.take();
+        let lingering = if self.close_now {
+            drop(fid);
+            None
+        } else {
+            Some(lingering::Lingering {
+                fid,
+                kept: std::mem::take(
+                    &mut *self
+                        .kept
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                ),
+                cq: self.cq.clone(),
+                av: self.av.clone(),
+                domain: self.domain.clone(),
+                address: std::mem::take(&mut self.address),
+            })
+        };
+        self.cq.endpoint_closed(lingering.is_some());
+        lingering::closed(self.linger_id, lingering);
     }
 }
 
-/// Endpoints of one process that share memory with each other, closed together.
+/// Endpoints of one process that share memory with each other, closed when none of the
+/// others can reach them any more.
 ///
 /// The shm provider reaches a peer endpoint of the same process through that endpoint's own
 /// mapping of its region (it looks the name up among the process's endpoints instead of
@@ -98,15 +107,20 @@ impl Drop for EpInner {
 /// process that still sends to the closed one, answers its commands or completes a
 /// transfer with it then faults inside `fi_cq_read` (SIGSEGV), as a node did when another
 /// node of its process finalized in the middle of a channel's traffic. So a closed shm
-/// endpoint lingers, open but never progressed again (its CQ is read by nobody), while any
-/// other shm endpoint of the process is open, and all close together with the last one.
-/// Each keeps its region (16 MiB of address space, backed only where touched) meanwhile.
+/// endpoint lingers, open but never progressed again, while an open endpoint of the
+/// process may reach it: one whose address vector ever held its address, or whose address
+/// its own vector ever held (shm maps a sender when its first message arrives). Its CQ,
+/// once no endpoint bound to it is open, retires: it reads nothing more (a read would
+/// progress the lingering endpoint) and lets the memory posted on it go, which nothing
+/// touches again. So what lingers is the region (16 MiB of address space, backed where
+/// touched), for as long as a peer it knew stays open.
 mod lingering {
     use super::{AddressVector, CompletionQueue, Domain, EpFid, KeptMemory};
     use std::sync::Mutex;
 
-    /// A closed endpoint waiting for the others, with what it was bound to (fields in the
-    /// order they close: the endpoint first). Held only to be dropped.
+    /// A closed endpoint waiting for the open ones that may reach it, with what it was
+    /// bound to (fields in the order they close: the endpoint first; most held only to be
+    /// dropped).
     #[allow(dead_code)]
     pub(super) struct Lingering {
         pub(super) fid: EpFid,
@@ -114,33 +128,65 @@ mod lingering {
         pub(super) cq: CompletionQueue,
         pub(super) av: AddressVector,
         pub(super) domain: Domain,
+        pub(super) address: Vec<u8>,
     }
 
-    /// Open endpoints that linger when closed, and the closed ones waiting for them.
-    static ENDPOINTS: Mutex<(usize, Vec<Lingering>)> = Mutex::new((0, Vec::new()));
+    /// An open endpoint that will linger when closed: its address and address vector.
+    struct Open {
+        id: u64,
+        address: Vec<u8>,
+        av: AddressVector,
+    }
 
-    fn endpoints() -> std::sync::MutexGuard<'static, (usize, Vec<Lingering>)> {
+    #[derive(Default)]
+    struct Endpoints {
+        open: Vec<Open>,
+        lingering: Vec<Lingering>,
+        next_id: u64,
+    }
+
+    static ENDPOINTS: Mutex<Endpoints> = Mutex::new(Endpoints {
+        open: Vec::new(),
+        lingering: Vec::new(),
+        next_id: 0,
+    });
+
+    fn endpoints() -> std::sync::MutexGuard<'static, Endpoints> {
         ENDPOINTS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(super) fn opened() {
-        endpoints().0 += 1;
+    /// Registers an open endpoint; the number to close it with.
+    pub(super) fn opened(address: &[u8], av: &AddressVector) -> u64 {
+        let mut e = endpoints();
+        e.next_id += 1;
+        let id = e.next_id;
+        e.open.push(Open {
+            id,
+            address: address.to_vec(),
+            av: av.clone(),
+        });
+        id
     }
 
-    /// Keeps `ep` (`None`: closed at once) until no endpoint of the process is open any
-    /// more, then closes them all (outside the lock: a close may take a while).
-    pub(super) fn closed(ep: Option<Lingering>) {
-        let released = {
+    /// Endpoint `id` closed: kept as `ep` (`None`: closed at once) while an open endpoint
+    /// may reach it. Every lingering endpoint that none can reach any more is closed
+    /// (outside the lock: a close may take a while).
+    pub(super) fn closed(id: u64, ep: Option<Lingering>) {
+        let released: Vec<Lingering> = {
             let mut e = endpoints();
-            e.0 -= 1;
-            e.1.extend(ep);
-            if e.0 == 0 {
-                std::mem::take(&mut e.1)
-            } else {
-                Vec::new()
-            }
+            e.open.retain(|o| o.id != id);
+            e.lingering.extend(ep);
+            let Endpoints {
+                open, lingering, ..
+            } = &mut *e;
+            let (reachable, unreachable) = std::mem::take(lingering).into_iter().partition(|l| {
+                open.iter()
+                    .any(|o| o.av.ever_held(&l.address) || l.av.ever_held(&o.address))
+            });
+            *lingering = reachable;
+            unreachable
         };
         drop(released);
     }
@@ -176,9 +222,12 @@ impl Endpoint {
         )?;
         let address = fid.name()?;
         let lingers = crate::info::shares_memory_in_process(domain.inner.info.provider());
-        if lingers {
-            lingering::opened();
-        }
+        let linger_id = if lingers {
+            cq.endpoint_opened();
+            lingering::opened(&address, av)
+        } else {
+            0
+        };
         Ok(Endpoint {
             inner: Arc::new(EpInner {
                 fid,
@@ -195,6 +244,7 @@ impl Endpoint {
                 send_record: std::sync::Mutex::new(None),
                 lingers,
                 close_now: false,
+                linger_id,
             }),
         })
     }

@@ -22,7 +22,9 @@
 //! (endpoint -> CQ, AV, domain -> fabric), so objects are closed children first no matter in
 //! which order the application drops its handles. Memory that an endpoint ever posted an
 //! operation on stays allocated until that endpoint's CQ is closed (after the endpoint: the
-//! provider may use it until then, and completions name it).
+//! provider may use it until then, and completions name it), or, on shm, where a closed
+//! endpoint lingers open ([`Endpoint`]), until its CQ retires (no endpoint of it open: it
+//! reads nothing more, so nothing touches the memory again).
 //!
 //! # Posted memory and safe code
 //! The provider writes a posted receive buffer, and reads a send buffer, while safe code

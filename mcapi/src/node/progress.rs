@@ -148,7 +148,6 @@ fn progress_in_background(node: Weak<NodeInner>) {
         if node.hold_background.load(Ordering::Relaxed) {
             continue;
         }
-        node.channels.close_retired();
         node.send_recounts();
         if Instant::now() >= next_watch {
             node.watch_links();

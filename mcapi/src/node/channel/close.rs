@@ -377,14 +377,9 @@ impl NodeInner {
             Some(io) => {
                 // Nothing more comes through the hub either.
                 io.packet_hub = None;
-                if matches!(&io.data, SideData::Send(s) if s.state.has_in_flight()) {
-                    // Our only handle on zero-copy sends still posted: closing the endpoint
-                    // now (or, on shm, leaving it to linger with its CQ never read again)
-                    // stops the provider reading their memory.
-                    io.ep = None;
-                } else {
-                    self.channels.park(io.ep.take());
-                }
+                // The endpoint closes now (on shm it lingers, its CQ never read again): that
+                // also stops the provider reading the memory of zero-copy sends still posted.
+                io.ep = None;
                 match &mut io.data {
                     SideData::Recv(r) => r.state.holds_packets(),
                     SideData::Send(s) => {

@@ -141,8 +141,8 @@ impl SideIo {
     #[inline]
     fn progress_cq(&mut self, kind: ChannelKind) -> usize {
         let mut seen = 0;
-        // Without its endpoint (closed, or parked after retirement) the CQ has nothing to
-        // report, and reading it would progress a parked endpoint.
+        // Without its endpoint (closed) the CQ has nothing to report, and on shm reading it
+        // would progress the endpoint, which lingers (mcapi_ofi::Endpoint).
         while self.ep.is_some() {
             match self.cq.read(&mut self.cq_buf) {
                 Ok(n) => {

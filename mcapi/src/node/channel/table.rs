@@ -9,11 +9,9 @@ use super::side::{Side, Sides};
 use crate::node::common::lock;
 use crate::node::fabric::Fab;
 use crate::node::state::PeerRun;
-use mcapi_ofi::{Endpoint, Error as OfiError};
-use std::collections::VecDeque;
+use mcapi_ofi::Error as OfiError;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 pub(super) type SideGuard<'a> = parking_lot::MutexGuard<'a, Option<Side>>;
 
@@ -36,13 +34,6 @@ pub(in crate::node) struct ChannelTable {
     pub(super) generation: AtomicU32,
     /// Receive pools: `(start, end, slot)`, to find the channel of a released buffer.
     pub(super) pools: PoolRegistry,
-    /// Endpoints of retired sides, with when they retired: closed [`RETIRED_GRACE`] later
-    /// (or at finalize). shm hands an endpoint of the same process its peer's own mapping,
-    /// which closing the peer unmaps: the other side, still open, would crash in its next
-    /// CQ read if a message of ours (the last credit return, the connect handshake of a
-    /// first one) was still in its queue. (mcapi-ofi now keeps every closed shm endpoint
-    /// open while others of the process are, which covers this too.)
-    retired: Mutex<VecDeque<(Instant, Endpoint)>>,
     /// The endpoint all scalar sides share, opened with the first.
     hub: Mutex<Option<Arc<Hub>>>,
     /// Which sides hold completed requests in their [`Outbox`], for `flush_completed`.
@@ -77,9 +68,6 @@ pub(super) struct Recount {
     pub(super) run: Option<PeerRun>,
 }
 
-/// How long a retired side's endpoint stays open, unused, before it is closed.
-const RETIRED_GRACE: Duration = Duration::from_secs(1);
-
 impl ChannelTable {
     /// `busy_every_poll`: see [`ChannelTable::busy_every_poll`].
     pub(in crate::node) fn new(busy_every_poll: bool) -> ChannelTable {
@@ -92,7 +80,6 @@ impl ChannelTable {
             used: Default::default(),
             generation: AtomicU32::new(crate::semantics::first_generation()),
             pools: PoolRegistry::default(),
-            retired: Mutex::new(VecDeque::new()),
             hub: Mutex::new(None),
             done: Arc::new(DoneFlags::default()),
             orphans: Mutex::new(Outbox::new(ORPHAN_SLOT, Arc::new(DoneFlags::default()))),
@@ -128,41 +115,19 @@ impl ChannelTable {
             s.lock().take();
         }
         lock(&self.pools).clear();
-        lock(&self.retired).clear();
         lock(&self.hub).take();
     }
 
-    /// Empties side slot `slot` (locked in `g`): its endpoint, if still open, is parked,
-    /// and its receive pool leaves the release lookup.
+    /// Empties side slot `slot` (locked in `g`): its endpoint, if still open, closes, and
+    /// its receive pool leaves the release lookup.
     pub(super) fn vacate(&self, g: &mut Option<Side>, slot: usize) {
         if let Some(mut io) = g.take().and_then(|s| s.io) {
             if !io.out.is_empty() {
                 lock(&self.orphans).take_from(&mut io.out);
                 self.done.set(ORPHAN_SLOT);
             }
-            self.park(io.ep.take());
         }
         lock(&self.pools).retain(|p| p.2 != slot);
-    }
-
-    /// Keeps the endpoint of a retired side open, unused, for [`RETIRED_GRACE`].
-    pub(super) fn park(&self, ep: Option<Endpoint>) {
-        if let Some(ep) = ep {
-            lock(&self.retired).push_back((Instant::now(), ep));
-        }
-    }
-
-    /// Closes the parked endpoints whose grace is over (background thread).
-    pub(in crate::node) fn close_retired(&self) {
-        let Ok(mut retired) = self.retired.try_lock() else {
-            return;
-        };
-        while retired
-            .front()
-            .is_some_and(|(at, _)| at.elapsed() >= RETIRED_GRACE)
-        {
-            retired.pop_front();
-        }
     }
 
     /// Progresses every other side that is free right now (a blocked call between its
