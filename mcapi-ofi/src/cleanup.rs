@@ -7,6 +7,19 @@ pub fn remove_shm_regions(pid: u32) -> usize {
     remove_regions_of(pid, |_| true)
 }
 
+/// Removes the shared-memory region file of the shm endpoint at `address`
+/// (`fi_shm://<name>`), as closing the endpoint does; its mappings stay valid.
+pub(crate) fn unlink_region(address: &[u8]) {
+    let Ok(address) = std::str::from_utf8(address) else {
+        return;
+    };
+    let name = address.trim_end_matches('\0');
+    let name = name.strip_prefix("fi_shm://").unwrap_or(name);
+    if !name.is_empty() && !name.contains('/') && !name.starts_with('.') {
+        _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(name));
+    }
+}
+
 /// Removes `/dev/shm/<pid>:*` regions for which `stale` holds. Returns how many.
 fn remove_regions_of(pid: u32, stale: impl Fn(&std::fs::DirEntry) -> bool) -> usize {
     let prefix = format!("{pid}:");

@@ -41,11 +41,10 @@ pub(crate) struct CqInner {
     /// endpoint closes, and completions read from the CQ name the regions' slots.
     pinned: Mutex<Vec<MemoryRegion>>,
     /// Where closed endpoints linger (`ep::lingering`): the endpoints bound to this CQ that
-    /// are open, and whether one of them lingers. Once none is open and one lingers, the
-    /// CQ is retired: it reads nothing more (a read would progress the lingering endpoint)
-    /// and lets its pinned regions go (nothing touches them again).
+    /// are open. Once the last has closed (and lingers), the CQ is retired: it reads
+    /// nothing more (a read would progress a lingering endpoint) and lets its pinned
+    /// regions go (nothing touches them again).
     open_endpoints: AtomicUsize,
-    has_lingering: AtomicBool,
     retired: AtomicBool,
     id: u64,
     pub(crate) domain: Domain,
@@ -91,7 +90,6 @@ impl CompletionQueue {
                 reading: ReadLock::default(),
                 pinned: Mutex::new(Vec::new()),
                 open_endpoints: AtomicUsize::new(0),
-                has_lingering: AtomicBool::new(false),
                 retired: AtomicBool::new(false),
                 id: NEXT_CQ_ID.fetch_add(1, Ordering::Relaxed),
                 domain: domain.clone(),
@@ -126,16 +124,15 @@ impl CompletionQueue {
         self.inner.open_endpoints.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// One of those endpoints was closed (`lingers`: left to linger). The last to go, if one
-    /// lingers, retires the CQ.
-    pub(crate) fn endpoint_closed(&self, lingers: bool) {
+    /// How many endpoints that linger when closed are bound to this CQ and open.
+    pub(crate) fn open_endpoints(&self) -> usize {
+        self.inner.open_endpoints.load(Ordering::SeqCst)
+    }
+
+    /// One of those endpoints was closed, and lingers: the last to go retires the CQ.
+    pub(crate) fn endpoint_closed(&self) {
         let inner = &self.inner;
-        if lingers {
-            inner.has_lingering.store(true, Ordering::SeqCst);
-        }
-        if inner.open_endpoints.fetch_sub(1, Ordering::SeqCst) == 1
-            && inner.has_lingering.load(Ordering::SeqCst)
-        {
+        if inner.open_endpoints.fetch_sub(1, Ordering::SeqCst) == 1 {
             // After a read under way, none again.
             drop(inner.reading.lock());
             inner.retired.store(true, Ordering::SeqCst);

@@ -24,7 +24,10 @@ pub enum SendWait {
     Pending,
     /// The send completed (successfully or with an error completion).
     Done,
-    /// Give up (timeout, dead peer): the endpoint is closed so the memory is free again.
+    /// Give up (dead peer): the endpoint is dropped (closed, or left to linger with its CQ
+    /// retired, see [`Endpoint`]), so this process's provider no longer touches the memory.
+    /// On shm a live peer reads the sender's memory itself (cross-memory attach), whatever
+    /// the sender's endpoint does: give up only when the peer is gone.
     Abandon,
 }
 
@@ -62,10 +65,8 @@ struct EpInner {
     /// is abandoned leaks it: its completion may still be in the CQ).
     send_record: std::sync::Mutex<Option<Box<crate::mr::Slot>>>,
     /// Whether endpoints of this process share its memory with it (shm: see [`lingering`]):
-    /// it is then closed only with the last of them,
+    /// it then lingers when closed. Its number among them.
     lingers: bool,
-    /// unless closed by [`Endpoint::close_now`]. Its number among them.
-    close_now: bool,
     linger_id: u64,
 }
 
@@ -74,26 +75,23 @@ impl Drop for EpInner {
         if !self.lingers {
             return;
         }
-        let fid = self.fid.take();
-        let lingering = if self.close_now {
-            drop(fid);
-            None
-        } else {
-            Some(lingering::Lingering {
-                fid,
-                kept: std::mem::take(
-                    &mut *self
-                        .kept
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                ),
-                cq: self.cq.clone(),
-                av: self.av.clone(),
-                domain: self.domain.clone(),
-                address: std::mem::take(&mut self.address),
-            })
+        // Its region's name goes now, as at a close (peers not mapping it yet cannot, and an
+        // exit before it closes leaves no file behind); the mappings stay.
+        crate::cleanup::unlink_region(&self.address);
+        let lingering = lingering::Lingering {
+            fid: self.fid.take(),
+            kept: std::mem::take(
+                &mut *self
+                    .kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
+            cq: self.cq.clone(),
+            av: self.av.clone(),
+            domain: self.domain.clone(),
+            address: std::mem::take(&mut self.address),
         };
-        self.cq.endpoint_closed(lingering.is_some());
+        self.cq.endpoint_closed();
         lingering::closed(self.linger_id, lingering);
     }
 }
@@ -170,14 +168,14 @@ mod lingering {
         id
     }
 
-    /// Endpoint `id` closed: kept as `ep` (`None`: closed at once) while an open endpoint
-    /// may reach it. Every lingering endpoint that none can reach any more is closed
-    /// (outside the lock: a close may take a while).
-    pub(super) fn closed(id: u64, ep: Option<Lingering>) {
+    /// Endpoint `id` closed: kept as `ep` while an open endpoint may reach it. Every
+    /// lingering endpoint that none can reach any more is closed (outside the lock: a close
+    /// may take a while).
+    pub(super) fn closed(id: u64, ep: Lingering) {
         let released: Vec<Lingering> = {
             let mut e = endpoints();
             e.open.retain(|o| o.id != id);
-            e.lingering.extend(ep);
+            e.lingering.push(ep);
             let Endpoints {
                 open, lingering, ..
             } = &mut *e;
@@ -243,7 +241,6 @@ impl Endpoint {
                 ),
                 send_record: std::sync::Mutex::new(None),
                 lingers,
-                close_now: false,
                 linger_id,
             }),
         })
@@ -447,13 +444,15 @@ impl Endpoint {
     /// only once the provider is done with `data`: `wait` reads the CQ (the completion comes
     /// back with `context`, as any), and once it reports [`SendWait::Done`] and the send's
     /// completion was indeed read (tracked here; until then `Done` counts as `Pending`); or,
-    /// if it reports [`SendWait::Abandon`], after closing the endpoint, which is the only way
-    /// libfabric promises to stop touching a buffer. The endpoint comes back unless it was
-    /// closed; `wait` gets no handle of it, so closing it closes it.
+    /// if it reports [`SendWait::Abandon`], after dropping the endpoint: closing it is the
+    /// only way libfabric promises to stop touching a buffer (where it lingers instead, its
+    /// CQ retires). The endpoint comes back unless it was dropped; `wait` gets no handle of
+    /// it, so dropping it closes it.
     ///
-    /// Needs the endpoint's only handle (else closing would not close it) and a provider
-    /// without `FI_MR_LOCAL`; otherwise nothing is sent and an `InvalidArgument` error comes
-    /// back with the endpoint, so the caller can copy into registered memory instead.
+    /// Needs the endpoint's only handle (else dropping it would not close it), on shm a CQ
+    /// of its own (else the CQ would not retire), and a provider without `FI_MR_LOCAL`;
+    /// otherwise nothing is sent and an `InvalidArgument` error comes back with the
+    /// endpoint, so the caller can copy into registered memory instead.
     ///
     /// # Errors
     /// As [`Endpoint::inject_tagged`] when posting fails (nothing was sent).
@@ -564,17 +563,11 @@ impl Endpoint {
         Arc::strong_count(&self.inner) == 1
     }
 
-    /// Closes the endpoint, its only handle, at once even where closed endpoints linger
-    /// ([`lingering`]: they would still serve what was posted if their CQ were read). False
-    /// (and nothing done) if the handle is shared.
-    pub(crate) fn close_now(mut self) -> bool {
-        match Arc::get_mut(&mut self.inner) {
-            Some(inner) => {
-                inner.close_now = true;
-                true
-            }
-            None => false,
-        }
+    /// Whether dropping its only handle stops this process's provider using the memory its
+    /// operations named: it closes, or it lingers (shm) with a CQ that no other open
+    /// endpoint shares, which then retires (reads nothing more).
+    pub(crate) fn drop_ends_its_operations(&self) -> bool {
+        !self.inner.lingers || self.inner.cq.open_endpoints() == 1
     }
 
     pub(crate) fn fid(&self) -> &EpFid {

@@ -666,6 +666,12 @@ pub(crate) fn send_unregistered(
             Err(Error::InvalidArgument("provider needs FI_MR_LOCAL")),
         );
     }
+    if !ep.drop_ends_its_operations() {
+        return (
+            Some(ep),
+            Err(Error::InvalidArgument("endpoint lingers on a shared CQ")),
+        );
+    }
     // On the heap, kept by the endpoint from one send to the next: an abandoned send's
     // completion may already sit in the CQ, to be read after this function returned; its
     // record is leaked then.
@@ -680,8 +686,9 @@ pub(crate) fn send_unregistered(
     // SAFETY: `data` stays borrowed until this function returns, which is after the
     // completion of this send (the one operation posted with `record` as context) cleared
     // the record's posted state, or after the endpoint (whose only handle we own: checked
-    // above, and `wait` is given none) was closed at once (`close_now`: not left to
-    // linger), so the provider never reads it later.
+    // above, and `wait` is given none) was dropped, which closed it or left it lingering
+    // with its CQ retired (`drop_ends_its_operations`, checked above), so this process's
+    // provider never reads it later.
     // `record` stays allocated while posted (leaked if the send is abandoned).
     let posted =
         unsafe { senddata_unregistered(ep.fid(), data, cq_data, dest, provider_context as u64) };
@@ -708,8 +715,7 @@ pub(crate) fn send_unregistered(
             crate::SendWait::Done | crate::SendWait::Pending => {}
             crate::SendWait::Abandon => {
                 std::mem::forget(guard);
-                let closed = ep.close_now();
-                debug_assert!(closed, "the send's endpoint handle was shared");
+                drop(ep);
                 if record.posted() {
                     Box::leak(record);
                 }
