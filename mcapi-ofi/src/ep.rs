@@ -34,11 +34,10 @@ pub enum SendWait {
 /// An enabled RDM endpoint bound to one CQ (send and receive) and one address vector.
 /// Cheap to clone; all operations take `&self` and may be called from any thread.
 ///
-/// Dropping the last handle closes it, except on shm while another shm endpoint of the
-/// process is open: it then lingers, open, until the process's last shm endpoint closes
-/// (in-process peers use its memory; see `lingering` in the source). A lingering endpoint
-/// moves only if its CQ is read, so memory its operations named is free once its CQ is no
-/// longer read.
+/// Dropping the last handle closes it, except on shm while an open endpoint of the process
+/// may still reach it: it then lingers, open, until none can (in-process peers use its
+/// memory; see `lingering` in the source). A lingering endpoint moves only if its CQ is
+/// read, and its CQ retires (reads nothing more) once none of the CQ's endpoints is open.
 #[derive(Clone)]
 pub struct Endpoint {
     inner: Arc<EpInner>,
@@ -110,8 +109,9 @@ impl Drop for EpInner {
 /// its own vector ever held (shm maps a sender when its first message arrives). Its CQ,
 /// once no endpoint bound to it is open, retires: it reads nothing more (a read would
 /// progress the lingering endpoint) and lets the memory posted on it go, which nothing
-/// touches again. So what lingers is the region (16 MiB of address space, backed where
-/// touched), for as long as a peer it knew stays open.
+/// touches again. So what lingers is the region (16 MiB of address space, of which shm
+/// writes 3.75 MiB at creation; its file is removed at once), for as long as a peer it
+/// knew stays open.
 mod lingering {
     use super::{AddressVector, CompletionQueue, Domain, EpFid, KeptMemory};
     use std::sync::Mutex;
