@@ -121,6 +121,14 @@ impl AddressVector {
     /// # Errors
     /// `fi_av_insert` failures (e.g. a malformed address).
     pub fn insert(&self, addr: &[u8]) -> Result<FiAddr> {
+        if self.inner.lingers {
+            // shm maps an endpoint of this process at the insert: only one not closed.
+            return crate::ep::while_not_closed_in_process(addr, || self.insert_checked(addr));
+        }
+        self.insert_checked(addr)
+    }
+
+    fn insert_checked(&self, addr: &[u8]) -> Result<FiAddr> {
         let mut guard = self
             .inner
             .inserted

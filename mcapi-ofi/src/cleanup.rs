@@ -7,15 +7,19 @@ pub fn remove_shm_regions(pid: u32) -> usize {
     remove_regions_of(pid, |_| true)
 }
 
-/// Removes the shared-memory region file of the shm endpoint at `address`
-/// (`fi_shm://<name>`), as closing the endpoint does; its mappings stay valid.
-pub(crate) fn unlink_region(address: &[u8]) {
-    let Ok(address) = std::str::from_utf8(address) else {
-        return;
-    };
+/// The region name in the shm endpoint address `address` (`fi_shm://<name>`): a file name
+/// under `/dev/shm`.
+pub(crate) fn region_name(address: &[u8]) -> Option<&str> {
+    let address = std::str::from_utf8(address).ok()?;
     let name = address.trim_end_matches('\0');
     let name = name.strip_prefix("fi_shm://").unwrap_or(name);
-    if !name.is_empty() && !name.contains('/') && !name.starts_with('.') {
+    (!name.is_empty() && !name.contains('/') && !name.starts_with('.')).then_some(name)
+}
+
+/// Removes the shared-memory region file of the shm endpoint at `address`, as closing the
+/// endpoint does; its mappings stay valid.
+pub(crate) fn unlink_region(address: &[u8]) {
+    if let Some(name) = region_name(address) {
         _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(name));
     }
 }

@@ -95,6 +95,24 @@ impl Drop for EpInner {
     }
 }
 
+/// Runs `insert` (of shm address `address` into an address vector) unless `address` names
+/// an endpoint of this process that is closed for good: shm keeps the names of the
+/// process's closed endpoints, and inserting one maps the freed region (SIGSEGV inside
+/// `fi_av_insert`). An address of the process that is open or lingering is inserted while
+/// it cannot close. `InvalidArgument` for a closed one.
+pub(crate) fn while_not_closed_in_process<T>(
+    address: &[u8],
+    insert: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let own = format!("{}:", std::process::id());
+    if !crate::cleanup::region_name(address).is_some_and(|n| n.starts_with(&own)) {
+        return insert();
+    }
+    lingering::while_known(address, insert).unwrap_or(Err(crate::Error::InvalidArgument(
+        "the address of a closed endpoint of this process",
+    )))
+}
+
 /// Endpoints of one process that share memory with each other, closed when none of the
 /// others can reach them any more.
 ///
@@ -166,6 +184,15 @@ mod lingering {
             av: av.clone(),
         });
         id
+    }
+
+    /// Runs `f` with the registry locked if an endpoint at `address` is open or lingers
+    /// (then it stays so until `f` returns), else `None`.
+    pub(super) fn while_known<T>(address: &[u8], f: impl FnOnce() -> T) -> Option<T> {
+        let e = endpoints();
+        let known = e.open.iter().any(|o| o.address == address)
+            || e.lingering.iter().any(|l| l.address == address);
+        known.then(f)
     }
 
     /// Endpoint `id` closed: kept as `ep` while an open endpoint may reach it. Every

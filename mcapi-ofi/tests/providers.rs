@@ -89,6 +89,10 @@ fn main() {
             "a_closed_endpoint_lingers_while_an_open_one_may_reach_it",
             lingers_while_reachable,
         ),
+        (
+            "the_address_of_a_closed_endpoint_of_the_process_is_refused",
+            closed_in_process_address_refused,
+        ),
     ];
     for &(short, prov) in PROVIDERS {
         let absent = Info::first(&hints(prov)).err();
@@ -672,6 +676,35 @@ fn lingers_while_reachable(prov: &str) -> TestResult {
     check(!mapped(&address_known)?, || {
         "still mapped after its last peer went".into()
     })
+}
+
+/// Where closed endpoints linger (shm), inserting the address of an endpoint of this process
+/// that is closed for good is refused: shm keeps the names of the process's closed
+/// endpoints and mapped the freed region at the insert (SIGSEGV inside `fi_av_insert`,
+/// every time). The address of one that lingers is inserted, and keeps it lingering.
+fn closed_in_process_address_refused(prov: &str) -> TestResult {
+    if prov != "shm" {
+        return Ok(());
+    }
+    let a = Side::open(&hints(prov), EndpointOptions::default())?;
+    let (b, c) = (
+        Side::open(&hints(prov), EndpointOptions::default())?,
+        Side::open(&hints(prov), EndpointOptions::default())?,
+    );
+    let (address_b, address_c) = (b.ep.address().to_vec(), c.ep.address().to_vec());
+    c.av.insert(a.ep.address())?; // c lingers while a is open
+    drop((b, c));
+    check(
+        matches!(a.av.insert(&address_b), Err(Error::InvalidArgument(_))),
+        || "the address of a closed endpoint was inserted".into(),
+    )?;
+    let to_c = a.av.insert(&address_c)?;
+    // Sends to it go nowhere, but go without fault.
+    for _ in 0..10 {
+        let _ = a.ep.inject_tagged(b"x", to_c, 1);
+        a.cq.read(&mut [Completion::default(); 4])?;
+    }
+    Ok(())
 }
 
 fn error_completions(prov: &str) -> TestResult {
