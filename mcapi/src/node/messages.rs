@@ -540,7 +540,9 @@ impl Node {
     ///
     /// # Errors
     /// `MCAPI_ERR_ENDP_INVALID`, `MCAPI_ERR_MSG_TRUNCATED` (the message stays queued),
-    /// `MCAPI_TIMEOUT`.
+    /// `MCAPI_TIMEOUT`; `MCAPI_ERR_TRANSMISSION` for a rendezvous message whose sender was
+    /// gone before it could be read (the message is dropped; the next receive takes the
+    /// next one).
     pub fn msg_recv(&self, endpoint: EndpointId, buf: &mut [u8]) -> Result<usize> {
         let mut st = self.inner.live_state()?;
         if (endpoint.domain(), endpoint.node()) != (self.inner.domain_id, self.inner.node_id) {

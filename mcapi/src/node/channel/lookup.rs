@@ -70,7 +70,7 @@ impl NodeInner {
 
     /// `MCAPI_ERR_NODE_NOTINIT` on a finalized node, else `status`: for the error paths of
     /// calls that do not take the node state lock when they succeed.
-    fn unless_finalized(&self, status: Status) -> Status {
+    pub(super) fn unless_finalized(&self, status: Status) -> Status {
         if lock(&self.state).finalized {
             Status::MCAPI_ERR_NODE_NOTINIT
         } else {

@@ -158,7 +158,8 @@ impl Node {
     /// buffer is posted to the fabric again once all packets in it are released.
     ///
     /// # Errors
-    /// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet this node holds.
+    /// `MCAPI_ERR_BUF_INVALID` for an address that is not a packet this node holds;
+    /// `MCAPI_ERR_NODE_NOTINIT` once the node finalized (or while it finalizes).
     ///
     /// Consumes the packet, so that nothing can read its bytes once they may be received
     /// into again.
@@ -171,13 +172,15 @@ impl Node {
     /// in Rust a [`Packet`] is the proof that a buffer is held.
     pub(crate) fn pktchan_release_addr(&self, addr: usize) -> Result<()> {
         let (slot, mut g) = self.inner.pool_side(addr)?;
-        let side = g.as_mut().ok_or(Status::MCAPI_ERR_BUF_INVALID)?;
+        // A side emptied after its pool was found: a finalize under way took it.
+        let gone = || self.inner.unless_finalized(Status::MCAPI_ERR_BUF_INVALID);
+        let side = g.as_mut().ok_or_else(gone)?;
         let open = !side.closed;
         let Some(io) = side.io.as_mut() else {
-            return Err(Status::MCAPI_ERR_BUF_INVALID);
+            return Err(gone());
         };
         let SideData::Recv(r) = &mut io.data else {
-            return Err(Status::MCAPI_ERR_BUF_INVALID);
+            return Err(gone());
         };
         let (what, credits) = r.state.release(r.offset_of(addr))?;
         r.repost(&io.ep, what);
