@@ -203,7 +203,7 @@ fn a_release_racing_its_nodes_finalize_says_the_node_is_gone() {
     a.pktchan_send(hs, &[1u8; 100]).unwrap();
     let p = b.pktchan_recv(hr).unwrap();
     let addr = p.addr();
-    let (slot, _, ..) = hr.decode().expect("a side handle");
+    let (slot, ..) = hr.decode().expect("a side handle");
     crate::node::common::lock(&b.inner.state).finalized = true;
     let side = b.inner.channels.sides[slot].lock().take();
     assert_eq!(
