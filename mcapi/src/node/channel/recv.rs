@@ -172,15 +172,20 @@ impl Node {
     /// in Rust a [`Packet`] is the proof that a buffer is held.
     pub(crate) fn pktchan_release_addr(&self, addr: usize) -> Result<()> {
         let (slot, mut g) = self.inner.pool_side(addr)?;
-        // A side emptied after its pool was found: a finalize under way took it.
-        let gone = || self.inner.unless_finalized(Status::MCAPI_ERR_BUF_INVALID);
-        let side = g.as_mut().ok_or_else(gone)?;
+        let receives =
+            |s: &&mut Side| matches!(&s.io, Some(io) if matches!(io.data, SideData::Recv(_)));
+        let Some(side) = g.as_mut().filter(receives) else {
+            // Emptied after its pool was found: a finalize under way took it (the node's
+            // state is read once the side's guard is gone).
+            drop(g);
+            return Err(self.inner.unless_finalized(Status::MCAPI_ERR_BUF_INVALID));
+        };
         let open = !side.closed;
         let Some(io) = side.io.as_mut() else {
-            return Err(gone());
+            return Err(Status::MCAPI_ERR_BUF_INVALID);
         };
         let SideData::Recv(r) = &mut io.data else {
-            return Err(gone());
+            return Err(Status::MCAPI_ERR_BUF_INVALID);
         };
         let (what, credits) = r.state.release(r.offset_of(addr))?;
         r.repost(&io.ep, what);

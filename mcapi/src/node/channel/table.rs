@@ -1,4 +1,4 @@
-//! The node's channel table: side slots, their locks, the scalar hub, retired endpoints and table-wide progress.
+//! The node's channel table: side slots, their locks, the scalar hub and table-wide progress.
 
 use super::data::PoolRegistry;
 use super::handle::ChannelHandle;
