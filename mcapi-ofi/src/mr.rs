@@ -408,6 +408,20 @@ impl MemoryRegion {
         })
     }
 
+    /// An empty operation buffer at the region's start, for a message that carries no
+    /// bytes (a marker): it touches no memory, so operations on the region's slots do not
+    /// keep it from being posted, and it tracks none.
+    ///
+    /// # Errors
+    /// None in practice (the empty range is inside every region).
+    pub fn empty(&self) -> Result<Buf<'_>> {
+        Ok(Buf {
+            region: self,
+            io: IoSlice::new(&self.inner.mem, 0, 0)?,
+            slot: None,
+        })
+    }
+
     /// The whole region as one operation buffer.
     ///
     /// # Panics

@@ -60,6 +60,10 @@ fn main() {
         ),
         ("send_in_flight_refuses_writes", send_refuses_writes),
         (
+            "an_empty_send_is_free_of_its_regions_operations",
+            empty_send_is_free,
+        ),
+        (
             "multi_recv_reads_only_what_arrived",
             multi_recv_reads_arrived,
         ),
@@ -967,6 +971,49 @@ fn posted_receive_refuses_reads(prov: &str) -> TestResult {
     check(c.context() == 34, || "wrong context".into())?;
     landing.read(64, &mut word)?;
     check(word[..] == data[..8], || "second payload differs".into())
+}
+
+/// An empty buffer (`MemoryRegion::empty`) goes out while the region's only slot holds a
+/// posted receive, which refuses a slice of it, and leaves that receive as it was: a marker
+/// message with remote CQ data and a completion of its own.
+fn empty_send_is_free(prov: &str) -> TestResult {
+    let (a, b, dest) = pair(prov)?;
+    let landing = MemoryRegion::new(&b.domain, 64)?;
+    b.ep.recv(landing.slice(0, 64)?, FiAddr::UNSPEC, 21)?;
+    let busy = MemoryRegion::new(&a.domain, 8)?;
+    a.ep.recv(busy.slice(0, 8)?, FiAddr::UNSPEC, 22)?;
+    check(
+        refused(a.ep.send(busy.slice(0, 0)?, None, dest, 23)),
+        || "an empty slice of a posted slot was allowed".into(),
+    )?;
+    let cq_data = a.domain.attributes().has_cq_data().then_some(0x55);
+    let mut net = Net::new(&[&a, &b]);
+    net.post(|| a.ep.send(busy.empty()?, cq_data, dest, 24))?;
+    let sent = ok_all(net.collect(0, 1)?)?[0];
+    let got = ok_all(net.collect(1, 1)?)?[0];
+    check(
+        sent.context() == 24 && got.context() == 21 && got.is_empty(),
+        || {
+            format!(
+                "send context {}, receive context {} len {}",
+                sent.context(),
+                got.context(),
+                got.len()
+            )
+        },
+    )?;
+    check(cq_data.is_none_or(|d| got.data() == d), || {
+        format!("CQ data {:#x}", got.data())
+    })?;
+    // The receive posted in the sender's region was left alone: it takes the next message.
+    let back = b.av.insert(a.ep.address())?;
+    net.post(|| b.ep.inject(&[7; 8], back))?;
+    let c = ok_all(net.collect(0, 1)?)?[0];
+    let mut word = [0u8; 8];
+    busy.read(0, &mut word)?;
+    check(c.context() == 22 && word == [7; 8], || {
+        format!("context {}, {word:?}", c.context())
+    })
 }
 
 /// A cancelled receive frees its slot with its `FI_ECANCELED` completion.

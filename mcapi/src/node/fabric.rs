@@ -64,6 +64,9 @@ pub(super) struct Fab {
     /// Whether the provider may leave `FI_REMOTE_CQ_DATA` out of a completion that has data
     /// ([`loses_cq_data_flag`]).
     pub(super) unflagged_cq_data: bool,
+    /// Whether the provider may keep injected messages queued after the inject returned
+    /// ([`queues_injects`]).
+    pub(super) injects_queue: bool,
 }
 
 /// sockets (1.17) leaves `FI_REMOTE_CQ_DATA` out of the completion of a message it matched
@@ -74,6 +77,17 @@ pub(super) struct Fab {
 /// data ([`Fab::message_cq_data`]), and receivers take it whatever the flag says
 /// ([`cq_data`]).
 pub(super) fn loses_cq_data_flag(provider: &str) -> bool {
+    provider == "sockets"
+}
+
+/// sockets (1.17, with the manual progress we ask for) queues an inject until reads of the
+/// endpoint's CQ write it to the socket (docs/providers.md); closing the endpoint discards
+/// what is still queued. A channel's
+/// injected packets and scalars, which have no completion to wait for, were lost when their
+/// sender finalized at once (half of them, with a slow receiver): `finalize` sends a marker
+/// with a completion behind them on such a provider. shm and tcp;ofi_rxm write an inject
+/// in the call (or into the kernel's socket buffer) and need none (tested).
+pub(super) fn queues_injects(provider: &str) -> bool {
     provider == "sockets"
 }
 
@@ -214,6 +228,7 @@ pub(super) fn open_fabric(
                 sends_in_place: rma && domain.reads_made_by_reader(),
                 lends_static: rma && lends_static_buffers(info.provider(), &domain),
                 unflagged_cq_data: loses_cq_data_flag(info.provider()),
+                injects_queue: queues_injects(info.provider()),
                 ep,
                 cq,
                 av,

@@ -302,12 +302,15 @@ impl Node {
     /// 60 KiB packets a slow receiver had not read; a close waits for them too), unless
     /// the side's peer run is gone (shm never completes a send to a dead receiver).
     /// Packets still queued for credits are discarded, as finalize discards pending data.
-    /// Injected packets and scalars have no completion to wait for (sockets may still hold
-    /// some: docs/providers.md).
+    /// Injected packets and scalars have no completion to wait for: where the provider may
+    /// still queue them (sockets), a marker sent behind them with a completion says they
+    /// were written (half of them were lost before,
+    /// `injected_packets_and_scalars_arrive_when_their_sender_finalizes_at_once`).
     fn flush_channel_sends(&self, deadline: Instant) {
         let mut backoff = self.inner.backoff();
         let mut runs = Vec::new();
-        while self.inner.channels.sends_posted(&mut runs) {
+        let flush_markers = self.inner.fab.injects_queue;
+        while self.inner.channels.sends_posted(flush_markers, &mut runs) {
             // (Side locks are released: the state lock is taken after them, never inside.)
             let st = lock(&self.inner.state);
             if !runs.iter().any(|run| run.is_none_or(|r| st.run_alive(r))) {

@@ -353,6 +353,91 @@ mod tests {
         }
     }
 
+    /// Injected channel items arrive when their sender finalizes at once: with the receiver
+    /// held, the sender injects packets and scalars up to the receiver's credits (on sockets
+    /// from each side's endpoint, where they wait until CQ reads write them; on tcp;ofi_rxm
+    /// through the hubs), then finalizes; every item arrives, in order. Before `finalize`
+    /// sent a flush marker behind them, sockets delivered 99 of 199 packets.
+    #[test]
+    fn injected_packets_and_scalars_arrive_when_their_sender_finalizes_at_once() {
+        for (provider, ids) in [("sockets", (351, 352)), ("tcp", (353, 354))] {
+            if !offered(provider) {
+                continue;
+            }
+            let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
+                provider,
+                "finalize-injects",
+                ids,
+                Some(200),
+            );
+            let (stx, srx) = (
+                a.endpoint_create(2).expect("an endpoint"),
+                b.endpoint_create(2).expect("an endpoint"),
+            );
+            // (A channel's blocking calls take the timeout its endpoint had at open.)
+            for ep in [tx, stx] {
+                a.set_endpoint_timeout(ep, Some(Duration::from_millis(300)))
+                    .expect("timeout");
+            }
+            let sto = a.endpoint_get(0, ids.1, 2, None).expect("the receiver");
+            let (hs, hr) = crate::node::test_pair::open_channel((&a, &b), (tx, rx, to), false);
+            let (ss, sr) = crate::node::test_pair::open_channel((&a, &b), (stx, srx, sto), true);
+            let size = a.inject_size().min(255);
+            a.pktchan_send(hs, &[9]).expect("first packet");
+            a.sclchan_send(ss, 9, 8).expect("first scalar");
+            let p = b.pktchan_recv(hr).expect("first packet");
+            b.pktchan_release(p).expect("release");
+            assert_eq!(b.sclchan_recv(sr, 8), Ok(9));
+            b.inner.hold_background.store(true, Ordering::Relaxed);
+            // Up to the credits: each channel's first send that times out ends it.
+            let (mut packets, mut scalars) = (0, 0);
+            let (mut packets_stalled, mut scalars_stalled) = (false, false);
+            let stalled = |r: Result<(), Status>, sent: &mut usize| match r {
+                Ok(()) => {
+                    *sent += 1;
+                    false
+                }
+                Err(Status::MCAPI_TIMEOUT) => true,
+                Err(e) => panic!("{provider}: item {sent}: {e:?}"),
+            };
+            while !(packets_stalled && scalars_stalled) && packets + scalars < 400 {
+                if !packets_stalled {
+                    let data = vec![(packets % 251) as u8; size];
+                    packets_stalled = stalled(a.pktchan_send(hs, &data), &mut packets);
+                }
+                if !scalars_stalled {
+                    let value = scalars as u64 * 7;
+                    scalars_stalled = stalled(a.sclchan_send(ss, value, 8), &mut scalars);
+                }
+            }
+            assert!(
+                packets > 64 && scalars > 64,
+                "{provider}: {packets}, {scalars}"
+            );
+            b.inner.hold_background.store(false, Ordering::Relaxed);
+            a.finalize().expect("finalize");
+            for i in 0..packets {
+                let p = b
+                    .pktchan_recv(hr)
+                    .unwrap_or_else(|e| panic!("{provider}: packet {i} of {packets}: {e:?}"));
+                assert_eq!(
+                    p.to_vec(),
+                    vec![(i % 251) as u8; size],
+                    "{provider}: packet {i}"
+                );
+                b.pktchan_release(p).expect("release");
+            }
+            for i in 0..scalars {
+                assert_eq!(
+                    b.sclchan_recv(sr, 8),
+                    Ok(i as u64 * 7),
+                    "{provider}: scalar {i} of {scalars}"
+                );
+            }
+            b.finalize().expect("finalize");
+        }
+    }
+
     /// Channel packets handed to the fabric arrive when their sender finalizes at once: over
     /// sockets, with the receiver held, 60 KiB packets are sent (`pktchan_send_i`, each
     /// request complete: posted) until the staging is exhausted, then the sender finalizes

@@ -2,7 +2,7 @@
 
 use super::handle::Packet;
 use super::hub::Hub;
-use super::limits::{CTX_CREDIT, CTX_MASK, CTX_STAGING, CTX_USER, CTX_ZERO_COPY};
+use super::limits::{CTX_CREDIT, CTX_FLUSH, CTX_MASK, CTX_STAGING, CTX_USER, CTX_ZERO_COPY};
 use super::outbox::Outbox;
 use crate::node::common::lock;
 use crate::semantics::channel_side::{
@@ -40,6 +40,19 @@ pub(super) struct SendData {
     pub(super) local: bool,
     /// The receiver takes small packets through its node's hub: they go there from ours.
     pub(super) hub_lane: Option<HubLane>,
+    /// `finalize`'s marker behind the packets and scalars this side injected, where the
+    /// provider may still queue them (`Fab::injects_queue`): its completion says they were
+    /// written.
+    pub(super) flush_marker: FlushMarker,
+}
+
+/// Where a send side's flush marker is ([`SendData::flush_marker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FlushMarker {
+    Unsent,
+    InFlight,
+    /// Completed, failed, or not needed: nothing to wait for.
+    Done,
 }
 
 /// Where a send side injects its small packets: the receiver's route on its node's hub.
@@ -130,6 +143,7 @@ impl SendData {
             CTX_STAGING => self.state.staged_sent(slot, ok),
             CTX_ZERO_COPY => self.state.zero_copy_sent(ok),
             CTX_USER => self.state.user_sent(slot, ok, out),
+            CTX_FLUSH => self.flush_marker = FlushMarker::Done,
             _ => {}
         }
         None

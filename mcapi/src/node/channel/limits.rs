@@ -24,7 +24,13 @@ pub(super) const CTX_STAGING: u64 = 2 << 40;
 pub(super) const CTX_ZERO_COPY: u64 = 3 << 40;
 /// A zero-copy `pktchan_send_i` packet; the low bits are its slot in `SendData::in_flight`.
 pub(super) const CTX_USER: u64 = 4 << 40;
+/// A send side's flush marker (`SendData::flush_marker`).
+pub(super) const CTX_FLUSH: u64 = 5 << 40;
 pub(super) const CTX_MASK: u64 = (1 << 40) - 1;
+/// The remote CQ data of a flush marker: beyond every sequence number (which takes 32 bits),
+/// so its receiver tells it from an item even where the provider leaves out the CQ data
+/// flag (sockets, whose CQ data has 8 bytes).
+pub(super) const FLUSH_MARK: u64 = 1 << 63;
 /// How long zero-copy packets in flight when the receiver closed or died may still complete
 /// before the sender's endpoint is closed under them (and they fail).
 pub(super) const ZERO_COPY_GRACE: Duration = Duration::from_millis(100);

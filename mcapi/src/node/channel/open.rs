@@ -1,6 +1,6 @@
 //! Reserving a side and opening its fabric part (own endpoint, or a place on the scalar hub).
 
-use super::data::{HubLane, LocalRecv, RecvData, SendData, SideData, Spares};
+use super::data::{FlushMarker, HubLane, LocalRecv, RecvData, SendData, SideData, Spares};
 use super::endpoint::PeerOpen;
 use super::handle::ChannelHandle;
 use super::hub::{self, HubItem};
@@ -356,6 +356,7 @@ impl NodeInner {
             credit_reposts: Vec::new(),
             local,
             hub_lane: None,
+            flush_marker: FlushMarker::Unsent,
         })
     }
 

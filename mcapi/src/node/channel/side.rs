@@ -1,6 +1,6 @@
 //! One side of a channel ([`Side`]): its state, status and CQ progress under its lock.
 
-use super::data::SideData;
+use super::data::{FlushMarker, SideData};
 use super::handle::ChannelHandle;
 use super::side_io::SideIo;
 use super::table::Recount;
@@ -125,15 +125,16 @@ impl Side {
     pub(super) fn has_transfers(&self) -> bool {
         self.has_waiting_requests()
             || matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. })
-                if s.state.has_staged_in_flight())
+                if s.state.has_staged_in_flight() || s.flush_marker == FlushMarker::InFlight)
     }
 
     /// Whether this send side has packets handed to the fabric whose sends have not
-    /// completed, its peer not known gone (what `finalize` waits for before it closes it).
+    /// completed, or a flush marker, its peer not known gone (what `finalize` waits for
+    /// before it closes it).
     pub(super) fn has_posted_sends(&self) -> bool {
         self.peer_gone.is_none()
             && matches!(&self.io, Some(SideIo { data: SideData::Send(s), .. })
-                if s.state.has_posted())
+                if s.state.has_posted() || s.flush_marker == FlushMarker::InFlight)
     }
 
     /// The other node to check for liveness, at most every 20 ms while requests wait here

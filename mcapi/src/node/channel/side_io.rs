@@ -1,8 +1,10 @@
 //! The fabric part of an open side ([`SideIo`]): CQ reads, dispatch, re-posts, queued sends and credit returns.
 
-use super::data::{posted, SendData, SideData};
+use super::data::{posted, FlushMarker, SendData, SideData};
 use super::hub::{self, Hub, HubItem};
-use super::limits::{CTX_CREDIT, CTX_STAGING, CTX_USER, SCALAR_SLOT, ZERO_COPY_GRACE};
+use super::limits::{
+    CTX_CREDIT, CTX_FLUSH, CTX_STAGING, CTX_USER, FLUSH_MARK, SCALAR_SLOT, ZERO_COPY_GRACE,
+};
 use super::outbox::Outbox;
 use crate::node::common::Result;
 use crate::node::fabric::cq_data;
@@ -372,7 +374,7 @@ impl SideIo {
                 // Whatever arrived used up slot `ctx`, which is listed to be posted again.
                 let slot = ctx as u32;
                 // The receive completed: the slot is idle (a refusal counts as no scalar).
-                let scalar = cq_data(c, r.unflagged_cq_data).and_then(|seq| {
+                let scalar = item_seq(c, r.unflagged_cq_data).and_then(|seq| {
                     let len = c.len();
                     let value = r
                         .pool
@@ -384,7 +386,7 @@ impl SideIo {
             SideData::Recv(r) => {
                 let b = ctx as usize;
                 let multi_recv = r.state.posting() == Posting::MultiRecv;
-                if let Some(seq) = cq_data(c, r.unflagged_cq_data) {
+                if let Some(seq) = item_seq(c, r.unflagged_cq_data) {
                     let offset = if multi_recv {
                         r.offset_of(c.buf_addr())
                     } else {
@@ -570,6 +572,29 @@ impl SideIo {
         })
     }
 
+    /// Posts `finalize`'s flush marker of a send side that injects from its own endpoint
+    /// ([`SendData::flush_marker`]): an empty message to the receiver, with a completion,
+    /// which the provider sends after everything this side injected before it. `false`
+    /// while the provider has no room for it (try again after progress).
+    pub(super) fn send_flush_marker(&mut self) -> bool {
+        let (SideData::Send(s), Some(ep), None) = (&mut self.data, &self.ep, &self.hub) else {
+            return true;
+        };
+        if s.local || s.flush_marker != FlushMarker::Unsent {
+            return true;
+        }
+        let sent = s
+            .credit_slots
+            .empty()
+            .and_then(|empty| ep.send(empty, Some(FLUSH_MARK), self.dest, CTX_FLUSH));
+        s.flush_marker = match posted(&sent) {
+            Posted::Sent => FlushMarker::InFlight,
+            Posted::Again => return false,
+            Posted::Failed => FlushMarker::Done,
+        };
+        true
+    }
+
     /// Whether `pktchan_send_i` packets wait on this send side (for credits or a slot).
     pub(super) fn has_queued_send(&self) -> bool {
         matches!(&self.data, SideData::Send(s) if s.state.has_queued())
@@ -602,6 +627,13 @@ impl SideIo {
             r.state.credits_not_sent(n);
         }
     }
+}
+
+/// The sequence number a receive side's completion carries as its remote CQ data: `None`
+/// for a message that is no item (no CQ data, or a sender's flush marker).
+#[inline(always)]
+fn item_seq(c: &Completion, unflagged: bool) -> Option<u64> {
+    cq_data(c, unflagged).filter(|&d| d != FLUSH_MARK)
 }
 
 /// Copies `data` into a free staging buffer of a send side and posts it with sequence

@@ -159,13 +159,25 @@ impl ChannelTable {
     /// The peer runs of send sides with packets handed to the fabric whose sends have not
     /// completed (`finalize` waits for them: closing a side's endpoint discards what its
     /// provider still queues), into `runs`; a side whose lock is taken counts too, with no
-    /// run (its holder may be posting). Returns whether any side counted.
-    pub(in crate::node) fn sends_posted(&self, runs: &mut Vec<Option<PeerRun>>) -> bool {
+    /// run (its holder may be posting). With `flush_markers` (`Fab::injects_queue`), each
+    /// send side posts its flush marker first (`SideIo::send_flush_marker`), and counts
+    /// until it completes, or while the provider has no room for it. Returns whether any
+    /// side counted.
+    pub(in crate::node) fn sends_posted(
+        &self,
+        flush_markers: bool,
+        runs: &mut Vec<Option<PeerRun>>,
+    ) -> bool {
         runs.clear();
         for slot in self.used_now().iter() {
             match self.sides[slot].try_lock() {
-                Some(g) => {
-                    if let Some(side) = g.as_ref().filter(|s| s.has_posted_sends()) {
+                Some(mut g) => {
+                    let Some(side) = g.as_mut().filter(|s| s.peer_gone.is_none()) else {
+                        continue;
+                    };
+                    let unsent =
+                        flush_markers && side.io.as_mut().is_some_and(|io| !io.send_flush_marker());
+                    if unsent || side.has_posted_sends() {
                         runs.push(side.peer);
                     }
                 }
