@@ -124,3 +124,53 @@ fn a_stale_look_up_leaves_a_live_window_alone() {
     a.finalize().unwrap();
     b.finalize().unwrap();
 }
+
+/// A blocking `msg_send` that finds no free send slot (all in flight: shm never completes a
+/// send to a receiver run that is gone, so a node whose peers finalize mid-traffic loses
+/// them) waits for one without the node's state lock: the node's other threads go on
+/// meanwhile, and the send ends at its timeout. Before, `send_payload` waited holding the
+/// lock for the send's whole timeout (for good without one), so another thread's call on
+/// the node, a `finalize` and the control plane's answers to other nodes (their credit
+/// requests and look-ups, which have no deadline) waited as long: blocking calls of
+/// several nodes returned seconds past their timeouts under load.
+#[test]
+fn a_send_waiting_for_a_send_slot_leaves_the_node_to_its_other_threads() {
+    use std::time::Instant;
+    let (a, b, tx, _rx, to) = sender_and_receiver("shm", "no-send-slot", (711, 712), None);
+    let timeout = Duration::from_secs(5);
+    a.set_endpoint_timeout(tx, Some(timeout)).unwrap();
+    a.msg_send(tx, to, b"warm", 0).unwrap();
+    let size = a.eager_max();
+    assert!(size > a.inject_size(), "no eager size above inject on shm");
+    // Every send slot taken, as sends in flight to a receiver that is gone hold them.
+    let slots = std::mem::take(&mut a.inner.state.lock().unwrap().send_free);
+    let sender = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let sent = a.msg_send(tx, to, &vec![1u8; size], 0);
+            (sent, start.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    a.msg_available(tx).expect("another call on the node");
+    let other = start.elapsed();
+    let (sent, took) = sender.join().unwrap();
+    a.inner.state.lock().unwrap().send_free = slots;
+    assert_eq!(sent, Err(Status::MCAPI_TIMEOUT), "no send slot came back");
+    // (Bounds far from both outcomes: the lock was held for the whole timeout.)
+    assert!(
+        took < timeout + Duration::from_millis(2500),
+        "the send returned {took:?} after its start (timeout {timeout:?})"
+    );
+    assert!(
+        other < timeout / 2,
+        "another thread's call waited {other:?} for the stalled send"
+    );
+    // The slots back, the same send goes at once (its credit was given back).
+    a.msg_send(tx, to, &vec![2u8; size], 0)
+        .expect("a send with slots");
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}

@@ -227,16 +227,15 @@ impl Node {
                 } else {
                     Msg::Eager(data)
                 };
-                let sent = self
-                    .inner
-                    .send_payload(&mut st, peer, tag, msg, &mut deadline);
-                if let (Msg::Staged { .. }, Ok(())) = (msg, &sent) {
+                let sent = self.inner.send_payload(&mut st, peer, tag, msg, false);
+                if let (Msg::Staged { .. }, Ok(true)) = (msg, &sent) {
                     // Receivers read staged messages with this node's progress (manual-
                     // progress providers): a sender of many keeps them moving.
                     self.inner.progress(&mut st);
                 }
-                if sent.is_err() {
-                    // Not sent: the credit and the sequence number stay unused.
+                if sent != Ok(true) {
+                    // Not sent: the credit and the sequence number stay unused (the lock
+                    // was held since they were taken, so no later number went out).
                     if let Some(remote) = st.remotes.get_mut(&key) {
                         remote.spare += 1;
                         remote.next_seq = seq;
@@ -245,7 +244,18 @@ impl Node {
                         st.rndv.release(id, None);
                     }
                 }
-                return sent;
+                if sent? {
+                    return Ok(());
+                }
+                // No send slot came free, or the provider kept refusing: wait as for a
+                // credit, without the state lock (the node's other calls, its control
+                // plane's answers and its finalize go on meanwhile), up to the deadline.
+                drop(st);
+                self.progress_busy_sides(&SideSet::default(), &mut backoff);
+                backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
+                st = self.inner.live_state()?;
+                self.inner.progress(&mut st);
+                continue;
             }
             if !progressed {
                 // Dry: grants may be waiting in the CQ already (the receiver sends them as
@@ -377,11 +387,8 @@ impl Node {
                 id,
                 len: data.len(),
             };
-            let mut deadline = Deadline::new(None);
-            if let Err(e) = self
-                .inner
-                .send_payload(&mut st, peer, tag, msg, &mut deadline)
-            {
+            // (Retried in place: the buffer is exposed under this lock.)
+            if let Err(e) = self.inner.send_payload(&mut st, peer, tag, msg, true) {
                 give_back(&mut st);
                 st.rndv.release(id, None);
                 _ = st.rndv.take_exposed(id);
@@ -929,34 +936,45 @@ impl Node {
     }
 }
 
+/// How many times `send_payload` tries a send the provider refuses, or looks for a free
+/// send slot, progressing the node between tries under the state lock, before it lets a
+/// caller that can wait unlocked do so (bounded: the node's other threads and its control
+/// plane's answers wait for the lock meanwhile).
+const TRIES_UNDER_LOCK: u32 = 64;
+
 // Here rather than in `message_path`: it progresses the node (`progress`) while the
 // provider refuses, and progress drives the message path.
 impl NodeInner {
     /// Sends a message payload: inject when it fits, else from a send slot. While the
-    /// provider refuses (-FI_EAGAIN) it progresses, and now and then checks the deadline and
-    /// the peer's liveness: tcp;ofi_rxm and shm refuse forever when the peer has died.
+    /// provider refuses (-FI_EAGAIN) or no send slot is free it progresses and tries again,
+    /// under the caller's state lock. `Ok(true)`: sent. Unless `in_place`, after
+    /// [`TRIES_UNDER_LOCK`] tries it gives up with `Ok(false)` (nothing posted): the caller
+    /// waits without the lock, up to its deadline, and tries again. `in_place` (a caller
+    /// that cannot let the lock go) retries until sent, now and then checking the peer's
+    /// liveness: tcp;ofi_rxm and shm refuse forever when the peer has died.
     pub(super) fn send_payload(
         &self,
         st: &mut State,
         peer: u16,
         tag: Tag,
         msg: Msg<'_>,
-        deadline: &mut Deadline,
-    ) -> Result<()> {
+        in_place: bool,
+    ) -> Result<bool> {
         let dest = st.peers[peer as usize].addr;
         let (data, cq_data) = match &msg {
             Msg::Eager(data) => (*data, self.fab.message_cq_data(false)),
             Msg::Staged { desc, .. } => (&desc[..], self.fab.message_cq_data(true)),
         };
         let mut refused = 0u32;
-        let mut stalled = |st: &mut State| -> Result<()> {
+        // `Ok(false)`: give up for now (the caller waits unlocked).
+        let mut stalled = |st: &mut State| -> Result<bool> {
             // Wraps (a provider may refuse for good while the peer lives; a debug build
             // panicked on the overflow after about 8 minutes).
             refused = refused.wrapping_add(1);
+            if !in_place && refused >= TRIES_UNDER_LOCK {
+                return Ok(false);
+            }
             if refused.is_multiple_of(1024) {
-                if deadline.get().is_some_and(|d| Instant::now() >= d) {
-                    return Err(Status::MCAPI_TIMEOUT);
-                }
                 // The liveness watcher marks a dead peer's link closed, but it needs the
                 // state lock, which we hold (for as long as the provider refuses): the
                 // link is looked at here too, and its loss recorded.
@@ -975,7 +993,7 @@ impl NodeInner {
                 std::thread::yield_now();
             }
             self.progress(st);
-            Ok(())
+            Ok(true)
         };
         if data.len() <= self.fab.inject_size {
             loop {
@@ -984,8 +1002,12 @@ impl NodeInner {
                     Some(d) => self.fab.ep.inject_tagged_data(data, d, dest, tag.encode()),
                 };
                 match injected {
-                    Ok(()) => return Ok(()),
-                    Err(e) if e.is_again() => stalled(st)?,
+                    Ok(()) => return Ok(true),
+                    Err(e) if e.is_again() => {
+                        if !stalled(st)? {
+                            return Ok(false);
+                        }
+                    }
                     Err(e) => return Err(ofi_status(e)),
                 }
             }
@@ -994,7 +1016,9 @@ impl NodeInner {
             if let Some(s) = st.send_free.pop() {
                 break s;
             }
-            stalled(st)?;
+            if !stalled(st)? {
+                return Ok(false);
+            }
         };
         let offset = slot as usize * EAGER_SLOT;
         let buf = self
@@ -1015,12 +1039,13 @@ impl NodeInner {
             match posted {
                 Ok(()) => {
                     st.slot_sent(slot, peer);
-                    return Ok(());
+                    return Ok(true);
                 }
                 Err(e) if e.is_again() => {
-                    if let Err(status) = stalled(st) {
+                    let again = stalled(st);
+                    if again != Ok(true) {
                         st.send_free.push(slot);
-                        return Err(status);
+                        return again;
                     }
                 }
                 Err(e) => {
