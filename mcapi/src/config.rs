@@ -13,7 +13,7 @@
 //! | `MCAPI_RECV_BUFFERS` | `recv_buffers` | 64 (at most [`MAX_RECV_BUFFERS`], 16384) |
 //! | `MCAPI_COMPAT` (`spec` or `mca`) | `compat` | `spec`: the letter of MCAPI 2.000; `mca`: the reference implementation's readings (docs/c-abi.md) |
 //! | `MCAPI_MAX_MSG_SIZE` | `max_msg_size` | 16 MiB (`MCAPI_MAX_MSG_SIZE`, the ceiling; above it refused); 64 KiB on a provider without `FI_RMA` |
-//! | `MCAPI_EAGER_MAX` | `eager_max` | the provider's measured eager/rendezvous threshold (8 KiB on shm, 16 KiB under ofi_rxm, else 64 KiB); any value from 1 B to 64 KiB replaces it (others are refused) |
+//! | `MCAPI_EAGER_MAX` | `eager_max` | the provider's eager/rendezvous threshold (its inject size on shm, 4 KiB; 16 KiB under ofi_rxm, else 64 KiB); any value from 1 B to 64 KiB replaces it (others are refused) |
 //! | `MCAPI_SPIN_US` | `spin` | 50: a blocked call polls for 50 µs before it yields the core (then sleeps); large values busy-poll, 0 yields at once |
 //!
 //! The job key authenticates every control connection (docs/security.md). It is at least

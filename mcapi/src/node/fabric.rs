@@ -82,13 +82,14 @@ pub(super) fn loses_cq_data_flag(provider: &str) -> bool {
 
 /// sockets (1.17, with the manual progress we ask for) queues an inject until reads of the
 /// endpoint's CQ write it to the socket (docs/providers.md); closing the endpoint discards
-/// what is still queued. A channel's
-/// injected packets and scalars, which have no completion to wait for, were lost when their
-/// sender finalized at once (half of them, with a slow receiver): `finalize` sends a marker
-/// with a completion behind them on such a provider. shm and tcp;ofi_rxm write an inject
-/// in the call (or into the kernel's socket buffer) and need none (tested).
+/// what is still queued. udp;ofi_rxd too keeps an inject until its sender's CQ reads move
+/// it. A channel's injected packets and scalars, which have no completion to wait for, were
+/// lost when their sender finalized at once (99 of 199 packets arrived on sockets, 128 of
+/// 199 on udp): `finalize` sends a marker with a completion behind them on such a
+/// provider. shm, tcp;ofi_rxm and net write an inject in the call (or into the kernel's
+/// socket buffer) and need none (tested).
 pub(super) fn queues_injects(provider: &str) -> bool {
-    provider == "sockets"
+    matches!(provider, "sockets" | "udp;ofi_rxd")
 }
 
 /// A receive completion's remote CQ data: where its flag says there is some, or always
@@ -130,20 +131,27 @@ fn reads_in_place(provider: &str, domain: &Domain, ep: &Endpoint, rma: bool) -> 
 /// streaming (above 16 KiB rxm sends an eager message by a rendezvous of its own).
 const RXM_EAGER_MAX: usize = 16 << 10;
 
-/// The eager/rendezvous threshold on shm: with reads and sends in place (one copy, by the
-/// receiver) a rendezvous beats the eager path's three copies from 16 KiB on, in latency
-/// and in windows of `msg_send_i`; at 8 KiB eager wins (docs/performance.md, "Large
-/// messages").
-const SHM_EAGER_MAX: usize = 8 << 10;
-
 /// The eager/rendezvous threshold of `provider` unless configured (`MCAPI_EAGER_MAX`),
 /// chosen by measurement (docs/performance.md, "Large messages"); providers not measured
 /// keep every message up to the slot size (64 KiB) eager.
-pub(super) fn eager_threshold(provider: &str, configured: Option<usize>) -> usize {
+///
+/// On shm it is the inject size (`inject_size`): shm completes a send above it only once
+/// the receiver answers, and reports its answers in order, so one that never comes (a
+/// receiver that crashed, or a node of the process that finalized with messages on their
+/// way, its endpoint never read again) held back the completion of every later such send
+/// of the node's endpoint, to any peer: its send slots ran out and its eager sends timed
+/// out. A rendezvous' descriptor is injected and its data read by the receiver, so nothing
+/// of the node's waits for an answer. (Eager to 8 KiB measured 10..25% faster at 6 and 8
+/// KiB, performance.md.)
+pub(super) fn eager_threshold(
+    provider: &str,
+    inject_size: usize,
+    configured: Option<usize>,
+) -> usize {
     let default = if provider.contains("ofi_rxm") {
         RXM_EAGER_MAX
     } else if provider == "shm" {
-        SHM_EAGER_MAX
+        inject_size
     } else {
         EAGER_SLOT
     };
@@ -218,7 +226,11 @@ pub(super) fn open_fabric(
                     EAGER_SLOT,
                 )?,
                 recv_slots: recv_slots(config.recv_buffers),
-                eager_max: eager_threshold(info.provider(), config.eager_max),
+                eager_max: eager_threshold(
+                    info.provider(),
+                    info.attributes().inject_size,
+                    config.eager_max,
+                ),
                 max_msg: if rma {
                     config.max_msg_size.clamp(1, MAX_MSG_SIZE)
                 } else {

@@ -136,7 +136,13 @@ fn a_stale_look_up_leaves_a_live_window_alone() {
 #[test]
 fn a_send_waiting_for_a_send_slot_leaves_the_node_to_its_other_threads() {
     use std::time::Instant;
-    let (a, b, tx, _rx, to) = sender_and_receiver("shm", "no-send-slot", (711, 712), None);
+    let (a, b, tx, _rx, to) = crate::node::test_pair::sender_and_receiver_eager(
+        "shm",
+        "no-send-slot",
+        (711, 712),
+        None,
+        Some(8 << 10),
+    );
     let timeout = Duration::from_secs(5);
     a.set_endpoint_timeout(tx, Some(timeout)).unwrap();
     a.msg_send(tx, to, b"warm", 0).unwrap();
@@ -171,6 +177,74 @@ fn a_send_waiting_for_a_send_slot_leaves_the_node_to_its_other_threads() {
     // The slots back, the same send goes at once (its credit was given back).
     a.msg_send(tx, to, &vec![2u8; size], 0)
         .expect("a send with slots");
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// A receiver that goes away without reading messages sent to it leaves its sender's later
+/// sends alone. shm completes a send above its inject size only once the receiver answers,
+/// and it reports its answers in order: one that never comes (the receiver crashed, or a
+/// node of the process finalized with messages on their way) held back the completion of
+/// every later such send of the endpoint, to any peer, so its send slots ran out and its
+/// eager sends timed out (for good without a timeout). Messages above the inject size go
+/// by rendezvous on shm since. Here the receiver's first run is dropped unfinalized (as by
+/// a crash) with messages of every size on their way to it; then its next run takes 200
+/// messages of the sizes around the eager threshold.
+#[test]
+fn a_receiver_gone_with_messages_on_their_way_leaves_later_sends_alone() {
+    use crate::config::Config;
+    use crate::Node;
+    use std::sync::atomic::Ordering;
+    let (a, b, tx, rx, to) = sender_and_receiver("shm", "gone-unread", (355, 356), Some(64));
+    a.set_endpoint_timeout(tx, Some(Duration::from_secs(5)))
+        .unwrap();
+    let sizes = [
+        a.inject_size(),
+        a.inject_size() + 1,
+        6000,
+        8 << 10,
+        16 << 10,
+    ];
+    let mut buf = vec![0u8; 16 << 10];
+    a.msg_send(tx, to, b"warm", 0).unwrap();
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
+    b.inner.hold_background.store(true, Ordering::Relaxed);
+    for i in 0..20 {
+        let size = sizes[i % sizes.len()];
+        a.msg_send(tx, to, &vec![1u8; size], 0)
+            .unwrap_or_else(|e| panic!("send {i} of {size} B to the first run: {e:?}"));
+    }
+    // Gone without reading them: dropped unfinalized, as by a crash (its CQ is never read
+    // again; a `finalize` would have taken them in).
+    drop(b);
+    let mut config = Config::defaults();
+    config.provider = Some("shm".into());
+    config.job = format!("gone-unread-{}", std::process::id());
+    config.recv_buffers = 64;
+    let b = Node::initialize(0, 356, config).expect("the receiver's next run");
+    let rx = b.endpoint_create(1).unwrap();
+    // The first sends may find the old run gone (MCAPI_ERR_TRANSMISSION) until the look-up
+    // meets the next run: a bound, not a timing.
+    let start = std::time::Instant::now();
+    let to = loop {
+        let to = a.endpoint_get(0, 356, 1, T).unwrap();
+        match a.msg_send(tx, to, b"hello", 0) {
+            Ok(()) => break to,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(20), "{e:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(b.msg_recv(rx, &mut buf), Ok(5));
+    for i in 0..200 {
+        let size = sizes[i % sizes.len()];
+        a.msg_send(tx, to, &vec![i as u8; size], 0)
+            .unwrap_or_else(|e| panic!("send {i} of {size} B to the next run: {e:?}"));
+        assert_eq!(b.msg_recv(rx, &mut buf), Ok(size), "message {i}");
+        assert!(
+            buf[..size].iter().all(|&x| x == i as u8),
+            "message {i}'s content"
+        );
+    }
     a.finalize().unwrap();
     b.finalize().unwrap();
 }

@@ -59,7 +59,21 @@ pub(crate) mod test_pair {
         ids: (u32, u32),
         recv_buffers: Option<usize>,
     ) -> (Node, Node, EndpointId, EndpointId, EndpointId) {
+        sender_and_receiver_eager(provider, job, ids, recv_buffers, None)
+    }
+
+    /// [`sender_and_receiver`] with eager threshold `eager_max` (`MCAPI_EAGER_MAX`): on shm,
+    /// whose default is its inject size, 8 KiB sends eager messages above it from send
+    /// slots.
+    pub(crate) fn sender_and_receiver_eager(
+        provider: &str,
+        job: &str,
+        ids: (u32, u32),
+        recv_buffers: Option<usize>,
+        eager_max: Option<usize>,
+    ) -> (Node, Node, EndpointId, EndpointId, EndpointId) {
         let mut config = Config::defaults();
+        config.eager_max = eager_max;
         config.provider = Some(provider.into());
         config.job = format!("{job}-{}", std::process::id());
         if let Some(n) = recv_buffers {

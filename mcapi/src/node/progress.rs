@@ -313,11 +313,15 @@ mod tests {
             if !offered(provider) {
                 continue;
             }
-            let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
+            // (On shm, eager messages above the inject size as configured: by default there
+            // are none.)
+            let eager = (provider == "shm").then_some(8 << 10);
+            let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver_eager(
                 provider,
                 "finalize-flush",
                 ids,
                 Some(512),
+                eager,
             );
             let size = a.eager_max();
             let mut buf = vec![0u8; size];
@@ -360,7 +364,12 @@ mod tests {
     /// sent a flush marker behind them, sockets delivered 99 of 199 packets.
     #[test]
     fn injected_packets_and_scalars_arrive_when_their_sender_finalizes_at_once() {
-        for (provider, ids) in [("sockets", (351, 352)), ("tcp", (353, 354))] {
+        for (provider, ids) in [
+            ("sockets", (351, 352)),
+            ("udp", (357, 358)),
+            ("net", (359, 360)),
+            ("tcp", (353, 354)),
+        ] {
             if !offered(provider) {
                 continue;
             }
@@ -436,6 +445,30 @@ mod tests {
             }
             b.finalize().expect("finalize");
         }
+    }
+
+    /// A send side that never sent anything posts no flush marker at `finalize`: over
+    /// sockets its completion waits for the receiver's progress, and with the receiver
+    /// held `finalize` waited its whole 10 s (review). The bound is far from both outcomes.
+    #[test]
+    fn a_channel_that_sent_nothing_keeps_finalize_waiting_for_nothing() {
+        if !offered("sockets") {
+            return;
+        }
+        let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver(
+            "sockets",
+            "finalize-idle",
+            (361, 362),
+            Some(8),
+        );
+        let _handles = crate::node::test_pair::open_channel((&a, &b), (tx, rx, to), false);
+        b.inner.hold_background.store(true, Ordering::Relaxed);
+        let start = Instant::now();
+        a.finalize().expect("finalize");
+        let took = start.elapsed();
+        b.inner.hold_background.store(false, Ordering::Relaxed);
+        b.finalize().expect("finalize");
+        assert!(took < Duration::from_secs(5), "finalize took {took:?}");
     }
 
     /// Channel packets handed to the fabric arrive when their sender finalizes at once: over
@@ -566,7 +599,13 @@ mod tests {
         }
         // shm: a send read by its receiver's progress, which is held; the receiver then
         // finalizes without reading it.
-        let (a, b, tx, rx, to) = sender_and_receiver("shm", "flush-dead", (323, 324), None);
+        let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver_eager(
+            "shm",
+            "flush-dead",
+            (323, 324),
+            None,
+            Some(8 << 10),
+        );
         let mut buf = vec![0u8; a.eager_max()];
         a.msg_send(tx, to, b"warm", 0).expect("first");
         assert_eq!(b.msg_recv(rx, &mut buf), Ok(4));
@@ -634,8 +673,14 @@ mod tests {
     #[test]
     fn send_i_and_wait_in_a_loop_reads_back_its_send_slots() {
         for provider in ["shm", "tcp"] {
-            let (a, b, tx, rx, to) =
-                crate::node::test_pair::sender_and_receiver(provider, "send-i-loop", (8, 9), None);
+            let eager = (provider == "shm").then_some(8 << 10);
+            let (a, b, tx, rx, to) = crate::node::test_pair::sender_and_receiver_eager(
+                provider,
+                "send-i-loop",
+                (8, 9),
+                None,
+                eager,
+            );
             let size = (a.inject_size() + 1000).min(a.eager_max());
             assert!(
                 size > a.inject_size(),

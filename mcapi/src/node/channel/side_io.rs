@@ -575,12 +575,17 @@ impl SideIo {
     /// Posts `finalize`'s flush marker of a send side that injects from its own endpoint
     /// ([`SendData::flush_marker`]): an empty message to the receiver, with a completion,
     /// which the provider sends after everything this side injected before it. `false`
-    /// while the provider has no room for it (try again after progress).
+    /// while the provider has no room for it (try again after progress). A side that never
+    /// sent anything needs none (its completion would wait for the receiver's progress).
     pub(super) fn send_flush_marker(&mut self) -> bool {
         let (SideData::Send(s), Some(ep), None) = (&mut self.data, &self.ep, &self.hub) else {
             return true;
         };
         if s.local || s.flush_marker != FlushMarker::Unsent {
+            return true;
+        }
+        if s.state.sent() == 0 {
+            s.flush_marker = FlushMarker::Done;
             return true;
         }
         let sent = s
