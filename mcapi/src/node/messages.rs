@@ -198,7 +198,15 @@ impl Node {
                     && self.inner.fab.sends_in_place
                     && st.peers[peer as usize].reads_itself
                 {
-                    return self.send_in_place(st, (peer, seq), key, tag, data);
+                    if self.send_in_place(st, (peer, seq), key, tag, data)? {
+                        return Ok(());
+                    }
+                    // The provider kept refusing the descriptor: as below.
+                    self.progress_busy_sides(&SideSet::default(), &mut backoff);
+                    backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
+                    st = self.inner.live_state()?;
+                    self.inner.progress(&mut st);
+                    continue;
                 }
                 let msg = if data.len() > self.inner.fab.eager_max {
                     // Staged (copied into registered memory), so the buffer is free when
@@ -227,7 +235,7 @@ impl Node {
                 } else {
                     Msg::Eager(data)
                 };
-                let sent = self.inner.send_payload(&mut st, peer, tag, msg, false);
+                let sent = self.inner.send_payload(&mut st, peer, tag, msg);
                 if let (Msg::Staged { .. }, Ok(true)) = (msg, &sent) {
                     // Receivers read staged messages with this node's progress (manual-
                     // progress providers): a sender of many keeps them moving.
@@ -349,7 +357,9 @@ impl Node {
     /// the call returns once the receiver is done with it (read, or discarded with its
     /// endpoint), or with `MCAPI_ERR_TRANSMISSION` once the receiver is gone. Only without
     /// a timeout (an exposed buffer cannot be taken back) and where the receiver's process
-    /// makes the read (`Fab::sends_in_place`).
+    /// makes the read (`Fab::sends_in_place`). `Ok(false)`: the provider kept refusing the
+    /// descriptor ([`NodeInner::send_payload`]); nothing was sent, the credit and number
+    /// are back, and the caller waits without the lock and tries again.
     #[cold]
     #[inline(never)]
     fn send_in_place(
@@ -359,7 +369,7 @@ impl Node {
         key: (u16, u32),
         tag: Tag,
         data: &[u8],
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let fab = &self.inner.fab;
         let give_back = |st: &mut State| {
             if let Some(remote) = st.remotes.get_mut(&key) {
@@ -387,19 +397,20 @@ impl Node {
                 id,
                 len: data.len(),
             };
-            // (Retried in place: the buffer is exposed under this lock.)
-            if let Err(e) = self.inner.send_payload(&mut st, peer, tag, msg, true) {
+            let sent = self.inner.send_payload(&mut st, peer, tag, msg);
+            if sent != Ok(true) {
+                // Not sent: nobody learnt of the exposed buffer.
                 give_back(&mut st);
                 st.rndv.release(id, None);
                 _ = st.rndv.take_exposed(id);
-                return Err(e);
+                return sent;
             }
             let mut backoff = self.inner.backoff();
             loop {
                 self.inner.progress(&mut st);
                 if let Some(read) = st.rndv.take_exposed(id) {
                     return if read {
-                        Ok(())
+                        Ok(true)
                     } else {
                         Err(Status::MCAPI_ERR_TRANSMISSION)
                     };
@@ -947,18 +958,16 @@ const TRIES_UNDER_LOCK: u32 = 64;
 impl NodeInner {
     /// Sends a message payload: inject when it fits, else from a send slot. While the
     /// provider refuses (-FI_EAGAIN) or no send slot is free it progresses and tries again,
-    /// under the caller's state lock. `Ok(true)`: sent. Unless `in_place`, after
-    /// [`TRIES_UNDER_LOCK`] tries it gives up with `Ok(false)` (nothing posted): the caller
-    /// waits without the lock, up to its deadline, and tries again. `in_place` (a caller
-    /// that cannot let the lock go) retries until sent, now and then checking the peer's
-    /// liveness: tcp;ofi_rxm and shm refuse forever when the peer has died.
+    /// under the caller's state lock. `Ok(true)`: sent. After [`TRIES_UNDER_LOCK`] tries it
+    /// gives up with `Ok(false)` (nothing posted): the caller waits without the lock, up to
+    /// its deadline, and tries again; or with `MCAPI_ERR_TRANSMISSION` if the peer died
+    /// (tcp;ofi_rxm and shm refuse for good then).
     pub(super) fn send_payload(
         &self,
         st: &mut State,
         peer: u16,
         tag: Tag,
         msg: Msg<'_>,
-        in_place: bool,
     ) -> Result<bool> {
         let dest = st.peers[peer as usize].addr;
         let (data, cq_data) = match &msg {
@@ -968,32 +977,26 @@ impl NodeInner {
         let mut refused = 0u32;
         // `Ok(false)`: give up for now (the caller waits unlocked).
         let mut stalled = |st: &mut State| -> Result<bool> {
-            // Wraps (a provider may refuse for good while the peer lives; a debug build
-            // panicked on the overflow after about 8 minutes).
-            refused = refused.wrapping_add(1);
-            if !in_place && refused >= TRIES_UNDER_LOCK {
-                return Ok(false);
+            refused += 1;
+            if refused < TRIES_UNDER_LOCK {
+                self.progress(st);
+                return Ok(true);
             }
-            if refused.is_multiple_of(1024) {
-                // The liveness watcher marks a dead peer's link closed, but it needs the
-                // state lock, which we hold (for as long as the provider refuses): the
-                // link is looked at here too, and its loss recorded.
-                if let Some(link) = st.peers[peer as usize].link.clone() {
-                    if !link.is_closed() && link.stream.try_lock().is_ok_and(|s| s.is_closed()) {
-                        link.closed
-                            .store(true, std::sync::atomic::Ordering::Release);
-                    }
-                    if link.is_closed() {
-                        self.peer_event_locked(st, peer, PeerInput::Lost(link.incarnation));
-                    }
+            // Giving up for now: a dead peer's link is looked at on the way out (tcp;ofi_rxm
+            // and shm refuse for good when the peer has died), and its loss recorded.
+            if let Some(link) = st.peers[peer as usize].link.clone() {
+                if !link.is_closed() && link.stream.try_lock().is_ok_and(|s| s.is_closed()) {
+                    link.closed
+                        .store(true, std::sync::atomic::Ordering::Release);
                 }
-                if !st.peers[peer as usize].is_alive() {
-                    return Err(Status::MCAPI_ERR_TRANSMISSION);
+                if link.is_closed() {
+                    self.peer_event_locked(st, peer, PeerInput::Lost(link.incarnation));
                 }
-                std::thread::yield_now();
             }
-            self.progress(st);
-            Ok(true)
+            if !st.peers[peer as usize].is_alive() {
+                return Err(Status::MCAPI_ERR_TRANSMISSION);
+            }
+            Ok(false)
         };
         if data.len() <= self.fab.inject_size {
             loop {
