@@ -9,7 +9,7 @@ use super::message_path::InPlace;
 use super::peers::PeerInput;
 use super::rendezvous::{Descriptor, Msg, NO_STAGING};
 use super::state::{Req, State, LOCAL_PEER};
-use super::wait::Deadline;
+use super::wait::{Backoff, Deadline};
 use super::Node;
 use crate::config::Compat;
 use crate::control::Frame;
@@ -202,10 +202,7 @@ impl Node {
                         return Ok(());
                     }
                     // The provider kept refusing the descriptor: as below.
-                    self.progress_busy_sides(&SideSet::default(), &mut backoff);
-                    backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
-                    st = self.inner.live_state()?;
-                    self.inner.progress(&mut st);
+                    st = self.wait_unlocked(&mut backoff, deadline.get())?;
                     continue;
                 }
                 let msg = if data.len() > self.inner.fab.eager_max {
@@ -225,10 +222,7 @@ impl Node {
                                 backoff.restart();
                             }
                             drop(st);
-                            self.progress_busy_sides(&SideSet::default(), &mut backoff);
-                            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
-                            st = self.inner.live_state()?;
-                            self.inner.progress(&mut st);
+                            st = self.wait_unlocked(&mut backoff, deadline.get())?;
                             continue;
                         }
                     }
@@ -259,10 +253,7 @@ impl Node {
                 // credit, without the state lock (the node's other calls, its control
                 // plane's answers and its finalize go on meanwhile), up to the deadline.
                 drop(st);
-                self.progress_busy_sides(&SideSet::default(), &mut backoff);
-                backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
-                st = self.inner.live_state()?;
-                self.inner.progress(&mut st);
+                st = self.wait_unlocked(&mut backoff, deadline.get())?;
                 continue;
             }
             if !progressed {
@@ -345,11 +336,23 @@ impl Node {
                 backoff.restart();
             }
             drop(st);
-            self.progress_busy_sides(&SideSet::default(), &mut backoff);
-            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
-            st = self.inner.live_state()?;
-            self.inner.progress(&mut st);
+            st = self.wait_unlocked(&mut backoff, deadline.get())?;
         }
+    }
+
+    /// A blocked send's wait (its state guard dropped by the caller): other busy sides
+    /// progressed, then a wait through `backoff` up to `deadline`; returns the state lock
+    /// again, the node progressed.
+    fn wait_unlocked(
+        &self,
+        backoff: &mut Backoff,
+        deadline: Option<Instant>,
+    ) -> Result<MutexGuard<'_, State>> {
+        self.progress_busy_sides(&SideSet::default(), backoff);
+        backoff.wait_on(deadline, || self.inner.node_sleep_cqs())?;
+        let mut st = self.inner.live_state()?;
+        self.inner.progress(&mut st);
+        Ok(st)
     }
 
     /// A blocking `msg_send` of a rendezvous message without a copy: its descriptor (credit
@@ -477,10 +480,7 @@ impl Node {
                 return Err(Status::MCAPI_ERR_MEM_LIMIT);
             }
             drop(st);
-            self.progress_busy_sides(&SideSet::default(), &mut backoff);
-            backoff.wait_on(deadline.get(), || self.inner.node_sleep_cqs())?;
-            st = self.inner.live_state()?;
-            self.inner.progress(&mut st);
+            st = self.wait_unlocked(&mut backoff, deadline.get())?;
         }
     }
 
