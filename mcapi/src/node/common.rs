@@ -47,11 +47,20 @@ pub(super) fn endpoint_unreachable(e: Status) -> Status {
 
 /// What a control answer other than the one asked for means: the refusal's status, else
 /// `MCAPI_ERR_GENERAL` (a code this build does not know, or another kind of answer: a peer
-/// of another build), with the reason logged.
+/// of another build), with the reason logged. A refusal naming the other node's own state
+/// (`MCAPI_ERR_NODE_NOTINIT`: it is finalizing; `MCAPI_ERR_NODE_INVALID`) says that node
+/// is gone, `MCAPI_ERR_TRANSMISSION`: the caller's node is live, and a caller that took
+/// `NODE_NOTINIT` for its own state stopped (a stress review: `msg_send` to a node that
+/// was finalizing).
 #[cold]
 pub(super) fn refusal(what: &str, answer: &Frame) -> Status {
     let status = match answer {
-        Frame::Refused(code) => Status::from_code(*code),
+        Frame::Refused(code) => Status::from_code(*code).map(|s| match s {
+            Status::MCAPI_ERR_NODE_NOTINIT | Status::MCAPI_ERR_NODE_INVALID => {
+                Status::MCAPI_ERR_TRANSMISSION
+            }
+            s => s,
+        }),
         _ => None,
     };
     match status {
@@ -67,5 +76,35 @@ pub(super) fn refusal(what: &str, answer: &Frame) -> Status {
             log::info!("{what}: MCAPI_ERR_GENERAL: unexpected answer {answer:?}");
             Status::MCAPI_ERR_GENERAL
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer's refusal that names its own node's state says that node is gone: never
+    /// `MCAPI_ERR_NODE_NOTINIT`, which the caller would take for its own node's (a stress
+    /// review saw `msg_send` to a finalizing node return it). Other refusals keep their code.
+    #[test]
+    fn a_refusal_naming_the_peers_node_says_it_is_gone() {
+        for (refused, want) in [
+            (
+                Status::MCAPI_ERR_NODE_NOTINIT,
+                Status::MCAPI_ERR_TRANSMISSION,
+            ),
+            (
+                Status::MCAPI_ERR_NODE_INVALID,
+                Status::MCAPI_ERR_TRANSMISSION,
+            ),
+            (
+                Status::MCAPI_ERR_ENDP_INVALID,
+                Status::MCAPI_ERR_ENDP_INVALID,
+            ),
+            (Status::MCAPI_ERR_CHAN_TYPE, Status::MCAPI_ERR_CHAN_TYPE),
+        ] {
+            assert_eq!(refusal("test", &Frame::Refused(refused.code())), want);
+        }
+        assert_eq!(refusal("test", &Frame::Value(1)), Status::MCAPI_ERR_GENERAL);
     }
 }

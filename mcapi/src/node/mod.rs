@@ -187,16 +187,19 @@ impl Node {
             }
             Err(e) => return Err(e),
         };
-        // A node that went away since the last contact is no valid node either.
+        // A node that went away since the last contact (or is finalizing) is no valid node
+        // either.
+        let gone = |e| match e {
+            Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_NODE_INVALID,
+            e => e,
+        };
         match self
             .inner
             .control_call(peer, &Frame::NodeAttribute { attribute })
-            .map_err(|e| match e {
-                Status::MCAPI_ERR_TRANSMISSION => Status::MCAPI_ERR_NODE_INVALID,
-                e => e,
-            })? {
+            .map_err(gone)?
+        {
             Frame::Value(v) => Ok(v),
-            answer => Err(common::refusal("node_get_attribute", &answer)),
+            answer => Err(gone(common::refusal("node_get_attribute", &answer))),
         }
     }
 
