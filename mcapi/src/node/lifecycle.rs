@@ -303,7 +303,7 @@ impl Node {
     /// the side's peer run is gone (shm never completes a send to a dead receiver).
     /// Packets still queued for credits are discarded, as finalize discards pending data.
     /// Injected packets and scalars have no completion to wait for: where the provider may
-    /// still queue them (sockets), a marker sent behind them with a completion says they
+    /// still queue them (sockets, udp), a marker sent behind them with a completion says they
     /// were written (half of them were lost before,
     /// `injected_packets_and_scalars_arrive_when_their_sender_finalizes_at_once`).
     fn flush_channel_sends(&self, deadline: Instant) {
