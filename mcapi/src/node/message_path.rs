@@ -916,7 +916,7 @@ impl NodeInner {
 
 /// A send to `remote` that took credit and sequence number `seq` was not made: both stay
 /// unused.
-fn give_back(st: &mut State, remote: (u16, u32), seq: u16) {
+pub(super) fn give_back(st: &mut State, remote: (u16, u32), seq: u16) {
     if let Some(r) = st.remotes.get_mut(&remote) {
         r.spare += 1;
         r.next_seq = seq;

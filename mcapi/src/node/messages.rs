@@ -5,7 +5,7 @@ use super::common::{ofi_status, refusal, Result, EAGER_SLOT, NUM_PRIORITIES};
 use super::credit_plane::{control_tag, encode_control};
 use super::fetch::IN_PLACE_READ;
 use super::inner::NodeInner;
-use super::message_path::InPlace;
+use super::message_path::{give_back, InPlace};
 use super::peers::PeerInput;
 use super::rendezvous::{Descriptor, Msg, NO_STAGING};
 use super::state::{Req, State, LOCAL_PEER};
@@ -211,10 +211,7 @@ impl Node {
                     match self.inner.stage(&mut st, peer, data) {
                         Ok(Some(msg)) => msg,
                         staged => {
-                            if let Some(remote) = st.remotes.get_mut(&key) {
-                                remote.spare += 1;
-                                remote.next_seq = seq;
-                            }
+                            give_back(&mut st, key, seq);
                             staged?;
                             // The staging budget is spent: wait for a receiver to read
                             // (which needs our progress: keep polling while reads end).
@@ -238,10 +235,7 @@ impl Node {
                 if sent != Ok(true) {
                     // Not sent: the credit and the sequence number stay unused (the lock
                     // was held since they were taken, so no later number went out).
-                    if let Some(remote) = st.remotes.get_mut(&key) {
-                        remote.spare += 1;
-                        remote.next_seq = seq;
-                    }
+                    give_back(&mut st, key, seq);
                     if let Msg::Staged { id, .. } = msg {
                         st.rndv.release(id, None);
                     }
@@ -374,12 +368,6 @@ impl Node {
         data: &[u8],
     ) -> Result<bool> {
         let fab = &self.inner.fab;
-        let give_back = |st: &mut State| {
-            if let Some(remote) = st.remotes.get_mut(&key) {
-                remote.spare += 1;
-                remote.next_seq = seq;
-            }
-        };
         // The lock is held from the credit taken to the descriptor sent (so no other send
         // takes a later sequence number meanwhile); the guard moves into the closure, and
         // stays here if the registration fails first (the closure then never runs).
@@ -403,7 +391,7 @@ impl Node {
             let sent = self.inner.send_payload(&mut st, peer, tag, msg);
             if sent != Ok(true) {
                 // Not sent: nobody learnt of the exposed buffer.
-                give_back(&mut st);
+                give_back(&mut st, key, seq);
                 st.rndv.release(id, None);
                 _ = st.rndv.take_exposed(id);
                 return sent;
@@ -441,7 +429,7 @@ impl Node {
             Err(e) => {
                 // Not registered: nothing was sent; the credit and number stay unused.
                 if let Some(mut st) = st {
-                    give_back(&mut st);
+                    give_back(&mut st, key, seq);
                 }
                 Err(ofi_status(e))
             }
