@@ -47,6 +47,11 @@ const MAX_CHUNKS: usize = MAX_MSG_SIZE.div_ceil(CHUNK);
 const _: () = assert!(MAX_CHUNKS <= mcapi_ofi::READS_IN_FLIGHT);
 /// Chunks in the pool: the read-ahead budget and the reserve.
 const POOL_CHUNKS: usize = RECV_STAGING_BUDGET / CHUNK + MAX_CHUNKS;
+/// Times a message whose read failed is read again while its sender's run lives: a read
+/// can fail with its sender alive (a connection the provider is replacing), and the sender
+/// was told its message was sent. Bounded: a descriptor whose memory cannot be read (a bad
+/// key) fails every time.
+pub(super) const READ_RETRIES: u8 = 3;
 
 /// Where a message that arrived in a receive slot stands with its read.
 const NO_FETCH: u32 = u32::MAX;
@@ -72,7 +77,11 @@ struct Fetch {
     posted: u8,
     /// Reads posted and not yet completed.
     pending: u8,
+    /// It cannot be read (a bad length or address, a sender gone): it ends with an error.
     failed: bool,
+    /// A read of this round failed: all are read again when they end, if retries remain.
+    read_failed: bool,
+    retries_left: u8,
     len: usize,
     /// The receive slot holding its descriptor.
     slot: u32,
@@ -326,6 +335,8 @@ impl NodeInner {
             posted: 0,
             pending: 0,
             failed: !usable,
+            read_failed: false,
+            retries_left: READ_RETRIES,
             len,
             slot,
             peer,
@@ -470,12 +481,16 @@ impl NodeInner {
         }
     }
 
-    /// A read of fetch `index` completed (`ok`) or failed.
+    /// A read of fetch `index` completed (`ok`) or failed. A message whose read failed is
+    /// read again, whole, once its other reads end, while its sender's run lives and
+    /// retries remain ([`READ_RETRIES`]); else it ends failed.
     pub(super) fn read_completed(&self, st: &mut State, index: u32, ok: bool) {
         if index == IN_PLACE_READ {
             // Its receive sees the end itself.
             return;
         }
+        #[cfg(test)]
+        let ok = ok && !st.forced_read_failure();
         let Some(f) = st.rndv.fetches.get_mut(index) else {
             return;
         };
@@ -483,14 +498,40 @@ impl NodeInner {
             return;
         }
         f.pending -= 1;
-        f.failed |= !ok;
-        let done = f.done();
+        f.read_failed |= !ok;
+        let (done, retry, sender) = (
+            f.done(),
+            f.read_failed && !f.failed && !f.orphan && f.retries_left > 0,
+            (f.peer, f.run),
+        );
         st.rndv.fetches.in_flight -= 1;
         if done {
-            self.fetch_ended(st, index);
+            let retry = retry && st.run_alive(sender);
+            let fetches = &mut st.rndv.fetches;
+            if let Some(f) = fetches.get_mut(index) {
+                if retry {
+                    log::info!("a rendezvous read failed; the message is read again");
+                    (f.posted, f.read_failed) = (0, false);
+                    f.retries_left -= 1;
+                    // First in line: it is the oldest message being read.
+                    fetches.queue.push_front(index);
+                } else {
+                    f.failed |= f.read_failed;
+                    self.fetch_ended(st, index);
+                }
+            }
         }
         if !st.rndv.fetches.queue.is_empty() {
             self.pump_reads(st);
+        }
+    }
+
+    /// A read in place to take as failed (tests: `State::forced_read_failures`).
+    #[cfg(test)]
+    pub(super) fn forced_read_failure(&self) -> mcapi_ofi::Result<()> {
+        match self.live_state().map(|mut st| st.forced_read_failure()) {
+            Ok(true) => Err(mcapi_ofi::Error::InvalidArgument("a forced read failure")),
+            _ => Ok(()),
         }
     }
 

@@ -198,6 +198,8 @@ impl Node {
             in_background: false,
             in_place_read: None,
             read_in_place: 0,
+            #[cfg(test)]
+            forced_read_failures: 0,
             finalized: false,
         };
         // Sized once: which receive slots carry rendezvous descriptors, and how many reads

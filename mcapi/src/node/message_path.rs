@@ -956,6 +956,13 @@ pub(super) struct InPlace {
     pub(super) len: usize,
 }
 
+impl InPlace {
+    /// Its sender and the run that sent it.
+    pub(super) fn sender(&self) -> super::state::PeerRun {
+        (self.taken.peer, self.run)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::credit_plane::control_tag;

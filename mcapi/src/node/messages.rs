@@ -3,7 +3,7 @@
 use super::channel::SideSet;
 use super::common::{ofi_status, refusal, Result, EAGER_SLOT, NUM_PRIORITIES};
 use super::credit_plane::{control_tag, encode_control};
-use super::fetch::IN_PLACE_READ;
+use super::fetch::{IN_PLACE_READ, READ_RETRIES};
 use super::inner::NodeInner;
 use super::message_path::{give_back, InPlace};
 use super::peers::PeerInput;
@@ -618,12 +618,15 @@ impl Node {
 
     /// Reads rendezvous message `read` (taken off its queue by this receive) straight into
     /// `buf`, and waits for the read's end whatever the endpoint's timeout: the provider
-    /// may write `buf` until then.
+    /// may write `buf` until then. A failed read is tried again as a read-ahead's is
+    /// ([`READ_RETRIES`]).
     #[cold]
     #[inline(never)]
     pub(super) fn read_in_place(&self, read: InPlace, buf: &mut [u8]) -> Result<usize> {
         let mut read_ok = false;
-        if read.alive {
+        let mut alive = read.alive;
+        let mut tries = 0;
+        while alive && !read_ok {
             let mut backoff = self.inner.backoff();
             let d = read.desc;
             let context = Context::Read(IN_PLACE_READ).encode();
@@ -639,10 +642,16 @@ impl Node {
                         }
                         _ = backoff.wait_on(None, || self.inner.node_sleep_cqs());
                     });
+            #[cfg(test)]
+            let result = result.and_then(|()| self.inner.forced_read_failure());
             if let Err(e) = &result {
                 log::info!("a rendezvous read in place failed: {e}");
             }
             read_ok = result.is_ok();
+            tries += 1;
+            alive = !read_ok
+                && tries <= READ_RETRIES
+                && self.inner.live_state()?.run_alive(read.sender());
         }
         let mut st = self.inner.live_state()?;
         self.inner.in_place_done(&mut st, &read, read_ok)

@@ -94,6 +94,9 @@ pub(super) struct State {
     pub(super) in_place_read: Option<super::message_path::InPlace>,
     /// Rendezvous messages read straight into a receive's buffer (tests).
     pub(super) read_in_place: u64,
+    /// Read completions to take as failed (tests of the rendezvous' retries).
+    #[cfg(test)]
+    pub(super) forced_read_failures: u32,
     pub(super) finalized: bool,
 }
 
@@ -120,6 +123,14 @@ impl State {
             let life = &self.peers[p as usize].life;
             life.incarnation().is_some() && !life.is_alive()
         })
+    }
+
+    /// Whether to take this read's completion as failed (tests: `forced_read_failures`).
+    #[cfg(test)]
+    pub(super) fn forced_read_failure(&mut self) -> bool {
+        let forced = self.forced_read_failures > 0;
+        self.forced_read_failures -= u32::from(forced);
+        forced
     }
 
     /// The run that sent the rendezvous descriptor in receive slot `slot` (see
