@@ -58,6 +58,10 @@ pub(super) struct NodeInner {
     /// Set with `State::finalized`, for `Node::current` (every C call) to read without the
     /// state lock.
     pub(super) finalized: std::sync::atomic::AtomicBool,
+    /// Set (under the state lock) when `finalize` begins: sends are refused from then on
+    /// ([`NodeInner::sending_state`], channel send sides), so its drain and flushes cover
+    /// every send a call reported done.
+    pub(super) closing: std::sync::atomic::AtomicBool,
     /// Set once `initialize` returned the node: its id is this node's until `finalize`, or
     /// until its last handle goes (`Drop`).
     pub(super) holds_id: std::sync::atomic::AtomicBool,
@@ -90,6 +94,19 @@ impl NodeInner {
         self.check_working()?;
         let st = lock(&self.state);
         if st.finalized {
+            return Err(Status::MCAPI_ERR_NODE_NOTINIT);
+        }
+        Ok(st)
+    }
+
+    /// [`NodeInner::live_state`] for a call about to send: `MCAPI_ERR_NODE_NOTINIT` once
+    /// `finalize` began. Before, a send on another thread that went out between
+    /// `finalize`'s drain and its end returned success, and its message was lost with the
+    /// node's endpoint (a stress run lost one so, a rendezvous message whose receiver found
+    /// the sender gone before it could read it).
+    pub(super) fn sending_state(&self) -> Result<MutexGuard<'_, State>> {
+        let st = self.live_state()?;
+        if self.closing.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(Status::MCAPI_ERR_NODE_NOTINIT);
         }
         Ok(st)

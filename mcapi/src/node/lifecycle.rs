@@ -201,6 +201,7 @@ impl Node {
             #[cfg(test)]
             forced_read_failures: 0,
             finalized: false,
+            sends_flushed: false,
         };
         // Sized once: which receive slots carry rendezvous descriptors, and how many reads
         // are under way at once, vary with the traffic; growing then would allocate on the
@@ -228,6 +229,7 @@ impl Node {
             watch_cursor: Default::default(),
             broken: OnceLock::new(),
             finalized: Default::default(),
+            closing: Default::default(),
             holds_id: Default::default(),
             #[cfg(test)]
             panic_in_background: Default::default(),
@@ -264,6 +266,15 @@ impl Node {
     /// # Errors
     /// `MCAPI_ERR_NODE_NOTINIT` if the node was already finalized.
     pub fn finalize(&self) -> Result<()> {
+        {
+            let st = lock(&self.inner.state);
+            if st.finalized {
+                return Err(Status::MCAPI_ERR_NODE_NOTINIT);
+            }
+            // From here on sends are refused (under this lock, which every send holds
+            // while it posts): what the drain and flushes below wait for is all there is.
+            self.inner.closing.store(true, Ordering::Relaxed);
+        }
         // Staged rendezvous messages live in this process: their receivers read them first;
         // then everything else sent leaves the provider (both within one budget).
         let deadline = Instant::now() + FINALIZE_DRAIN;

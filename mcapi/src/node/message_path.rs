@@ -79,6 +79,9 @@ impl NodeInner {
     /// Posts queued sends that have credits now, in order per destination; asks for
     /// credits (over the fabric) where a destination has none.
     pub(super) fn advance_sends(&self, st: &mut State) {
+        if st.sends_flushed {
+            return;
+        }
         let mut i = 0;
         let mut blocked: [(u16, u32); 8] = [(u16::MAX, 0); 8];
         let mut nblocked = 0;

@@ -337,3 +337,84 @@ fn a_rendezvous_read_that_fails_while_its_sender_lives_is_tried_again() {
         b.finalize().unwrap();
     }
 }
+
+/// A send on another thread while its node finalizes either returns success and its
+/// message arrives, or fails and nothing arrives. Before, sends went on through
+/// `finalize`'s drain of staged messages and its flushes, returned success, and their
+/// messages were lost with the node's endpoint (a stress run on tcp lost a rendezvous
+/// message so: its receiver found the sender gone before it could read it; here every
+/// rendezvous message staged after the drain was lost). Here a thread sends eager and
+/// rendezvous messages back to back, and the node finalizes once it has sent some.
+#[test]
+fn a_send_racing_finalize_arrives_or_fails() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+    for (provider, ids) in [("tcp", (374, 375)), ("shm", (376, 377))] {
+        for round in 0..4u32 {
+            let (a, b, tx, rx, to) =
+                sender_and_receiver(provider, "racing-finalize", ids, Some(64));
+            a.set_endpoint_timeout(tx, T).unwrap();
+            b.set_endpoint_timeout(rx, Some(Duration::from_millis(500)))
+                .unwrap();
+            let big = 4 * a.eager_max();
+            let sent = Arc::new(AtomicU32::new(0));
+            let sender = {
+                let (a, sent) = (a.clone(), sent.clone());
+                std::thread::spawn(move || loop {
+                    let i = sent.load(Ordering::Relaxed);
+                    let mut msg = vec![i as u8; if i % 2 == 0 { 100 } else { big }];
+                    msg[..4].copy_from_slice(&i.to_le_bytes());
+                    if let Err(e) = a.msg_send(tx, to, &msg, 0) {
+                        return e;
+                    }
+                    sent.store(i + 1, Ordering::Relaxed);
+                })
+            };
+            let receiver = {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; big];
+                    let (mut got, mut failed) = (Vec::new(), Vec::new());
+                    loop {
+                        match b.msg_recv(rx, &mut buf) {
+                            Ok(n) => {
+                                let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                                assert!(buf[4..n].iter().all(|&x| x == i as u8), "message {i}");
+                                got.push(i);
+                            }
+                            Err(Status::MCAPI_TIMEOUT) => return (got, failed),
+                            Err(e) => failed.push(e),
+                        }
+                    }
+                })
+            };
+            let start = Instant::now();
+            while sent.load(Ordering::Relaxed) < 1 + 8 * round {
+                assert!(
+                    start.elapsed() < T.unwrap(),
+                    "{provider}: the sender is stuck"
+                );
+                std::thread::yield_now();
+            }
+            let start = Instant::now();
+            a.finalize().unwrap();
+            let took = start.elapsed();
+            let err = sender.join().unwrap();
+            let sent = sent.load(Ordering::Relaxed);
+            let (got, failed) = receiver.join().unwrap();
+            let missing: Vec<u32> = (0..sent).filter(|i| !got.contains(i)).collect();
+            assert!(
+                missing.is_empty() && got.len() == sent as usize,
+                "{provider} round {round}: {sent} sent (then {err:?}), {} received, \
+                 missing {missing:?}, receives failed: {failed:?}",
+                got.len()
+            );
+            assert!(
+                took < Duration::from_secs(5),
+                "{provider}: finalize took {took:?}"
+            );
+            b.finalize().unwrap();
+        }
+    }
+}

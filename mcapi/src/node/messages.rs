@@ -106,7 +106,7 @@ impl Node {
     ) -> Result<()> {
         // The fast path (a known destination with a credit in hand) takes the state lock
         // once, reads no clock and makes no call but the provider's send.
-        let mut st = self.inner.live_state()?;
+        let mut st = self.inner.sending_state()?;
         let timeout = self.sending_endpoint(&st, from)?.timeout;
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
@@ -161,7 +161,7 @@ impl Node {
             None => {
                 drop(st);
                 let peer = self.remote_peer(to, deadline.get())?;
-                st = self.inner.live_state()?;
+                st = self.inner.sending_state()?;
                 peer
             }
         };
@@ -275,7 +275,7 @@ impl Node {
                     seen,
                 };
                 let (answer, run) = self.inner.control_call_on(peer, &request)?;
-                st = self.inner.live_state()?;
+                st = self.inner.sending_state()?;
                 if !st.run_alive((peer, run)) {
                     // Granted by a run that is gone since (its successor never granted
                     // it): the message was for that run, as to any peer that died.
@@ -344,7 +344,7 @@ impl Node {
     ) -> Result<MutexGuard<'_, State>> {
         self.progress_busy_sides(&SideSet::default(), backoff);
         backoff.wait_on(deadline, || self.inner.node_sleep_cqs())?;
-        let mut st = self.inner.live_state()?;
+        let mut st = self.inner.sending_state()?;
         self.inner.progress(&mut st);
         Ok(st)
     }
@@ -484,7 +484,7 @@ impl Node {
     ) -> Result<()> {
         let mut backoff = self.inner.backoff();
         let h = loop {
-            let mut st = self.inner.live_state()?;
+            let mut st = self.inner.sending_state()?;
             let msg = if data.len() > self.inner.fab.eager_max {
                 self.inner.stage(&mut st, key.0, data)?
             } else {
@@ -670,7 +670,7 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<RequestHandle> {
-        self.sending_endpoint(&*self.inner.live_state()?, from)?;
+        self.sending_endpoint(&*self.inner.sending_state()?, from)?;
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }
@@ -681,7 +681,7 @@ impl Node {
             return self.send_local_i(to, data, priority as u8);
         }
         let peer = self.remote_peer(to, None)?;
-        let mut st = self.inner.live_state()?;
+        let mut st = self.inner.sending_state()?;
         let h = self.queue_staged(&mut st, (peer, to.port()), priority as u8, data)?;
         if data.len() > self.inner.fab.eager_max {
             // As for a staged `msg_send`: receivers read with our progress.
@@ -723,13 +723,13 @@ impl Node {
         if !lend {
             return self.msg_send_i(from, to, buf.as_slice(), priority);
         }
-        self.sending_endpoint(&*self.inner.live_state()?, from)?;
+        self.sending_endpoint(&*self.inner.sending_state()?, from)?;
         if priority >= NUM_PRIORITIES {
             return Err(Status::MCAPI_ERR_PRIORITY);
         }
         let peer = self.remote_peer(to, None)?;
         let lent_for_good = self.inner.fab.lends_static && buf.lives_forever();
-        if !lent_for_good && !self.inner.live_state()?.peers[peer as usize].reads_itself {
+        if !lent_for_good && !self.inner.sending_state()?.peers[peer as usize].reads_itself {
             // Its reads would be served here (its shm cannot attach to this process, e.g.
             // `FI_SHM_DISABLE_CMA` set there): a buffer that may be freed is copied instead.
             return self.msg_send_i(from, to, buf.as_slice(), priority);
@@ -747,7 +747,7 @@ impl Node {
             len: len as u64,
             id: 0,
         };
-        let mut st = self.inner.live_state()?;
+        let mut st = self.inner.sending_state()?;
         if !lent_for_good && !st.peers[peer as usize].reads_itself {
             // A run that does not read itself replaced it meanwhile: a copy after all (the
             // key never left this process).
@@ -817,7 +817,7 @@ impl Node {
     /// mode a full endpoint is `MCAPI_ERR_MEM_LIMIT`, as the blocking send's is.
     fn send_local_i(&self, to: EndpointId, data: &[u8], priority: u8) -> Result<RequestHandle> {
         let port = to.port();
-        let mut st = self.inner.live_state()?;
+        let mut st = self.inner.sending_state()?;
         // Refused before anything is delivered: a failed call sends nothing.
         if !st.requests.has_room() {
             return Err(Status::MCAPI_ERR_REQUEST_LIMIT);
@@ -1063,13 +1063,14 @@ impl NodeInner {
     /// [`Kind::Flush`] marker, sent with a completion behind everything else to it (the
     /// provider keeps each peer's order, so its completion covers injected messages, which
     /// have none); then the node progresses until no send posted to a live peer run awaits
-    /// its completion (sends still queued for credits are not posted: finalize discards
-    /// them), up to `deadline`.
+    /// its completion (sends still queued for credits are not posted from here on,
+    /// `State::sends_flushed`: finalize discards them), up to `deadline`.
     pub(super) fn flush_sends(&self, deadline: Instant) {
         let mut backoff = self.backoff();
         let Ok(mut st) = self.live_state() else {
             return;
         };
+        st.sends_flushed = true;
         let mut peers: Vec<u16> = st
             .remotes
             .iter()

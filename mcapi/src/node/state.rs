@@ -98,6 +98,9 @@ pub(super) struct State {
     #[cfg(test)]
     pub(super) forced_read_failures: u32,
     pub(super) finalized: bool,
+    /// `finalize` flushes the sends posted: queued ones stay queued (and are discarded),
+    /// since a send posted after the flush would be lost with the endpoint.
+    pub(super) sends_flushed: bool,
 }
 
 impl State {

@@ -29,6 +29,11 @@ impl NodeInner {
         }
         self.check_working()?;
         let g = self.channels.sides[slot].lock();
+        if dir == Direction::Send && self.closing.load(Ordering::Relaxed) {
+            // `finalize` began: its flush (which takes this lock after setting the flag)
+            // covers only what was sent before.
+            return Err(Status::MCAPI_ERR_NODE_NOTINIT);
+        }
         if g.as_ref().is_some_and(|s| s.generation == generation) {
             // An application call uses the side: the background thread keeps away (only a
             // change matters, so racing plain stores will do).
