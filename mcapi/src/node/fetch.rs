@@ -47,10 +47,10 @@ const MAX_CHUNKS: usize = MAX_MSG_SIZE.div_ceil(CHUNK);
 const _: () = assert!(MAX_CHUNKS <= mcapi_ofi::READS_IN_FLIGHT);
 /// Chunks in the pool: the read-ahead budget and the reserve.
 const POOL_CHUNKS: usize = RECV_STAGING_BUDGET / CHUNK + MAX_CHUNKS;
-/// Times a message whose read failed is read again while its sender's run lives: a read
-/// can fail with its sender alive (a connection the provider is replacing), and the sender
-/// was told its message was sent. Bounded: a descriptor whose memory cannot be read (a bad
-/// key) fails every time.
+/// Times a message whose read failed is read again while its sender's run lives: its
+/// sender was told the message was sent, and a provider may fail a read now and then with
+/// both sides alive. Bounded: a descriptor whose memory cannot be read (a bad key) fails
+/// every time.
 pub(super) const READ_RETRIES: u8 = 3;
 
 /// Where a message that arrived in a receive slot stands with its read.
