@@ -382,6 +382,10 @@ impl NodeInner {
     /// progress serves reads): the message at the head of the line completes first, and
     /// its copy-out overlaps the reads behind it (all at once, they would all end together).
     fn pump_reads(&self, st: &mut State) {
+        if self.closing.load(std::sync::atomic::Ordering::Relaxed) {
+            // `finalize` waits for the reads in flight (`settle_reads`); no new ones.
+            return;
+        }
         let served = !self.fab.sends_in_place;
         loop {
             let in_flight = st.rndv.fetches.in_flight;
@@ -532,6 +536,28 @@ impl NodeInner {
         match self.live_state().map(|mut st| st.forced_read_failure()) {
             Ok(true) => Err(mcapi_ofi::Error::InvalidArgument("a forced read failure")),
             _ => Ok(()),
+        }
+    }
+
+    /// At `finalize`: progresses until no read of this node is in flight (new ones are not
+    /// posted once it began), at most until `deadline`. tcp;ofi_rxm reports a read whose
+    /// reply is arriving as cancelled twice when its connection closes, the second time
+    /// with its entry freed, and rxm's endpoint close then follows a NULL context (SIGSEGV
+    /// in libfabric 1.17 when the endpoint closed with a read-ahead under way).
+    pub(super) fn settle_reads(&self, deadline: std::time::Instant) {
+        let mut backoff = self.backoff();
+        loop {
+            let Ok(mut st) = self.live_state() else {
+                return;
+            };
+            self.progress(&mut st);
+            if st.rndv.fetches.in_flight == 0 {
+                return;
+            }
+            drop(st);
+            if backoff.wait(Some(deadline)).is_err() {
+                return;
+            }
         }
     }
 

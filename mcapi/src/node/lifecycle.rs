@@ -281,6 +281,7 @@ impl Node {
         self.inner.drain_staged(deadline);
         self.inner.flush_sends(deadline);
         self.flush_channel_sends(deadline);
+        self.inner.settle_reads(deadline);
         self.inner.notify_channel_peers();
         let links: Vec<_> = {
             let mut st = lock(&self.inner.state);

@@ -418,3 +418,33 @@ fn a_send_racing_finalize_arrives_or_fails() {
         }
     }
 }
+
+/// A node that finalizes while its read-ahead of a large message is under way closes its
+/// endpoint only once the reads ended. On tcp;ofi_rxm (libfabric 1.17) closing a
+/// connection while a read's reply arrives reports the read cancelled twice, the second
+/// time with its entry freed, and rxm's endpoint close crashed on it (SIGSEGV inside
+/// libfabric, seen in stress runs where restarting nodes finalized).
+#[test]
+fn a_node_finalizing_mid_read_closes_after_its_reads() {
+    use std::time::Instant;
+    for round in 0..3 {
+        let (a, b, tx, _rx, to) =
+            sender_and_receiver("tcp", "finalize-mid-read", (384, 385), Some(8));
+        a.set_endpoint_timeout(tx, T).unwrap();
+        let size = a.max_msg_size();
+        let sent = a.msg_send_i(tx, to, &vec![7u8; size], 0).unwrap();
+        // The read-ahead starts as the descriptor arrives; finalize with reads under way.
+        let start = Instant::now();
+        while b.fetched_messages() == Ok(0) {
+            assert!(
+                start.elapsed() < T.unwrap(),
+                "round {round}: no read started"
+            );
+            std::thread::yield_now();
+        }
+        b.finalize().unwrap();
+        drop(b);
+        _ = a.wait(sent, None, T);
+        a.finalize().unwrap();
+    }
+}
