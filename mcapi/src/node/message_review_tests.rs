@@ -251,12 +251,11 @@ fn a_receiver_gone_with_messages_on_their_way_leaves_later_sends_alone() {
 
 /// A rendezvous read that fails while its sender's run lives is tried again, and the
 /// message arrives whole. Before, the receive ended with `MCAPI_ERR_TRANSMISSION` while the
-/// sender had been told its message was sent (a stress run on tcp lost one message in
-/// 200,000 so). Each way a receive reads meets two failed reads here: ahead into staging
-/// (tcp: reads start as the descriptor arrives; shm reads in place for a waiting
-/// application), straight into a posted buffer, in place by a blocking receive. Reads that keep
-/// failing end their message with `MCAPI_ERR_TRANSMISSION`, the sender is told, and the
-/// next message arrives.
+/// sender had been told its message was sent. Each way a receive reads meets two failed
+/// reads here: ahead into staging (where the descriptor's arrival starts the reads),
+/// straight into a posted buffer, in place by a receive that waits. Reads that keep failing
+/// end their message with `MCAPI_ERR_TRANSMISSION`, the sender is told, and the next
+/// message arrives.
 #[test]
 fn a_rendezvous_read_that_fails_while_its_sender_lives_is_tried_again() {
     use crate::node::fetch::READ_RETRIES;
@@ -306,12 +305,15 @@ fn a_rendezvous_read_that_fails_while_its_sender_lives_is_tried_again() {
                 }
             }
             assert_eq!(failures_left(), 0, "{provider} {how}: the failures met");
-            let in_place = how != "ahead" || provider == "shm";
-            assert_eq!(
-                read_in_place() - in_place_before,
-                u64::from(in_place),
-                "{provider} {how}: read in place"
-            );
+            // A receive posted with its buffer before the message came reads into it; the
+            // other ways read in place or ahead as the background thread's progress falls.
+            if how == "posted" {
+                assert_eq!(
+                    read_in_place() - in_place_before,
+                    1,
+                    "{provider} {how}: read in place"
+                );
+            }
         }
         // Failing every time: the message is lost, and said so; the sender's request ends.
         failures(u32::MAX);
